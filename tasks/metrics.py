@@ -1,0 +1,546 @@
+"""Client-side latency/throughput math: raw streamed-request records -> warehouse rows.
+
+The load generator records, per request, *when* things happened (send, every
+content chunk, last byte) and what the server said (``usage``, ``finish_reason``).
+This module turns those facts into the field's metrics, in one place:
+
+* :func:`derive_request` -> one row of the ``requests`` table (TTFT, TPOT, E2EL,
+  mean ITL, ok/error) per request;
+* :func:`itl_values` -> every inter-token gap of the ok requests, pooled;
+* :func:`aggregate` -> one row of the ``measurements`` table (throughputs, goodput,
+  achieved concurrency, mean/p50/p90/p95/p99 of each latency) per
+  (workload, load level, repeat);
+* :func:`summarize_repeats` -> repeat-to-repeat spread (mean, std, CV) per load level.
+
+Definitions follow ``vllm bench serve`` (vllm/benchmarks/serve.py ``calculate_metrics``
+and vllm/benchmarks/lib/endpoint_request_func.py), with these deliberate differences,
+each chosen so that a number means the same thing for every config and version:
+
+* TTFT is measured to the first chunk that carries generated *text*. vLLM's chat
+  client stamps the first chunk that has ``choices``, which is the role-only chunk
+  (``delta = {"role": "assistant"}``) the server sends before any token.
+* ITL gaps are between successive *content* chunks (vLLM: between any chunks with
+  ``choices``, empty ones included).
+* E2EL ends at the last byte of the stream (vLLM: at the last token chunk), so it
+  includes the trailing usage chunk; TPOT inherits this.
+* A request without ``usage`` fails (vLLM falls back to re-tokenizing the text);
+  a request that stopped early although ``ignore_eos`` was set fails (vLLM counts
+  it as a success with fewer tokens), so throughput compares like with like.
+* The measurement window is first send -> last end of the measured requests
+  (vLLM: wall time of the whole benchmark call, including client start-up).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+__all__ = [
+    "PERCENTILES",
+    "REQUEST_COLUMNS",
+    "MEASUREMENT_COLUMNS",
+    "SLO_KEYS",
+    "CLIENT_BOUND_CPU_FRAC",
+    "CLIENT_BOUND_CONCURRENCY_FRAC",
+    "derive_request",
+    "itl_values",
+    "aggregate",
+    "summarize_repeats",
+]
+
+#: Percentiles reported for every latency (``*_p50_s`` ... ``*_p99_s``).
+PERCENTILES: tuple[int, ...] = (50, 90, 95, 99)
+
+_IDENT = ("workload", "load_kind", "load_value", "repeat")
+_LOAD_KINDS = ("concurrency", "rate")
+
+#: Columns of :func:`derive_request`'s result, in the order of the ``requests`` table
+#: (``trial_id`` is added by the caller, or passed through when the raw record has it).
+REQUEST_COLUMNS: tuple[str, ...] = (
+    *_IDENT,
+    "request_index",
+    "ok",
+    "error",
+    "send_ts",
+    "first_token_ts",
+    "end_ts",
+    "chunk_offsets_s",
+    "prompt_tokens",
+    "output_tokens",
+    "requested_output_tokens",
+    "finish_reason",
+    "ttft_s",
+    "tpot_s",
+    "e2el_s",
+    "itl_mean_s",
+)
+
+_LATENCIES = ("ttft", "tpot", "itl", "e2el")
+
+#: Columns of :func:`aggregate`'s result, in the order of the ``measurements`` table.
+MEASUREMENT_COLUMNS: tuple[str, ...] = (
+    *_IDENT,
+    "num_requests",
+    "completed",
+    "failed",
+    "duration_s",
+    "request_throughput_per_s",
+    "output_tokens_per_s",
+    "total_tokens_per_s",
+    "goodput_per_s",
+    "achieved_concurrency",
+    "total_input_tokens",
+    "total_output_tokens",
+    *(f"{m}_{s}_s" for m in _LATENCIES for s in ("mean", *(f"p{p}" for p in PERCENTILES))),
+    "client_cpu_frac",
+    "client_bound",
+)
+
+#: SLO keys :func:`aggregate` accepts (seconds), as ``vllm bench serve --goodput ttft: tpot: e2el:``.
+SLO_KEYS: tuple[str, ...] = ("ttft_s", "tpot_s", "e2el_s")
+
+#: Load-generator CPU time / wall time at or above which a measurement is client-bound.
+CLIENT_BOUND_CPU_FRAC = 0.9
+#: Achieved / target concurrency below which a concurrency measurement is client-bound.
+CLIENT_BOUND_CONCURRENCY_FRAC = 0.9
+
+_RAW_FIELDS = (
+    "workload",
+    "load_kind",
+    "load_value",
+    "repeat",
+    "request_index",
+    "send_ts",
+    "chunk_ts",
+    "end_ts",
+    "prompt_tokens",
+    "output_tokens",
+    "requested_output_tokens",
+    "ignore_eos",
+    "finish_reason",
+    "transport_error",
+)
+
+# Finish reasons that mean the server gave up on the request (vLLM FinishReason ABORT/ERROR).
+_FAILED_FINISH_REASONS = ("abort", "error")
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
+def _finite(x: Any, field: str) -> float:
+    if not _is_number(x) or not math.isfinite(float(x)):
+        raise ValueError(f"raw request record: field {field!r} must be a finite number (epoch seconds), got {x!r}")
+    return float(x)
+
+
+def _opt_count(x: Any, field: str) -> int | None:
+    if x is None:
+        return None
+    if isinstance(x, bool) or not isinstance(x, numbers.Integral) or x < 0:
+        raise ValueError(f"raw request record: field {field!r} must be a non-negative integer or None, got {x!r}")
+    return int(x)
+
+
+def _timing_problem(send: float, chunks: list[float], end: float | None) -> str | None:
+    if chunks and chunks[0] < send:
+        return f"bad_timing: first chunk {send - chunks[0]:.6f}s before send"
+    for i in range(1, len(chunks)):
+        if chunks[i] < chunks[i - 1]:
+            return f"bad_timing: chunk {i} earlier than chunk {i - 1}"
+    if end is not None:
+        if end < send:
+            return "bad_timing: end before send"
+        if chunks and end < chunks[-1]:
+            return "bad_timing: end before last chunk"
+    return None
+
+
+# --------------------------------------------------------------------------- per request
+
+
+def derive_request(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """Turn one raw streamed-request record into a row of the ``requests`` table.
+
+    Args:
+        raw: the load generator's record (keys: workload, load_kind, load_value, repeat,
+            request_index, send_ts, chunk_ts, end_ts, prompt_tokens, output_tokens,
+            requested_output_tokens, ignore_eos, finish_reason, transport_error; an
+            optional trial_id is passed through). Times are epoch seconds;
+            ``chunk_ts`` lists only chunks whose text/delta content was non-empty.
+
+    Returns:
+        dict with the keys of :data:`REQUEST_COLUMNS` (plus ``trial_id`` if given):
+
+        * ``ttft_s`` = first content chunk - send (``vllm bench serve`` stamps the
+          first chunk with ``choices`` instead, which can be a role-only chunk);
+        * ``e2el_s`` = end (last byte) - send;
+        * ``itl_mean_s`` = mean gap between successive content chunks (None with
+          fewer than two chunks);
+        * ``tpot_s`` = (E2EL - TTFT) / (output_tokens - 1), output_tokens from the
+          server's ``usage`` (a chunk may carry several tokens), None when
+          output_tokens <= 1 (as vLLM, which leaves such requests out of TPOT);
+        * ``chunk_offsets_s`` = every content chunk's time after send.
+
+        A request is failed (``ok`` False, ``error`` set, every latency None, never a
+        TTFT of 0) on the first of: ``transport_error: <text>``;
+        ``cut_off: ...`` (no end of stream, or no finish_reason);
+        ``server_abort: finish_reason=<abort|error>``; ``no_text`` (no content chunk);
+        ``no_usage`` (no ``usage`` with completion tokens); ``early_stop: k/n tokens``
+        (``ignore_eos`` set but fewer tokens than requested); ``bad_timing: ...``
+        (timestamps out of order, e.g. a clock step). Timing facts (send, first
+        chunk, end, chunk offsets) and token counts are kept on failed rows.
+
+    Raises:
+        ValueError: a field is missing or has the wrong type (the message names it).
+    """
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"derive_request: expected a dict (raw request record), got {type(raw).__name__}")
+    missing = [f for f in _RAW_FIELDS if f not in raw]
+    if missing:
+        raise ValueError(
+            f"raw request record is missing field(s) {missing}; the load generator must record all of {list(_RAW_FIELDS)}"
+        )
+    if raw["load_kind"] not in _LOAD_KINDS:
+        raise ValueError(f"raw request record: field 'load_kind' must be one of {_LOAD_KINDS}, got {raw['load_kind']!r}")
+    send = _finite(raw["send_ts"], "send_ts")
+    end = None if raw["end_ts"] is None else _finite(raw["end_ts"], "end_ts")
+    chunk_ts = raw["chunk_ts"]
+    if chunk_ts is None or isinstance(chunk_ts, (str, bytes)) or not isinstance(chunk_ts, Iterable):
+        raise ValueError(f"raw request record: field 'chunk_ts' must be a list of epoch seconds, got {chunk_ts!r}")
+    chunks = [_finite(c, "chunk_ts") for c in chunk_ts]
+    prompt_tokens = _opt_count(raw["prompt_tokens"], "prompt_tokens")
+    output_tokens = _opt_count(raw["output_tokens"], "output_tokens")
+    requested = _opt_count(raw["requested_output_tokens"], "requested_output_tokens")
+    if requested is None:
+        raise ValueError("raw request record: field 'requested_output_tokens' must be an integer (max_tokens sent)")
+    ignore_eos = raw["ignore_eos"]
+    if not isinstance(ignore_eos, (bool, np.bool_)):
+        raise ValueError(f"raw request record: field 'ignore_eos' must be a bool, got {ignore_eos!r}")
+    finish_reason = raw["finish_reason"]
+    transport_error = raw["transport_error"]
+
+    error: str | None = None
+    if transport_error:
+        error = f"transport_error: {transport_error}"
+    elif end is None:
+        error = "cut_off: stream did not finish (no end of stream)"
+    elif not finish_reason:
+        error = "cut_off: stream ended without a finish_reason"
+    elif finish_reason in _FAILED_FINISH_REASONS:
+        error = f"server_abort: finish_reason={finish_reason}"
+    elif not chunks:
+        error = "no_text"
+    elif output_tokens is None:
+        error = "no_usage"
+    elif ignore_eos and output_tokens < requested:
+        error = f"early_stop: {output_tokens}/{requested} tokens"
+    else:
+        error = _timing_problem(send, chunks, end)
+
+    row: dict[str, Any] = {}
+    if "trial_id" in raw:
+        row["trial_id"] = raw["trial_id"]
+    row.update(
+        workload=raw["workload"],
+        load_kind=raw["load_kind"],
+        load_value=float(raw["load_value"]),
+        repeat=int(raw["repeat"]),
+        request_index=int(raw["request_index"]),
+        ok=error is None,
+        error=error,
+        send_ts=send,
+        first_token_ts=chunks[0] if chunks else None,
+        end_ts=end,
+        chunk_offsets_s=[c - send for c in chunks],
+        prompt_tokens=prompt_tokens,
+        output_tokens=output_tokens,
+        requested_output_tokens=requested,
+        finish_reason=finish_reason,
+        ttft_s=None,
+        tpot_s=None,
+        e2el_s=None,
+        itl_mean_s=None,
+    )
+    if error is not None:
+        return row
+
+    assert end is not None and output_tokens is not None  # guarded above
+    ttft = chunks[0] - send
+    e2el = end - send
+    row["ttft_s"] = ttft
+    row["e2el_s"] = e2el
+    if len(chunks) >= 2:
+        row["itl_mean_s"] = (chunks[-1] - chunks[0]) / (len(chunks) - 1)
+    if output_tokens > 1:
+        row["tpot_s"] = (e2el - ttft) / (output_tokens - 1)
+    return row
+
+
+def _rows(derived_rows: pd.DataFrame | Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    if isinstance(derived_rows, pd.DataFrame):
+        return derived_rows.to_dict("records")
+    return list(derived_rows)
+
+
+def itl_values(derived_rows: pd.DataFrame | Iterable[Mapping[str, Any]]) -> np.ndarray:
+    """All inter-token-latency gaps (seconds) of the ok requests, pooled.
+
+    Args:
+        derived_rows: rows of :func:`derive_request` (a DataFrame or an iterable of dicts);
+            needs columns ``ok`` and ``chunk_offsets_s``.
+
+    Returns:
+        1-D float64 array of the gaps between successive content chunks of every ok
+        request, request by request (empty when there are none). This is the list
+        ``vllm bench serve`` pools for its ITL mean and percentiles.
+    """
+    gaps: list[np.ndarray] = []
+    for r in _rows(derived_rows):
+        if not bool(r["ok"]):
+            continue
+        offs = r["chunk_offsets_s"]
+        if offs is None:
+            continue
+        arr = np.asarray(list(offs), dtype=np.float64)
+        if arr.size >= 2:
+            gaps.append(np.diff(arr))
+    if not gaps:
+        return np.zeros(0, dtype=np.float64)
+    return np.concatenate(gaps)
+
+
+# --------------------------------------------------------------------------- per measurement
+
+
+def _check_slo(slo: Mapping[str, Any] | None) -> dict[str, float]:
+    if not slo:
+        return {}
+    if not isinstance(slo, Mapping):
+        raise ValueError(f"slo must be a dict like {{'ttft_s': 0.5, 'tpot_s': 0.05}}, got {slo!r}")
+    unknown = [k for k in slo if k not in SLO_KEYS]
+    if unknown:
+        hint = ""
+        if "itl_s" in unknown:
+            hint = (
+                " (an ITL SLO is not supported: vllm bench serve --goodput accepts only ttft, tpot and e2el,"
+                " and a per-request ITL has no single value; use tpot_s)"
+            )
+        raise ValueError(f"slo has unknown key(s) {unknown}; allowed keys are {list(SLO_KEYS)} in seconds{hint}")
+    out = {}
+    for k, v in slo.items():
+        if not _is_number(v) or not math.isfinite(float(v)) or float(v) <= 0:
+            raise ValueError(f"slo[{k!r}] must be a positive number of seconds, got {v!r}")
+        out[k] = float(v)
+    return out
+
+
+def _single(df: pd.DataFrame, col: str) -> Any:
+    vals = df[col].unique()
+    if len(vals) != 1:
+        raise ValueError(
+            f"aggregate: column {col!r} has {len(vals)} values {list(vals)[:5]}; aggregate one "
+            f"(trial_id, workload, load_kind, load_value, repeat) group at a time (use DataFrame.groupby)"
+        )
+    v = vals[0]
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def _num(series: pd.Series) -> np.ndarray:
+    arr = pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    return arr[~np.isnan(arr)]
+
+
+def _stats(values: np.ndarray, prefix: str) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    if values.size == 0:
+        out[f"{prefix}_mean_s"] = None
+        for p in PERCENTILES:
+            out[f"{prefix}_p{p}_s"] = None
+        return out
+    out[f"{prefix}_mean_s"] = float(np.mean(values))
+    qs = np.percentile(values, PERCENTILES, method="linear")
+    for p, q in zip(PERCENTILES, qs):
+        out[f"{prefix}_p{p}_s"] = float(q)
+    return out
+
+
+def aggregate(
+    derived: pd.DataFrame,
+    slo: Mapping[str, float] | None,
+    client_cpu_frac: float | None = None,
+    target: float | None = None,
+) -> dict[str, Any]:
+    """Aggregate one (workload, load level, repeat) group of requests into a ``measurements`` row.
+
+    Args:
+        derived: DataFrame of :func:`derive_request` rows, all of one workload, load_kind,
+            load_value and repeat (and trial_id, if that column is present).
+        slo: per-request SLOs in seconds for goodput, keys among :data:`SLO_KEYS`
+            (``ttft_s``, ``tpot_s``, ``e2el_s``); None or {} -> ``goodput_per_s`` None.
+        client_cpu_frac: load-generator CPU time / wall time during the measurement.
+        target: the target concurrency (used only when ``load_kind == 'concurrency'``).
+
+    Returns:
+        dict with the keys of :data:`MEASUREMENT_COLUMNS` (plus ``trial_id`` if present):
+
+        * ``duration_s``: first send -> last end over *all* measured requests (failed
+          ones too); vLLM uses the benchmark call's wall time instead.
+        * ``request_throughput_per_s`` = completed / duration; ``output_tokens_per_s`` =
+          output tokens of ok requests / duration; ``total_tokens_per_s`` = (prompt +
+          output tokens of ok requests) / duration — as ``vllm bench serve``.
+        * ``goodput_per_s``: ok requests meeting every SLO given / duration, with vLLM's
+          ``--goodput`` rule: a request is good when ``metric <= slo`` for each SLO; a
+          request with no TPOT (output_tokens <= 1) counts as TPOT 0, i.e. meets it.
+        * ``achieved_concurrency``: Little's law, L = sum over requests of their time
+          in flight (end - send, failed requests with an end included) / duration.
+        * ``*_mean_s``/``*_p50_s``..``*_p99_s`` of TTFT, TPOT, E2EL over ok requests
+          (TPOT over those with output_tokens > 1) and of ITL over all gaps of ok
+          requests pooled, percentiles by ``numpy.percentile(method='linear')`` as
+          vLLM. None where there is no value (e.g. no ok request).
+        * ``client_bound``: True when ``client_cpu_frac >= 0.9``, or for a concurrency
+          target when achieved concurrency < 0.9 * min(target, num_requests) (the
+          client did not keep the requested number of requests in flight); False when
+          a check was possible and neither holds; None when neither input was given.
+
+    Raises:
+        ValueError: empty frame, missing columns, mixed groups, or a bad SLO / argument.
+    """
+    if not isinstance(derived, pd.DataFrame):
+        raise ValueError(f"aggregate: derived must be a pandas DataFrame of derive_request rows, got {type(derived).__name__}")
+    if len(derived) == 0:
+        raise ValueError("aggregate: derived has no requests; a measurement needs at least one request")
+    needed = [c for c in REQUEST_COLUMNS if c not in derived.columns]
+    if needed:
+        raise ValueError(f"aggregate: derived lacks column(s) {needed}; build it from derive_request rows")
+    slo_s = _check_slo(slo)
+    if client_cpu_frac is not None and (not _is_number(client_cpu_frac) or not client_cpu_frac >= 0):
+        raise ValueError(f"aggregate: client_cpu_frac must be a number >= 0 (CPU time / wall time), got {client_cpu_frac!r}")
+    if target is not None and (not _is_number(target) or not target > 0):
+        raise ValueError(f"aggregate: target must be a positive concurrency, got {target!r}")
+
+    out: dict[str, Any] = {}
+    if "trial_id" in derived.columns:
+        out["trial_id"] = _single(derived, "trial_id")
+    for col in _IDENT:
+        out[col] = _single(derived, col)
+    out["load_value"] = float(out["load_value"])
+    out["repeat"] = int(out["repeat"])
+
+    ok_mask = derived["ok"].astype(bool).to_numpy()
+    ok = derived[ok_mask]
+    n = int(len(derived))
+    completed = int(ok_mask.sum())
+    out["num_requests"] = n
+    out["completed"] = completed
+    out["failed"] = n - completed
+
+    send = pd.to_numeric(derived["send_ts"], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    end = pd.to_numeric(derived["end_ts"], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    duration: float | None = None
+    if np.any(~np.isnan(send)) and np.any(~np.isnan(end)):
+        d = float(np.nanmax(end) - np.nanmin(send))
+        duration = d if d > 0 else None
+    out["duration_s"] = duration
+
+    in_tokens = int(_num(ok["prompt_tokens"]).sum())
+    out_tokens = int(_num(ok["output_tokens"]).sum())
+    ttft = _num(ok["ttft_s"])
+    tpot = _num(ok["tpot_s"])
+    e2el = _num(ok["e2el_s"])
+    itl = itl_values(derived)
+
+    good: int | None = None
+    if slo_s:
+        checks = np.ones(len(ok), dtype=bool)
+        for key, limit in slo_s.items():
+            vals = pd.to_numeric(ok[key], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+            if key == "tpot_s":
+                vals = np.where(np.isnan(vals), 0.0, vals)  # vLLM: no TPOT (<=1 token) counts as 0
+            checks &= vals <= limit  # NaN compares False -> not good
+        good = int(checks.sum())
+
+    both = ~np.isnan(send) & ~np.isnan(end)
+    in_flight_s = float(np.sum(end[both] - send[both]))
+
+    def rate(x: float | None) -> float | None:
+        return None if x is None or duration is None else x / duration
+
+    out["request_throughput_per_s"] = rate(completed)
+    out["output_tokens_per_s"] = rate(out_tokens)
+    out["total_tokens_per_s"] = rate(in_tokens + out_tokens)
+    out["goodput_per_s"] = rate(good)
+    out["achieved_concurrency"] = rate(in_flight_s)
+    out["total_input_tokens"] = in_tokens
+    out["total_output_tokens"] = out_tokens
+    out.update(_stats(ttft, "ttft"))
+    out.update(_stats(tpot, "tpot"))
+    out.update(_stats(itl, "itl"))
+    out.update(_stats(e2el, "e2el"))
+    out["client_cpu_frac"] = None if client_cpu_frac is None else float(client_cpu_frac)
+
+    bound: bool | None = None
+    if client_cpu_frac is not None:
+        bound = float(client_cpu_frac) >= CLIENT_BOUND_CPU_FRAC
+    if target is not None and out["load_kind"] == "concurrency" and out["achieved_concurrency"] is not None:
+        expected = min(float(target), float(n))
+        low = out["achieved_concurrency"] < CLIENT_BOUND_CONCURRENCY_FRAC * expected
+        bound = bool(bound) or low
+    out["client_bound"] = bound
+    return out
+
+
+_SPREAD_METRICS = ("ttft_p50_s", "tpot_p50_s", "output_tokens_per_s")
+
+
+def summarize_repeats(measurements: pd.DataFrame) -> pd.DataFrame:
+    """Repeat-to-repeat spread of the headline numbers per load level.
+
+    Args:
+        measurements: DataFrame of :func:`aggregate` rows; needs workload, load_kind,
+            load_value, repeat and the metric columns. Rows are grouped by
+            (trial_id,) workload, load_kind, load_value — trial_id only when present,
+            so repeats of different trials are never mixed.
+
+    Returns:
+        DataFrame, one row per group, columns: the group keys, ``n_repeats``, and for
+        each of ``ttft_p50_s``, ``tpot_p50_s``, ``output_tokens_per_s``: ``<m>_mean``,
+        ``<m>_std`` (sample standard deviation, ddof=1; NaN with fewer than two
+        values) and ``<m>_cv`` (std / mean; NaN when undefined). Missing values
+        (e.g. no TPOT) are skipped, not counted as 0.
+
+    Raises:
+        ValueError: a required column is missing.
+    """
+    keys = (["trial_id"] if "trial_id" in measurements.columns else []) + ["workload", "load_kind", "load_value"]
+    needed = [c for c in (*keys, "repeat", *_SPREAD_METRICS) if c not in measurements.columns]
+    if needed:
+        raise ValueError(f"summarize_repeats: measurements lacks column(s) {needed}; pass aggregate() rows")
+    df = measurements.copy()
+    for m in _SPREAD_METRICS:
+        df[m] = pd.to_numeric(df[m], errors="coerce").astype("float64")
+    rows = []
+    for key, g in df.groupby(keys, sort=True, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        row: dict[str, Any] = dict(zip(keys, key))
+        row["n_repeats"] = int(g["repeat"].nunique())
+        for m in _SPREAD_METRICS:
+            vals = g[m].dropna().to_numpy(dtype=np.float64)
+            mean = float(np.mean(vals)) if vals.size else math.nan
+            std = float(np.std(vals, ddof=1)) if vals.size >= 2 else math.nan
+            cv = std / mean if (not math.isnan(std) and mean != 0) else math.nan
+            row[f"{m}_mean"] = mean
+            row[f"{m}_std"] = std
+            row[f"{m}_cv"] = cv
+        rows.append(row)
+    cols = [*keys, "n_repeats", *(f"{m}_{s}" for m in _SPREAD_METRICS for s in ("mean", "std", "cv"))]
+    return pd.DataFrame(rows, columns=cols)
