@@ -1,0 +1,379 @@
+"""Load result bundles into the DuckDB warehouse: transactional, idempotent, never deleting bundles.
+
+One bundle (one trial, see ``tasks.bundle``) is loaded in one transaction:
+
+1. the bundle is verified first (manifest present, every file's sha256 matches);
+2. if ``loaded_bundles`` already holds this trial with the same manifest sha256, nothing is
+   done (``status="skipped"``);
+3. otherwise every row of that ``trial_id`` is deleted and the bundle's rows inserted
+   (delete-then-insert), the sweep row is upserted (non-NULL values win), the
+   ``vllm_release*`` columns are filled from ``vllm_version`` when NULL, row counts are
+   checked against the manifest, and ``loaded_bundles`` is updated; then COMMIT.
+
+Any exception rolls the transaction back, so the database is unchanged and the bundle stays
+on disk for a later ``tunelab load``. DuckDB allows one writing process per file: when the
+file is locked, the loader waits with exponential backoff and then raises ``WarehouseLocked``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import duckdb
+import pandas as pd
+
+from tasks.bundle import BUNDLE_TABLES, TABLE_TO_WAREHOUSE, BundleError, list_bundles, verify_bundle
+from warehouse.migrate import connect
+from warehouse.versions import version_columns
+
+__all__ = [
+    "LoadResult",
+    "WarehouseLocked",
+    "BundleLoadError",
+    "load_bundle",
+    "load_pending",
+    "open_warehouse",
+    "insert_trial_tables",
+    "DEFAULT_LOCK_TIMEOUT_S",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LOCK_TIMEOUT_S = 60.0
+_TRIAL_TABLES = ("trials", "boot_phases", "measurements", "requests", "server_metrics", "gpu_samples", "quality_checks")
+_VERSION_COLUMNS = tuple(version_columns(None))
+
+
+class WarehouseLocked(RuntimeError):
+    """The warehouse file is held by another process for longer than the lock timeout.
+
+    Nothing was written; bundles stay on disk and a later ``tunelab load`` picks them up.
+    """
+
+
+class BundleLoadError(RuntimeError):
+    """Loading one bundle failed; the transaction was rolled back and the bundle left on disk."""
+
+
+@dataclass
+class LoadResult:
+    """Outcome of loading one bundle.
+
+    Attributes:
+        bundle_dir: the bundle folder.
+        trial_id, sweep_id: from the manifest (None if the manifest was unreadable).
+        status: ``loaded`` | ``skipped`` (same manifest sha256 already loaded) | ``failed``
+            (only from ``load_pending``, which carries on with the other bundles).
+        rows: rows inserted per warehouse table (empty when skipped).
+        manifest_sha256: hash of the bundle's manifest file.
+        seconds: wall time of this load.
+        error: why it failed (``status == "failed"``).
+    """
+
+    bundle_dir: Path
+    trial_id: str | None
+    sweep_id: str | None
+    status: str
+    rows: dict[str, int] = field(default_factory=dict)
+    manifest_sha256: str | None = None
+    seconds: float = 0.0
+    error: str | None = None
+
+    @property
+    def total_rows(self) -> int:
+        """All rows inserted, over all tables."""
+        return sum(self.rows.values())
+
+
+def _is_lock_error(exc: BaseException) -> bool:
+    return isinstance(exc, duckdb.IOException) and "lock" in str(exc).lower()
+
+
+def open_warehouse(
+    db_path: str | Path,
+    *,
+    lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+    initial_backoff_s: float = 0.05,
+    max_backoff_s: float = 2.0,
+    pending_dir: str | Path | None = None,
+) -> duckdb.DuckDBPyConnection:
+    """Open the warehouse read-write (applying migrations), waiting while another process holds it.
+
+    Retries ``duckdb.IOException`` "Could not set lock on file ..." with exponential backoff
+    (``initial_backoff_s`` doubling up to ``max_backoff_s``) until ``lock_timeout_s`` has passed.
+
+    Raises:
+        WarehouseLocked: naming the file, the time waited, and saying that bundles (in
+            ``pending_dir`` when given) stay on disk for a later ``tunelab load``.
+    """
+    deadline = time.monotonic() + max(0.0, lock_timeout_s)
+    delay = initial_backoff_s
+    attempts = 0
+    while True:
+        attempts += 1
+        try:
+            return connect(db_path)
+        except duckdb.IOException as exc:
+            if not _is_lock_error(exc):
+                raise
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                where = f" in {pending_dir}" if pending_dir is not None else ""
+                raise WarehouseLocked(
+                    f"warehouse {db_path} is locked by another process (gave up after {lock_timeout_s:g} s, "
+                    f"{attempts} attempts): {exc}. Nothing was loaded; the bundles stay on disk{where} and a "
+                    "later `tunelab load` picks them up."
+                ) from exc
+            time.sleep(min(delay, remaining))
+            delay = min(delay * 2, max_backoff_s)
+
+
+def _table_columns(con: duckdb.DuckDBPyConnection, table: str) -> set[str]:
+    return {r[0] for r in con.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_name = ? AND table_schema = 'main'",
+        [table],
+    ).fetchall()}
+
+
+def _parquet_columns(con: duckdb.DuckDBPyConnection, path: Path) -> list[str]:
+    return [r[0] for r in con.execute("DESCRIBE SELECT * FROM read_parquet(?)", [str(path)]).fetchall()]
+
+
+def _check_columns(con, table: str, cols, source: str) -> None:
+    unknown = sorted(set(cols) - _table_columns(con, table))
+    if unknown:
+        raise BundleError(
+            f"{source}: columns {unknown} do not exist in warehouse table {table!r}; "
+            "fix the writer or add them in a new warehouse/schema migration"
+        )
+
+
+def _upsert_sweep(con, sweep: pd.DataFrame, source: str) -> int:
+    _check_columns(con, "sweeps", sweep.columns, source)
+    row = sweep.iloc[0].to_dict()
+    existing = con.execute("SELECT * FROM sweeps WHERE sweep_id = ?", [row["sweep_id"]]).fetchdf()
+    if len(existing):
+        old = existing.iloc[0].to_dict()
+        merged = dict(old)
+        for k, v in row.items():
+            if v is not None and not (isinstance(v, float) and pd.isna(v)):
+                merged[k] = v
+        con.execute("DELETE FROM sweeps WHERE sweep_id = ?", [row["sweep_id"]])
+        frame = pd.DataFrame([merged])
+    else:
+        frame = sweep
+    con.register("_tl_sweep", frame)
+    try:
+        con.execute("INSERT INTO sweeps BY NAME SELECT * FROM _tl_sweep")
+    finally:
+        con.unregister("_tl_sweep")
+    return 1
+
+
+def _prepare_trial(trial: pd.DataFrame) -> pd.DataFrame:
+    trial = trial.copy()
+    raw = trial.at[0, "vllm_version"] if "vllm_version" in trial.columns else None
+    if raw is None or (isinstance(raw, float) and pd.isna(raw)):
+        return trial
+    cols = version_columns(str(raw))
+    for k, v in cols.items():
+        if k not in trial.columns or pd.isna(trial.at[0, k]):
+            trial[k] = pd.Series([v], dtype=object)
+    return trial
+
+
+def _insert_frame(con, table: str, df: pd.DataFrame, source: str) -> int:
+    _check_columns(con, table, df.columns, source)
+    con.register("_tl_frame", df)
+    try:
+        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _tl_frame")
+    finally:
+        con.unregister("_tl_frame")
+    return len(df)
+
+
+def _insert_parquet(con, table: str, path: Path, source: str) -> None:
+    _check_columns(con, table, _parquet_columns(con, path), source)
+    con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet(?)", [str(path)])
+
+
+def _count(con, table: str, trial_id: str) -> int:
+    return con.execute(f"SELECT count(*) FROM {table} WHERE trial_id = ?", [trial_id]).fetchall()[0][0]
+
+
+def insert_trial_tables(
+    con: duckdb.DuckDBPyConnection,
+    trial_id: str,
+    frames: dict[str, pd.DataFrame | Path],
+    *,
+    source: str,
+    expected_rows: dict[str, int] | None = None,
+) -> dict[str, int]:
+    """Delete every row of ``trial_id`` and insert ``frames`` (bundle table name -> DataFrame or Parquet path).
+
+    Runs inside the caller's transaction. ``sweep`` is upserted, ``trial`` gets its version
+    columns filled. Row counts per table are checked against ``expected_rows`` (or the frame
+    lengths), which also catches rows carrying another trial_id.
+
+    Returns:
+        Rows inserted per warehouse table.
+    """
+    if "trial" not in frames:
+        raise BundleError(f"{source}: no trial table; a bundle must contain its trials row")
+    known = con.execute("SELECT count(*) FROM trials WHERE trial_id = ?", [trial_id]).fetchall()[0][0]
+    known += con.execute("SELECT count(*) FROM loaded_bundles WHERE bundle_id = ?", [trial_id]).fetchall()[0][0]
+    if known:
+        for table in _TRIAL_TABLES:
+            con.execute(f"DELETE FROM {table} WHERE trial_id = ?", [trial_id])
+    rows: dict[str, int] = {}
+    for name in BUNDLE_TABLES:
+        if name not in frames:
+            continue
+        table = TABLE_TO_WAREHOUSE[name]
+        item = frames[name]
+        where = f"{source}: table {name}"
+        if name in ("sweep", "trial"):
+            df = pd.read_parquet(item) if isinstance(item, Path) else item
+            if len(df) != 1:
+                raise BundleError(f"{where}: must have exactly one row, has {len(df)}")
+            if name == "sweep":
+                rows[table] = _upsert_sweep(con, df, where)
+                continue
+            if df.at[0, "trial_id"] != trial_id:
+                raise BundleError(f"{where}: trial_id {df.at[0, 'trial_id']!r} differs from {trial_id!r}")
+            _insert_frame(con, table, _prepare_trial(df), where)
+        elif isinstance(item, Path):
+            _insert_parquet(con, table, item, where)
+        else:
+            _insert_frame(con, table, item, where)
+        got = _count(con, table, trial_id)
+        want = (expected_rows or {}).get(name, None)
+        if want is None and isinstance(item, pd.DataFrame):
+            want = len(item)
+        if want is not None and got != want:
+            raise BundleError(
+                f"{where}: {want} rows expected but {got} rows with trial_id {trial_id!r} were inserted; "
+                "every row of a bundle must carry the bundle's trial_id"
+            )
+        rows[table] = got
+    return rows
+
+
+def _record_loaded(con, trial_id: str, sha: str, path: str | None, fmt: int | None, rows: int) -> None:
+    con.execute("DELETE FROM loaded_bundles WHERE bundle_id = ?", [trial_id])
+    con.execute(
+        "INSERT INTO loaded_bundles (bundle_id, sha256, loaded_at, bundle_path, bundle_format, rows_loaded) "
+        "VALUES (?, ?, current_timestamp, ?, ?, ?)",
+        [trial_id, sha, path, fmt, rows],
+    )
+
+
+def _loaded_sha(con, trial_id: str) -> str | None:
+    r = con.execute("SELECT sha256 FROM loaded_bundles WHERE bundle_id = ?", [trial_id]).fetchall()
+    return r[0][0] if r else None
+
+
+def _load_one(con: duckdb.DuckDBPyConnection, bundle_dir: Path, manifest: dict | None = None) -> LoadResult:
+    t0 = time.perf_counter()
+    bundle_dir = Path(bundle_dir)
+    manifest = manifest or verify_bundle(bundle_dir)
+    trial_id, sweep_id, sha = manifest["trial_id"], manifest["sweep_id"], manifest["manifest_sha256"]
+    if _loaded_sha(con, trial_id) == sha:
+        return LoadResult(bundle_dir, trial_id, sweep_id, "skipped", {}, sha, time.perf_counter() - t0)
+    frames = {name: bundle_dir / e["file"] for name, e in manifest["files"].items()}
+    expected = {name: int(e["rows"]) for name, e in manifest["files"].items()}
+    con.execute("BEGIN TRANSACTION")
+    try:
+        rows = insert_trial_tables(con, trial_id, frames, source=f"bundle {bundle_dir}", expected_rows=expected)
+        _record_loaded(con, trial_id, sha, str(bundle_dir), manifest.get("bundle_format"), sum(rows.values()))
+        con.execute("COMMIT")
+    except BaseException as exc:
+        try:
+            con.execute("ROLLBACK")
+        except duckdb.Error:
+            pass
+        if isinstance(exc, (BundleError, KeyboardInterrupt, SystemExit)):
+            raise
+        raise BundleLoadError(
+            f"loading bundle {bundle_dir} (trial {trial_id}) failed and was rolled back; the warehouse is "
+            f"unchanged and the bundle stays on disk: {type(exc).__name__}: {exc}"
+        ) from exc
+    return LoadResult(bundle_dir, trial_id, sweep_id, "loaded", rows, sha, time.perf_counter() - t0)
+
+
+def load_bundle(
+    db_path: str | Path,
+    bundle_dir: str | Path,
+    *,
+    lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+) -> LoadResult:
+    """Load one bundle into the warehouse at ``db_path`` (one transaction, idempotent).
+
+    Args:
+        db_path: DuckDB file (created and migrated if needed).
+        bundle_dir: the bundle folder (``tasks.bundle.write_bundle``'s return value).
+        lock_timeout_s: how long to wait for another process holding the file.
+
+    Returns:
+        LoadResult with status ``loaded`` or ``skipped`` (same manifest already loaded).
+
+    Raises:
+        BundleError: no manifest, a file missing or with a wrong sha256 (named), unknown columns.
+            Checked before the database is opened.
+        WarehouseLocked: the file stayed locked for ``lock_timeout_s``.
+        BundleLoadError: the insert failed; rolled back, database unchanged.
+    """
+    bundle_dir = Path(bundle_dir)
+    manifest = verify_bundle(bundle_dir)
+    con = open_warehouse(db_path, lock_timeout_s=lock_timeout_s, pending_dir=bundle_dir)
+    try:
+        return _load_one(con, bundle_dir, manifest)
+    finally:
+        con.close()
+
+
+def load_pending(
+    db_path: str | Path,
+    results_dir: str | Path,
+    *,
+    lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+    on_result: Callable[[LoadResult], None] | None = None,
+) -> list[LoadResult]:
+    """Load every bundle under ``results_dir`` that is not loaded yet (or changed since).
+
+    A bundle counts as loaded when ``loaded_bundles`` has its trial_id with the same manifest
+    sha256; those are not reported. A bundle that fails (corrupt, bad columns, insert error)
+    gets ``status="failed"`` with the reason and the others still load; the database holds
+    the write lock for the whole call.
+
+    Returns:
+        One LoadResult per bundle attempted, in path order.
+
+    Raises:
+        WarehouseLocked: see ``open_warehouse``; nothing is loaded then.
+    """
+    bundles = list_bundles(Path(results_dir))
+    con = open_warehouse(db_path, lock_timeout_s=lock_timeout_s, pending_dir=results_dir)
+    results: list[LoadResult] = []
+    try:
+        loaded = dict(con.execute("SELECT bundle_id, sha256 FROM loaded_bundles").fetchall())
+        for bundle in bundles:
+            t0 = time.perf_counter()
+            try:
+                manifest = verify_bundle(bundle)
+                if loaded.get(manifest["trial_id"]) == manifest["manifest_sha256"]:
+                    continue
+                result = _load_one(con, bundle, manifest)
+            except (BundleError, BundleLoadError) as exc:
+                log.error("bundle %s not loaded: %s", bundle, exc)
+                result = LoadResult(bundle, None, None, "failed", seconds=time.perf_counter() - t0, error=str(exc))
+            results.append(result)
+            if on_result:
+                on_result(result)
+    finally:
+        con.close()
+    return results
