@@ -1,0 +1,425 @@
+"""Tests of the measurement quality gates (tasks/quality.py, tunelab/quality_thresholds.py).
+
+Tables are built in memory with the warehouse column names; each gate is shown to pass on
+a clean synthetic trial and to fail on data crafted to break exactly that gate.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pydantic
+import pytest
+
+from tasks import quality
+from tasks.quality import (
+    CHECKS,
+    QUALITY_CHECK_COLUMNS,
+    QualityResult,
+    quality_markdown,
+    validate_trial,
+)
+from tunelab.quality_thresholds import QualityThresholds
+
+REPO = Path(__file__).resolve().parents[1]
+HW_THERMAL = 0x40  # nvmlClocksEventReasonHwThermalSlowdown
+SW_POWER_CAP = 0x4  # nvmlClocksEventReasonSwPowerCap (not throttling for this gate)
+TRIAL_ID = "sweep-1/cfg-abc/r0"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def gx_imported():
+    """Import great-expectations once for this module (about 3 s)."""
+    import great_expectations
+
+    return great_expectations
+
+
+def make_trial(**over):
+    trial = {
+        "trial_id": TRIAL_ID,
+        "status": "ok",
+        "gpu_name": "NVIDIA H200",
+        "gpu_clean_at_boot": True,
+        "foreign_gpu_processes": 0,
+        "gpu_baseline_excess_mib": 12.0,
+    }
+    trial.update(over)
+    return trial
+
+
+def make_tables(repeats=3, n_req=12, concurrency=4, out_tokens=32, ttft=0.05, itl=0.01,
+                server_ttft=0.045, server_itl=0.0095):
+    """A clean trial: one workload at one concurrency, `repeats` repeats of `n_req` requests."""
+    reqs, meas, sm = [], [], []
+    t0 = 1_700_000_000.0
+    for r in range(repeats):
+        for i in range(n_req):
+            send = t0 + r * 100 + i * 0.1
+            j = 1.0 + 0.01 * ((i * 7 + r) % 5)  # small deterministic jitter
+            t, gap = ttft * j, itl * j
+            offsets = [t + k * gap for k in range(out_tokens)]
+            e2el = offsets[-1]
+            reqs.append({
+                "trial_id": TRIAL_ID, "workload": "chat", "load_kind": "concurrency",
+                "load_value": float(concurrency), "repeat": r, "request_index": i, "ok": True,
+                "error": None, "send_ts": send, "first_token_ts": send + t, "end_ts": send + e2el,
+                "chunk_offsets_s": offsets, "prompt_tokens": 80, "output_tokens": out_tokens,
+                "requested_output_tokens": out_tokens, "finish_reason": "length",
+                "ttft_s": t, "tpot_s": (e2el - t) / (out_tokens - 1), "e2el_s": e2el,
+                "itl_mean_s": gap,
+            })
+        key = {"trial_id": TRIAL_ID, "workload": "chat", "load_kind": "concurrency",
+               "load_value": float(concurrency), "repeat": r}
+        meas.append({**key, "num_requests": n_req, "completed": n_req, "failed": 0,
+                     "ttft_mean_s": ttft, "ttft_p50_s": ttft * (1 + 0.02 * r),
+                     "tpot_p50_s": itl * (1 + 0.01 * r), "itl_mean_s": itl,
+                     "achieved_concurrency": concurrency * 0.97, "client_cpu_frac": 0.3,
+                     "client_bound": False})
+        sm += [
+            {**key, "metric": "server_ttft", "kind": "histogram", "value": server_ttft,
+             "count": n_req, "sum": server_ttft * n_req},
+            {**key, "metric": "server_itl", "kind": "histogram", "value": server_itl,
+             "count": n_req * (out_tokens - 1), "sum": server_itl * n_req * (out_tokens - 1)},
+            {**key, "metric": "preemptions", "kind": "counter_delta", "value": 0.0,
+             "count": None, "sum": None},
+        ]
+    gpu = pd.DataFrame({
+        "trial_id": TRIAL_ID, "ts": t0 + np.arange(40) * 0.5, "gpu_index": 0,
+        "memory_used_mib": 120_000.0, "utilization_pct": 95.0,
+        "sm_clock_mhz": 1980.0 - 15.0 * (np.arange(40) % 3),
+        "throttle_reasons": np.where(np.arange(40) % 4 == 0, SW_POWER_CAP, 0).astype("int64"),
+    })
+    return {"requests": pd.DataFrame(reqs), "measurements": pd.DataFrame(meas),
+            "server_metrics": pd.DataFrame(sm), "gpu_samples": gpu}
+
+
+def failed(result: QualityResult) -> dict[str, str]:
+    c = result.checks
+    bad = c[c["success"] == False]  # noqa: E712
+    return dict(zip(bad["expectation"], bad["severity"]))
+
+
+def skipped(result: QualityResult) -> set[str]:
+    c = result.checks
+    return set(c.loc[c["success"].isna(), "expectation"])
+
+
+# ------------------------------------------------------------------ good data
+
+
+def test_clean_trial_passes_every_check():
+    res = validate_trial(make_tables(), make_trial(), QualityThresholds())
+    assert res.verdict == "pass", res.summary
+    assert list(res.checks.columns) == list(QUALITY_CHECK_COLUMNS)
+    assert set(res.checks["expectation"]) == set(CHECKS)  # every check ran
+    assert res.checks["success"].eq(True).all(), res.checks[~res.checks["success"].eq(True)]
+    assert (res.checks["trial_id"] == TRIAL_ID).all()
+    assert res.summary.startswith("pass:") and "\n" not in res.summary
+
+
+def test_nullable_dtypes_from_a_loader_still_validate():
+    tables = {k: v.convert_dtypes() for k, v in make_tables().items()}
+    res = validate_trial(tables, make_trial(), QualityThresholds())
+    assert res.verdict == "pass", res.summary
+
+
+# ------------------------------------------------------------------ each gate fails on bad data
+
+
+def _set(table, col, value, rows=slice(0, 1)):
+    def mutate(t):
+        df = t[table]
+        idx = df.index[rows]
+        df[col] = df[col].astype(object) if isinstance(value, list) else df[col]
+        for i in idx:
+            df.at[i, col] = value
+    return mutate
+
+
+def _first_k_slower(col, factor):
+    def mutate(t):
+        df = t["requests"]
+        first = df[(df["repeat"] == 0) & (df["request_index"] < 3)].index
+        df.loc[first, col] = df.loc[first, col] * factor
+    return mutate
+
+
+def _throttle(t):
+    t["gpu_samples"].loc[5:8, "throttle_reasons"] = HW_THERMAL | SW_POWER_CAP
+
+
+def _clock_swings(t):
+    g = t["gpu_samples"]
+    g["sm_clock_mhz"] = np.where(np.arange(len(g)) % 2 == 0, 1980.0, 1100.0)
+
+
+CASES = {
+    # name: (mutation of tables, mutation of trial, thresholds, expected failed {check: severity})
+    "requests_present": (lambda t: t.update(requests=t["requests"].iloc[0:0]), {}, {},
+                         {"requests_present": "fail"}),
+    "error_rate": (_set("requests", "ok", False, slice(0, 3)), {}, {},
+                   {"error_rate": "fail", "no_failed_requests": "warn"}),
+    "no_failed_requests": (_set("requests", "ok", False), {}, {"max_error_rate": 0.05},
+                           {"no_failed_requests": "warn"}),
+    "ttft_s_not_null": (_set("requests", "ttft_s", np.nan), {}, {}, {"ttft_s_not_null": "fail"}),
+    "e2el_s_not_null": (_set("requests", "e2el_s", np.nan), {}, {}, {"e2el_s_not_null": "fail"}),
+    "output_tokens_not_null": (_set("requests", "output_tokens", np.nan), {}, {},
+                               {"output_tokens_not_null": "fail"}),
+    "send_ts_not_null": (_set("requests", "send_ts", np.nan), {}, {}, {"send_ts_not_null": "fail"}),
+    "end_ts_not_null": (_set("requests", "end_ts", np.nan), {}, {}, {"end_ts_not_null": "fail"}),
+    "ttft_s_positive": (_set("requests", "ttft_s", 0.0), {}, {}, {"ttft_s_positive": "fail"}),
+    "itl_mean_s_non_negative": (_set("requests", "itl_mean_s", -0.001), {}, {},
+                                {"itl_mean_s_non_negative": "fail"}),
+    "chunk_offsets_non_decreasing": (_set("requests", "chunk_offsets_s", [0.05, 0.07, 0.06]), {},
+                                     {}, {"chunk_offsets_non_decreasing": "fail"}),
+    "output_tokens_match_requested": (_set("requests", "output_tokens", 20), {}, {},
+                                      {"output_tokens_match_requested": "fail"}),
+    "cv_ttft_p50": (_set("measurements", "ttft_p50_s", 0.15, slice(2, 3)), {}, {},
+                    {"cv_ttft_p50": "warn"}),
+    "cv_tpot_p50": (_set("measurements", "tpot_p50_s", 0.03, slice(2, 3)), {}, {},
+                    {"cv_tpot_p50": "warn"}),
+    "achieved_concurrency": (_set("measurements", "achieved_concurrency", 2.0), {}, {},
+                             {"achieved_concurrency": "fail"}),
+    "client_cpu_frac": (_set("measurements", "client_cpu_frac", 0.97), {}, {},
+                        {"client_cpu_frac": "warn"}),
+    "client_not_bound": (_set("measurements", "client_bound", True), {}, {},
+                         {"client_not_bound": "fail"}),
+    "gpu_clean_at_boot": (None, {"gpu_clean_at_boot": False}, {}, {"gpu_clean_at_boot": "fail"}),
+    "no_foreign_gpu_processes": (None, {"foreign_gpu_processes": 1}, {},
+                                 {"no_foreign_gpu_processes": "fail"}),
+    "gpu_baseline_excess": (None, {"gpu_baseline_excess_mib": 2048.0}, {},
+                            {"gpu_baseline_excess": "warn"}),
+    "no_throttling": (_throttle, {}, {}, {"no_throttling": "fail"}),
+    "no_throttling_allowed": (_throttle, {}, {"forbid_throttling": False},
+                              {"no_throttling": "warn"}),
+    "sm_clock_stable": (_clock_swings, {}, {}, {"sm_clock_stable": "warn"}),
+    "server_client_ttft_agree": (_set("measurements", "ttft_mean_s", 0.5), {}, {},
+                                 {"server_client_ttft_agree": "fail"}),
+    "server_client_itl_agree": (_set("measurements", "itl_mean_s", 0.0001), {}, {},
+                                {"server_client_itl_agree": "fail"}),
+    "preemptions": (_set("server_metrics", "value", 5.0, slice(2, 3)), {}, {},
+                    {"preemptions": "warn"}),
+    "warmup_ttft_settled": (_first_k_slower("ttft_s", 5.0), {}, {}, {"warmup_ttft_settled": "warn"}),
+    "warmup_e2el_settled": (_first_k_slower("e2el_s", 3.0), {}, {}, {"warmup_e2el_settled": "warn"}),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_each_gate_fails_on_crafted_bad_data(case):
+    mutate_tables, trial_over, th, expected = CASES[case]
+    tables = make_tables()
+    if mutate_tables:
+        mutate_tables(tables)
+    res = validate_trial(tables, make_trial(**trial_over), QualityThresholds(**th))
+    assert failed(res) == expected, res.checks[res.checks["success"] != True]  # noqa: E712
+    want = "fail" if "fail" in expected.values() else "warn"
+    assert res.verdict == want
+    for name in expected:
+        assert name in res.summary
+        assert name in quality_markdown(res)
+
+
+def test_every_check_has_a_bad_data_case():
+    covered = set()
+    for *_, expected in CASES.values():
+        covered |= set(expected)
+    covered.add("repeats_for_cv")  # test_single_repeat_cannot_assess_cv
+    assert covered == set(CHECKS)
+
+
+def test_single_repeat_cannot_assess_cv():
+    res = validate_trial(make_tables(repeats=1), make_trial(), QualityThresholds())
+    assert failed(res) == {"repeats_for_cv": "warn"}
+    assert {"cv_ttft_p50", "cv_tpot_p50"} <= skipped(res)
+    assert res.verdict == "warn"
+    row = res.checks.set_index("expectation").loc["repeats_for_cv"]
+    assert "cannot assess" in row["observed"]
+
+
+def test_failing_groups_are_named_in_detail():
+    tables = make_tables()
+    tables["measurements"].loc[1, "achieved_concurrency"] = 1.0
+    res = validate_trial(tables, make_trial(), QualityThresholds())
+    detail = res.checks.set_index("expectation").loc["achieved_concurrency", "detail"]
+    assert "chat/concurrency/4/1" in detail
+
+
+# ------------------------------------------------------------------ bursty delivery
+
+
+def test_bursty_delivery_fails():
+    """Tokens reach the client in one lump at the end: client ITL ~0, client TTFT ~ E2EL,
+    while vLLM's /metrics saw TTFT 23 ms and ITL 3 ms (figures seen on the CPU runtime)."""
+    tables = make_tables(server_ttft=0.0228, server_itl=0.003)
+    req = tables["requests"]
+    lump = req["e2el_s"]
+    req["ttft_s"] = lump - 0.002
+    req["itl_mean_s"] = 0.00008
+    req["chunk_offsets_s"] = [[e - 0.002 + k * 0.00008 for k in range(32)] for e in lump]
+    m = tables["measurements"]
+    m["ttft_mean_s"] = float(lump.mean()) - 0.002
+    m["itl_mean_s"] = 0.00008
+    res = validate_trial(tables, make_trial(), QualityThresholds())
+    assert res.verdict == "fail"
+    f = failed(res)
+    assert f["server_client_itl_agree"] == "fail"
+    assert f["server_client_ttft_agree"] == "fail"
+
+
+# ------------------------------------------------------------------ no GPU, missing parts
+
+
+def test_cpu_trial_skips_gpu_checks_and_does_not_fail():
+    tables = make_tables()
+    del tables["gpu_samples"]
+    trial = {"trial_id": TRIAL_ID, "status": "ok", "gpu_name": "cpu"}
+    res = validate_trial(tables, trial, QualityThresholds())
+    assert res.verdict == "pass", res.summary
+    env = res.checks[res.checks["suite"] == "environment"]
+    assert len(env) == 5
+    assert env["success"].isna().all()
+    assert env["detail"].str.startswith("skipped: no GPU").all()
+    assert "5 skipped" in res.summary
+
+
+def test_gpu_trial_without_samples_records_skips():
+    tables = make_tables()
+    tables["gpu_samples"] = tables["gpu_samples"].iloc[0:0]
+    res = validate_trial(tables, make_trial(), QualityThresholds())
+    assert res.verdict == "pass"
+    assert {"no_throttling", "sm_clock_stable"} <= skipped(res)
+
+
+def test_missing_server_metrics_are_skipped_not_passed():
+    tables = make_tables()
+    tables["server_metrics"] = None
+    res = validate_trial(tables, make_trial(), QualityThresholds())
+    assert {"server_client_ttft_agree", "server_client_itl_agree", "preemptions"} <= skipped(res)
+    assert res.verdict == "pass"
+
+
+def test_power_cap_bit_alone_is_not_throttling():
+    tables = make_tables()
+    tables["gpu_samples"]["throttle_reasons"] = SW_POWER_CAP
+    res = validate_trial(tables, make_trial(), QualityThresholds())
+    assert "no_throttling" not in failed(res)
+    tables["gpu_samples"].loc[3, "throttle_reasons"] = SW_POWER_CAP | HW_THERMAL
+    res = validate_trial(tables, make_trial(), QualityThresholds())
+    assert failed(res)["no_throttling"] == "fail"
+    obs = res.checks.set_index("expectation").loc["no_throttling", "observed"]
+    assert "HwThermalSlowdown" in obs and "SwPowerCap" not in obs
+
+
+def test_ignore_eos_false_skips_output_length_check():
+    tables = make_tables()
+    tables["requests"]["output_tokens"] = 7
+    res = validate_trial(tables, make_trial(ignore_eos=False), QualityThresholds())
+    assert "output_tokens_match_requested" in skipped(res)
+    assert "output_tokens_match_requested" not in failed(res)
+
+
+# ------------------------------------------------------------------ unvalidated
+
+
+@pytest.mark.parametrize("how", ["no_requests_table", "missing_column", "bad_status", "no_status"])
+def test_unvalidated_when_validation_cannot_run(how):
+    tables, trial = make_tables(), make_trial()
+    if how == "no_requests_table":
+        del tables["requests"]
+        needle = "requests"
+    elif how == "missing_column":
+        tables["measurements"] = tables["measurements"].drop(columns=["client_bound"])
+        needle = "client_bound"
+    elif how == "bad_status":
+        trial["status"] = "boot_failed"
+        needle = "boot_failed"
+    else:
+        del trial["status"]
+        needle = "status"
+    res = validate_trial(tables, trial, QualityThresholds())
+    assert res.verdict == "unvalidated"
+    assert res.summary.startswith("unvalidated:") and needle in res.summary
+    assert list(res.checks.columns) == list(QUALITY_CHECK_COLUMNS)
+    assert res.checks["expectation"].tolist() == ["validation_completed"]
+
+
+def test_unvalidated_when_a_suite_raises(monkeypatch):
+    def boom(*a, **k):
+        raise RuntimeError("boom in suite")
+
+    monkeypatch.setattr(quality, "_suite_warmup", boom)
+    res = validate_trial(make_tables(), make_trial(), QualityThresholds())
+    assert res.verdict == "unvalidated"
+    assert "boom in suite" in res.summary
+
+
+def test_gx_exception_is_raised_not_passed(gx_imported):
+    import great_expectations.expectations as gxe
+
+    plan = quality._Plan(pd.DataFrame({"x": [1.0]}), [quality._Spec(
+        "ttft_s_positive", gxe.ExpectColumnValuesToBeBetween(column="nope", min_value=0), "> 0")])
+    with pytest.raises(quality.QualityValidationError, match="nope"):
+        quality._run_plans([plan], [], TRIAL_ID)
+
+
+# ------------------------------------------------------------------ thresholds
+
+
+def test_misspelled_threshold_names_the_field():
+    with pytest.raises(pydantic.ValidationError) as err:
+        QualityThresholds.model_validate({"max_eror_rate": 0.1})
+    assert "max_eror_rate" in str(err.value)
+
+
+def test_out_of_range_threshold_names_the_field():
+    with pytest.raises(pydantic.ValidationError) as err:
+        QualityThresholds(max_error_rate=1.5)
+    assert "max_error_rate" in str(err.value)
+
+
+def test_every_threshold_is_documented():
+    doc = (REPO / "docs" / "quality.md").read_text()
+    for name, f in QualityThresholds.model_fields.items():
+        assert f.description, name
+        assert f"`{name}`" in doc, f"{name} missing from docs/quality.md"
+    for name in CHECKS:
+        assert f"`{name}`" in doc, f"check {name} missing from docs/quality.md"
+
+
+# ------------------------------------------------------------------ side effects, rendering
+
+
+def test_no_files_and_no_progress_bars(tmp_path, monkeypatch, capfd):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    validate_trial(make_tables(), make_trial(), QualityThresholds())
+    assert list(tmp_path.iterdir()) == []
+    err = capfd.readouterr().err
+    assert "Calculating Metrics" not in err and "it/s" not in err
+
+
+def test_markdown_lists_failed_and_warned_checks():
+    tables = make_tables()
+    tables["measurements"].loc[0, "client_bound"] = True
+    tables["server_metrics"].loc[2, "value"] = 3.0
+    res = validate_trial(tables, make_trial(gpu_name="cpu"), QualityThresholds())
+    md = quality_markdown(res)
+    assert md.startswith("**Quality: FAIL**")
+    rows = [ln for ln in md.splitlines() if ln.startswith("| fail") or ln.startswith("| warn")]
+    assert [r.split("|")[3].strip() for r in rows] == ["client_not_bound", "preemptions"]
+    assert "Skipped (5)" in md
+    clean = quality_markdown(validate_trial(make_tables(), make_trial(), QualityThresholds()))
+    assert "No check failed or warned." in clean and "| fail" not in clean
+
+
+def test_module_import_does_not_import_great_expectations():
+    code = "import sys, tasks.quality; print('great_expectations' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(REPO)}, check=True)
+    assert out.stdout.strip() == "False"

@@ -1,0 +1,187 @@
+"""Thresholds for the measurement quality gates (``tasks/quality.py``).
+
+A trial's numbers are only worth comparing if the measurement was clean: no failed or
+truncated requests, repeats that agree, the load generator not the bottleneck, a GPU that
+was empty at boot and did not throttle, client-side timings that agree with vLLM's own
+``/metrics``, and warm-up effects excluded. ``QualityThresholds`` holds every limit those
+gates use, with the defaults below; an experiment plan may override any of them.
+
+Each field's description names the check it drives and the severity of a violation:
+
+* ``fail``  - the measurement is wrong or not what the plan asked for; the trial's
+  ``quality_verdict`` becomes ``fail`` and its numbers should not be compared.
+* ``warn``  - the measurement is real but noisy or suspicious; the verdict becomes ``warn``.
+
+The model forbids unknown keys, so a misspelled threshold in a plan is a validation error
+that names the field instead of a silently ignored setting.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["QualityThresholds"]
+
+
+class QualityThresholds(BaseModel):
+    """Limits of the quality gates run by ``tasks.quality.validate_trial``.
+
+    Units: fractions are 0..1, times in seconds, memory in MiB. Coefficients of variation
+    (CV) are sample standard deviation (n-1) divided by the mean.
+
+    Raises:
+        pydantic.ValidationError: on an unknown key (the error names it, e.g.
+            ``max_eror_rate: Extra inputs are not permitted``) or an out-of-range value.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # --- requests suite -------------------------------------------------------------
+    max_error_rate: float = Field(
+        default=0.01,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "Largest fraction of failed requests (requests.ok = false) over the whole trial. "
+            "Above it: fail (check `error_rate`). Any failed request at all, even within this "
+            "budget, is reported as a warn (check `no_failed_requests`). Default 0.01."
+        ),
+    )
+
+    # --- aggregates suite -----------------------------------------------------------
+    max_cv_p50_ttft: float = Field(
+        default=0.25,
+        gt=0.0,
+        description=(
+            "Largest repeat-to-repeat CV of measurements.ttft_p50_s within one "
+            "(workload, load_kind, load_value). Above it: warn (check `cv_ttft_p50`). "
+            "Needs >= 2 repeats; with fewer the check `repeats_for_cv` warns "
+            "'cannot assess'. Default 0.25."
+        ),
+    )
+    max_cv_p50_tpot: float = Field(
+        default=0.25,
+        gt=0.0,
+        description=(
+            "Largest repeat-to-repeat CV of measurements.tpot_p50_s within one "
+            "(workload, load_kind, load_value). Above it: warn (check `cv_tpot_p50`). Default 0.25."
+        ),
+    )
+    min_concurrency_ratio: float = Field(
+        default=0.9,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "For load_kind = 'concurrency': smallest achieved_concurrency / load_value "
+            "(achieved_concurrency = sum(E2EL) / duration). Below it the server never saw the "
+            "load the plan asked for: fail (check `achieved_concurrency`). Default 0.9."
+        ),
+    )
+    max_client_cpu_frac: float = Field(
+        default=0.9,
+        gt=0.0,
+        description=(
+            "Largest load-generator CPU time / wall time (measurements.client_cpu_frac). "
+            "Above it the client may be the bottleneck: warn (check `client_cpu_frac`). "
+            "The load generator's own verdict (measurements.client_bound = true) is a fail "
+            "(check `client_not_bound`). Default 0.9."
+        ),
+    )
+
+    # --- environment suite ----------------------------------------------------------
+    max_sm_clock_cv: float = Field(
+        default=0.10,
+        gt=0.0,
+        description=(
+            "Largest CV of gpu_samples.sm_clock_mhz per GPU over the measurement window, "
+            "samples flagged GPU-idle by NVML excluded. Above it: warn (check "
+            "`sm_clock_stable`). Default 0.10."
+        ),
+    )
+    forbid_throttling: bool = Field(
+        default=True,
+        description=(
+            "Severity of check `no_throttling` (any gpu_samples row whose throttle_reasons "
+            "has an NVML HW slowdown, SW thermal, HW thermal or HW power-brake bit): "
+            "true -> fail, false -> warn. Default true."
+        ),
+    )
+    max_gpu_baseline_excess_mib: float = Field(
+        default=256.0,
+        ge=0.0,
+        description=(
+            "Largest GPU memory in use at boot above the idle baseline "
+            "(trials.gpu_baseline_excess_mib). Above it vLLM sized its KV cache from less "
+            "free memory than usual: warn (check `gpu_baseline_excess`). Default 256 MiB."
+        ),
+    )
+
+    # --- server_vs_client suite -----------------------------------------------------
+    server_client_ttft_tolerance: float = Field(
+        default=0.5,
+        ge=0.0,
+        description=(
+            "Allowed |client ttft_mean_s - server TTFT mean| relative to the server mean "
+            "(vllm:time_to_first_token_seconds over the window). The allowed difference is "
+            "max(tolerance x server mean, server_client_ttft_floor_s). Above it: fail "
+            "(check `server_client_ttft_agree`); this catches bursty delivery. Default 0.5."
+        ),
+    )
+    server_client_ttft_floor_s: float = Field(
+        default=0.05,
+        ge=0.0,
+        description=(
+            "Absolute floor of the allowed TTFT difference, in seconds: the client's TTFT "
+            "also contains HTTP, tokenisation and event-loop overhead the engine does not "
+            "see (tens of ms on a loaded host). Default 0.05 s."
+        ),
+    )
+    server_client_itl_tolerance: float = Field(
+        default=0.5,
+        ge=0.0,
+        description=(
+            "Allowed |client itl_mean_s - server ITL mean| relative to the server mean "
+            "(vllm:inter_token_latency_seconds over the window). The allowed difference is "
+            "max(tolerance x server mean, server_client_itl_floor_s). Above it: fail "
+            "(check `server_client_itl_agree`). Default 0.5."
+        ),
+    )
+    server_client_itl_floor_s: float = Field(
+        default=0.001,
+        ge=0.0,
+        description=(
+            "Absolute floor of the allowed ITL difference, in seconds. Keep it below a real "
+            "decode step (ms), or a client ITL of ~0 (tokens delivered in one lump) passes. "
+            "Default 0.001 s."
+        ),
+    )
+    max_preemptions: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "Largest number of preemptions per measurement (server_metrics metric "
+            "'preemptions', kind 'counter_delta', from vllm:num_preemptions_total). Above "
+            "it: warn (check `preemptions`) - KV cache pressure changed the schedule. Default 0."
+        ),
+    )
+
+    # --- warmup suite ---------------------------------------------------------------
+    warmup_first_k: int = Field(
+        default=3,
+        ge=1,
+        description=(
+            "Number of first measured requests (by send_ts, per measurement) compared with "
+            "the rest by check `warmup_ttft_settled` / `warmup_e2el_settled`. A measurement "
+            "needs at least 2 x warmup_first_k ok requests to be assessed. Default 3."
+        ),
+    )
+    warmup_slowdown_ratio: float = Field(
+        default=2.0,
+        gt=1.0,
+        description=(
+            "Largest median(first k) / median(rest) of TTFT and of E2EL within one "
+            "measurement. Above it warm-up (compile, CUDA graph capture, caches) leaked into "
+            "the numbers: warn. At high concurrency the first wave prefills together, so the "
+            "ratio is loose on purpose. Default 2.0."
+        ),
+    )
