@@ -1,0 +1,432 @@
+"""A/B comparison of two sets of trials, and regression detection along vLLM versions or dates.
+
+Method (both functions): **the unit of replication is the boot (trial)**, not the repeat.
+Repeats on one server share that server's state (its memory layout, compiled graphs, the
+host's load at that time), so their spread understates the difference between two boots of
+the same config. Measured on an H200: the same config booted twice differed by 13-16 % while
+repeats on one server spread 6-20 %; treating repeats as independent samples would call
+that noise an effect. So repeats are averaged within each trial first, and every interval is
+computed across trials.
+
+``compare``: per (workload, load_kind, load_value), baseline and candidate boot means are
+compared with Welch's t (unequal variances; ``scipy.stats``), giving a confidence interval
+for the difference of means. Verdict: ``better`` / ``worse`` when the interval excludes zero
+(direction-aware: throughput ``*_per_s`` higher is better, latency ``*_s`` lower is better),
+``no_significant_change`` when it contains zero, ``inconclusive`` when either side has fewer
+than ``min_boots`` (default 2) boots: with one boot the boot-to-boot variance is unknown.
+
+``regressions``: per series (config_key, gpu, workload, load level), points are vLLM
+versions in PEP 440 order (or sweeps in date order). A point *violates* when it is worse than
+the baseline point by more than ``threshold_rel`` AND the difference is outside the noise band
+``noise_k * sd_boot * sqrt(1/n_baseline + 1/n_point)`` (sd_boot pooled across the series'
+boots). A regression is confirmed when ``consecutive`` successive points violate against the
+same baseline, as in the PyTorch HUD regression checker (pytorch/test-infra
+``benchmark_regression_summary_report``: a trailing run of >= 2 violations is a regression).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+import duckdb
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+__all__ = [
+    "LATENCY_METRICS",
+    "SELECTOR_KEYS",
+    "THROUGHPUT_METRICS",
+    "VERDICTS",
+    "compare",
+    "metric_direction",
+    "regressions",
+]
+
+THROUGHPUT_METRICS = (
+    "request_throughput_per_s", "output_tokens_per_s", "total_tokens_per_s", "goodput_per_s",
+)
+LATENCY_METRICS = tuple(
+    f"{m}_{s}_s" for m in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "p50", "p90", "p95", "p99")
+) + ("duration_s",)
+SELECTOR_KEYS = (
+    "trial_id", "sweep_id", "config_key", "config_label", "runtime_name", "vllm_version",
+    "vllm_release", "gpu_name", "model",
+)
+VERDICTS = ("better", "worse", "no_significant_change", "inconclusive")
+
+
+def metric_direction(metric: str) -> int:
+    """+1 when higher is better (throughput, ``*_per_s``), -1 when lower is better (latency, ``*_s``).
+
+    Raises:
+        ValueError: for a name that is not a comparable ``measurements`` column.
+    """
+    if metric in THROUGHPUT_METRICS:
+        return 1
+    if metric in LATENCY_METRICS:
+        return -1
+    raise ValueError(
+        f"metric {metric!r} is not comparable; use one of {list(THROUGHPUT_METRICS + LATENCY_METRICS)}"
+    )
+
+
+def _where(selector: dict, alias: str = "f") -> tuple[str, list]:
+    if not isinstance(selector, dict) or not selector:
+        raise ValueError(f"a selector must be a non-empty dict with keys from {list(SELECTOR_KEYS)}, got {selector!r}")
+    unknown = set(selector) - set(SELECTOR_KEYS)
+    if unknown:
+        raise ValueError(f"selector keys {sorted(unknown)} are unknown; use keys from {list(SELECTOR_KEYS)}")
+    clauses, params = [], []
+    for k, v in selector.items():
+        if isinstance(v, (list, tuple, set)):
+            vals = list(v)
+            clauses.append(f"{alias}.{k} IN ({', '.join('?' for _ in vals)})")
+            params.extend(vals)
+        else:
+            clauses.append(f"{alias}.{k} = ?")
+            params.append(v)
+    return " AND ".join(clauses), params
+
+
+def _trials(con, selector: dict) -> pd.DataFrame:
+    where, params = _where(selector)
+    return con.execute(
+        f"SELECT f.trial_id, f.status, f.quality_verdict FROM trial_facts f WHERE {where}", params
+    ).fetchdf()
+
+
+def _boot_values(con, trial_ids: list[str], metric: str) -> pd.DataFrame:
+    cols = ["trial_id", "workload", "load_kind", "load_value", "boot_value", "repeats"]
+    if not trial_ids:
+        return pd.DataFrame(columns=cols)
+    con.register("_tl_ids", pd.DataFrame({"trial_id": trial_ids}))
+    try:
+        return con.execute(
+            f"""SELECT m.trial_id, m.workload, m.load_kind, m.load_value,
+                       avg(m.{metric}) AS boot_value, count(m.{metric}) AS repeats
+                FROM measurements m JOIN _tl_ids USING (trial_id)
+                WHERE m.{metric} IS NOT NULL AND isfinite(m.{metric})
+                GROUP BY ALL"""
+        ).fetchdf()
+    finally:
+        con.unregister("_tl_ids")
+
+
+def _split(trials: pd.DataFrame, side: str, quality: Sequence[str], statuses: Sequence[str]):
+    keep, excluded = [], []
+    for r in trials.itertuples(index=False):
+        if r.status not in statuses:
+            excluded.append({"side": side, "trial_id": r.trial_id, "reason": f"status={r.status}"})
+        elif r.quality_verdict not in quality:
+            excluded.append({"side": side, "trial_id": r.trial_id, "reason": f"quality_verdict={r.quality_verdict}"})
+        else:
+            keep.append(r.trial_id)
+    return keep, excluded
+
+
+def _welch(xb: np.ndarray, xc: np.ndarray, confidence: float) -> tuple[float, float, float, float]:
+    """(ci_low, ci_high, p_value, df) for mean(xc) - mean(xb), Welch-Satterthwaite."""
+    nb, nc = len(xb), len(xc)
+    vb, vc = xb.var(ddof=1) / nb, xc.var(ddof=1) / nc
+    diff = xc.mean() - xb.mean()
+    se2 = vb + vc
+    if se2 == 0.0:
+        if diff == 0.0:
+            return 0.0, 0.0, 1.0, float(nb + nc - 2)
+        return diff, diff, 0.0, float(nb + nc - 2)
+    df = se2**2 / ((vb**2 / (nb - 1) if vb else 0.0) + (vc**2 / (nc - 1) if vc else 0.0))
+    tcrit = stats.t.ppf(0.5 + confidence / 2.0, df)
+    se = math.sqrt(se2)
+    p = float(stats.ttest_ind(xc, xb, equal_var=False).pvalue)
+    return diff - tcrit * se, diff + tcrit * se, p, float(df)
+
+
+def compare(
+    con: duckdb.DuckDBPyConnection,
+    baseline: dict,
+    candidate: dict,
+    metric: str = "output_tokens_per_s",
+    *,
+    confidence: float = 0.95,
+    quality: Iterable[str] = ("pass", "warn"),
+    statuses: Iterable[str] = ("ok",),
+    min_boots: int = 2,
+) -> pd.DataFrame:
+    """A/B comparison of ``candidate`` against ``baseline`` per (workload, load_kind, load_value).
+
+    Args:
+        con: an open warehouse connection (``warehouse.migrate.connect``).
+        baseline, candidate: selectors, dicts of ``trial_facts`` columns
+            (``config_key``, ``runtime_name``, ``vllm_version``, ``config_label``, ``sweep_id``,
+            ``vllm_release``, ``gpu_name``, ``model``, ``trial_id``) to a value or a list of values.
+            A trial may not match both.
+        metric: a ``measurements`` column, e.g. ``output_tokens_per_s`` (tokens/s, higher is
+            better) or ``ttft_p99_s`` (seconds, lower is better).
+        confidence: two-sided confidence level of the interval.
+        quality: ``quality_verdict`` values admitted (default pass and warn; add
+            ``"unvalidated"`` for imported results).
+        statuses: trial ``status`` values admitted.
+        min_boots: boots needed on each side for a verdict other than ``inconclusive``.
+
+    Returns:
+        DataFrame, one row per (workload, load_kind, load_value) with columns
+        ``metric, higher_is_better, baseline_boots, candidate_boots, baseline_repeats,
+        candidate_repeats, baseline_mean, candidate_mean, baseline_boot_sd, candidate_boot_sd,
+        diff, rel_diff, ci_low, ci_high, rel_ci_low, rel_ci_high, p_value, df, verdict, reason,
+        baseline_trials_excluded, candidate_trials_excluded``. Means are over boot means
+        (repeats averaged first); ``diff = candidate_mean - baseline_mean`` in the metric's
+        unit, ``rel_diff = diff / baseline_mean``; the relative interval divides the
+        interval of ``diff`` by ``baseline_mean`` (ignores the baseline mean's own uncertainty).
+        ``df.attrs["excluded"]`` is a DataFrame (side, trial_id, reason) of trials left out
+        (status, quality verdict, or no values for the metric); ``df.attrs["method"]`` says how.
+
+    Raises:
+        ValueError: unknown metric or selector key, empty selector, overlapping selectors.
+    """
+    direction = metric_direction(metric)
+    quality, statuses = tuple(quality), tuple(statuses)
+    if not 0.5 <= confidence < 1.0:
+        raise ValueError(f"confidence must be in [0.5, 1), got {confidence}")
+    if min_boots < 2:
+        raise ValueError("min_boots must be >= 2: boot-to-boot variance needs two boots per side")
+    tb, tc = _trials(con, baseline), _trials(con, candidate)
+    overlap = set(tb.trial_id) & set(tc.trial_id)
+    if overlap:
+        raise ValueError(
+            f"baseline and candidate selectors both match trials {sorted(overlap)[:3]}; make them disjoint"
+        )
+    keep_b, excl_b = _split(tb, "baseline", quality, statuses)
+    keep_c, excl_c = _split(tc, "candidate", quality, statuses)
+    vb, vc = _boot_values(con, keep_b, metric), _boot_values(con, keep_c, metric)
+    for side, keep, vals, excl in (("baseline", keep_b, vb, excl_b), ("candidate", keep_c, vc, excl_c)):
+        for tid in sorted(set(keep) - set(vals.trial_id)):
+            excl.append({"side": side, "trial_id": tid, "reason": f"no {metric} values"})
+    excluded = pd.DataFrame(excl_b + excl_c, columns=["side", "trial_id", "reason"])
+
+    keys = ["workload", "load_kind", "load_value"]
+    cells = sorted(set(map(tuple, vb[keys].itertuples(index=False))) | set(map(tuple, vc[keys].itertuples(index=False))),
+                   key=lambda k: (str(k[0]), str(k[1]), float(k[2])))
+    gb = {k: g for k, g in vb.groupby(keys)} if len(vb) else {}
+    gc = {k: g for k, g in vc.groupby(keys)} if len(vc) else {}
+    rows = []
+    for cell in cells:
+        b = gb.get(cell, vb.iloc[0:0])
+        c = gc.get(cell, vc.iloc[0:0])
+        xb = b["boot_value"].to_numpy(dtype=float)
+        xc = c["boot_value"].to_numpy(dtype=float)
+        mb = float(xb.mean()) if len(xb) else math.nan
+        mc = float(xc.mean()) if len(xc) else math.nan
+        diff = mc - mb
+        rel = diff / mb if mb else math.nan
+        row = {
+            "workload": cell[0], "load_kind": cell[1], "load_value": float(cell[2]), "metric": metric,
+            "higher_is_better": direction > 0,
+            "baseline_boots": len(xb), "candidate_boots": len(xc),
+            "baseline_repeats": int(b["repeats"].sum()), "candidate_repeats": int(c["repeats"].sum()),
+            "baseline_mean": mb, "candidate_mean": mc,
+            "baseline_boot_sd": float(xb.std(ddof=1)) if len(xb) > 1 else math.nan,
+            "candidate_boot_sd": float(xc.std(ddof=1)) if len(xc) > 1 else math.nan,
+            "diff": diff, "rel_diff": rel,
+            "ci_low": math.nan, "ci_high": math.nan, "rel_ci_low": math.nan, "rel_ci_high": math.nan,
+            "p_value": math.nan, "df": math.nan,
+        }
+        short = [f"{side} has {n} boot{'s' if n != 1 else ''}" for side, n in (("baseline", len(xb)), ("candidate", len(xc)))
+                 if n < min_boots]
+        if short:
+            row["verdict"] = "inconclusive"
+            row["reason"] = (
+                f"{' and '.join(short)}; need >= {min_boots} boots per side because the boot, not the "
+                "repeat, is the unit of replication (boot-to-boot noise is unknown from one boot)"
+            )
+        else:
+            lo, hi, p, dof = _welch(xb, xc, confidence)
+            row.update(ci_low=lo, ci_high=hi, p_value=p, df=dof)
+            if mb:
+                row.update(rel_ci_low=lo / abs(mb), rel_ci_high=hi / abs(mb))
+            pct = f"{confidence:.0%}"
+            if lo > 0 or hi < 0:
+                improved = (diff > 0) == (direction > 0)
+                row["verdict"] = "better" if improved else "worse"
+                row["reason"] = (
+                    f"{pct} Welch interval of the difference [{lo:.4g}, {hi:.4g}] excludes 0 "
+                    f"({len(xb)} vs {len(xc)} boots)"
+                )
+            else:
+                row["verdict"] = "no_significant_change"
+                row["reason"] = (
+                    f"{pct} Welch interval of the difference [{lo:.4g}, {hi:.4g}] contains 0 "
+                    f"({len(xb)} vs {len(xc)} boots)"
+                )
+        rows.append(row)
+    out = pd.DataFrame(rows, columns=[
+        "workload", "load_kind", "load_value", "metric", "higher_is_better", "baseline_boots", "candidate_boots",
+        "baseline_repeats", "candidate_repeats", "baseline_mean", "candidate_mean", "baseline_boot_sd",
+        "candidate_boot_sd", "diff", "rel_diff", "ci_low", "ci_high", "rel_ci_low", "rel_ci_high", "p_value",
+        "df", "verdict", "reason",
+    ])
+    out["baseline_trials_excluded"] = len(excl_b)
+    out["candidate_trials_excluded"] = len(excl_c)
+    out.attrs["excluded"] = excluded
+    out.attrs["method"] = (
+        f"repeats averaged per trial (boot); Welch t interval ({confidence:.0%}) across boots; "
+        f"inconclusive below {min_boots} boots per side"
+    )
+    return out
+
+
+def _series_noise_sd(points: pd.DataFrame, values_by_point: dict) -> float:
+    """Pooled boot-to-boot SD of a series; falls back to a robust successive-difference estimate."""
+    num, den = 0.0, 0
+    for vals in values_by_point.values():
+        if len(vals) >= 2:
+            num += float(np.var(vals, ddof=1)) * (len(vals) - 1)
+            den += len(vals) - 1
+    if den:
+        return math.sqrt(num / den)
+    means = points["value"].to_numpy(dtype=float)
+    if len(means) >= 3:
+        # median absolute successive difference / (0.6745 * sqrt(2)): SD of white noise,
+        # robust to a few level shifts.
+        return float(np.median(np.abs(np.diff(means))) / (0.6745 * math.sqrt(2)))
+    return math.nan
+
+
+def regressions(
+    con: duckdb.DuckDBPyConnection,
+    metric: str = "output_tokens_per_s",
+    threshold_rel: float = 0.05,
+    consecutive: int = 2,
+    *,
+    order_by: str = "version",
+    noise_k: float = 2.0,
+    config_key: str | Sequence[str] | None = None,
+    quality: Iterable[str] = ("pass", "warn"),
+    statuses: Iterable[str] = ("ok",),
+) -> pd.DataFrame:
+    """Find regressions of ``metric`` along vLLM versions (or sweep dates) per config.
+
+    Method: trials (boots) that pass the status/quality filter are reduced to boot means
+    (repeats averaged). Series key: (config_key, gpu_name, workload, load_kind, load_value).
+    A point is one vLLM version (``order_by="version"``, PEP 440 order via
+    ``trials.vllm_version_key``, never the raw string) or one sweep (``order_by="date"``,
+    by start time); its value is the mean over its boots. Walking the series, the baseline is
+    the latest point that did not violate. A point violates when it is worse than the baseline
+    by more than ``threshold_rel`` (relative, direction-aware) AND the difference exceeds
+    ``noise_k * sd * sqrt(1/n_baseline + 1/n_point)``, sd being the boot-to-boot SD pooled over
+    the series (or, when no point has two boots, the robust successive-difference estimate
+    ``median|diff| / (0.6745 * sqrt 2)`` over >= 3 points). ``consecutive`` successive
+    violations confirm a regression (PyTorch HUD: trailing run >= 2).
+
+    Returns:
+        DataFrame, one row per point: series key, ``point`` (version or sweep_id),
+        ``vllm_version``, ``vllm_version_key``, ``first_run_at``, ``boots``, ``value`` (mean of
+        boot means), ``boot_sd``, ``baseline_point``, ``baseline_value``, ``rel_change``
+        ((value - baseline)/baseline), ``worse_rel`` (positive = worse), ``noise_band`` (metric
+        unit), ``violation``, ``status`` (``baseline`` | ``ok`` | ``violation_unconfirmed`` |
+        ``regression`` | ``insufficient_data``) and ``regression_start`` (first point of a
+        confirmed regression).
+
+    Raises:
+        ValueError: unknown metric or order_by, threshold_rel < 0, consecutive < 1.
+    """
+    direction = metric_direction(metric)
+    if order_by not in ("version", "date"):
+        raise ValueError(f"order_by must be 'version' or 'date', got {order_by!r}")
+    if threshold_rel < 0 or consecutive < 1:
+        raise ValueError("threshold_rel must be >= 0 and consecutive >= 1")
+    quality, statuses = list(quality), list(statuses)
+    params: list = [*statuses, *quality]
+    extra = ""
+    if config_key is not None:
+        keys = [config_key] if isinstance(config_key, str) else list(config_key)
+        extra = f" AND f.config_key IN ({', '.join('?' for _ in keys)})"
+        params += keys
+    df = con.execute(
+        f"""SELECT f.config_key, f.gpu_name, m.workload, m.load_kind, m.load_value,
+                   f.trial_id, f.sweep_id, f.vllm_version, f.vllm_version_key, f.run_at,
+                   avg(m.{metric}) AS boot_value
+            FROM measurements m JOIN trial_facts f ON f.trial_id = m.trial_id
+            WHERE f.status IN ({', '.join('?' for _ in statuses)})
+              AND f.quality_verdict IN ({', '.join('?' for _ in quality)}) {extra}
+              AND m.{metric} IS NOT NULL AND isfinite(m.{metric})
+            GROUP BY ALL""",
+        params,
+    ).fetchdf()
+    series_keys = ["config_key", "gpu_name", "workload", "load_kind", "load_value"]
+    out_rows = []
+    if order_by == "version":
+        df = df[df["vllm_version_key"].notna()]
+    for skey, g in df.groupby(series_keys, dropna=False, sort=True):
+        if order_by == "version":
+            pts = g.groupby("vllm_version_key", sort=True).agg(
+                point=("vllm_version", "first"), vllm_version=("vllm_version", "first"),
+                first_run_at=("run_at", "min"), boots=("boot_value", "size"),
+                value=("boot_value", "mean"), boot_sd=("boot_value", lambda s: s.std(ddof=1)),
+            ).reset_index()
+            vals = {k: v["boot_value"].to_numpy(float) for k, v in g.groupby("vllm_version_key")}
+        else:
+            pts = g.groupby("sweep_id", sort=False).agg(
+                vllm_version=("vllm_version", "first"), vllm_version_key=("vllm_version_key", "first"),
+                first_run_at=("run_at", "min"), boots=("boot_value", "size"),
+                value=("boot_value", "mean"), boot_sd=("boot_value", lambda s: s.std(ddof=1)),
+            ).reset_index()
+            pts = pts.sort_values(["first_run_at", "sweep_id"]).reset_index(drop=True)
+            pts["point"] = pts["sweep_id"]
+            vals = {k: v["boot_value"].to_numpy(float) for k, v in g.groupby("sweep_id")}
+        sd = _series_noise_sd(pts, vals)
+        base_i: int | None = None
+        run: list[int] = []
+        statuses_out: list[str] = []
+        info: list[dict] = []
+        for i, p in pts.iterrows():
+            rec = {"baseline_point": None, "baseline_value": math.nan, "rel_change": math.nan,
+                   "worse_rel": math.nan, "noise_band": math.nan, "violation": False, "regression_start": False}
+            if base_i is None:
+                base_i = i
+                statuses_out.append("baseline")
+                info.append(rec)
+                continue
+            bp = pts.loc[base_i]
+            rel = (p["value"] - bp["value"]) / bp["value"] if bp["value"] else math.nan
+            worse = -direction * rel
+            band = noise_k * sd * math.sqrt(1.0 / bp["boots"] + 1.0 / p["boots"]) if not math.isnan(sd) else math.nan
+            rec.update(baseline_point=bp["point"], baseline_value=bp["value"], rel_change=rel,
+                       worse_rel=worse, noise_band=band)
+            if math.isnan(band):
+                statuses_out.append("insufficient_data")
+                info.append(rec)
+                continue
+            violation = bool(worse > threshold_rel and abs(p["value"] - bp["value"]) > band)
+            rec["violation"] = violation
+            info.append(rec)
+            if violation:
+                run.append(i)
+                if len(run) == consecutive:
+                    info[run[0]]["regression_start"] = True
+                statuses_out.append("regression" if len(run) >= consecutive else "violation_unconfirmed")
+                if len(run) == consecutive:
+                    for j in run[:-1]:
+                        statuses_out[j] = "regression"
+            else:
+                run = []
+                base_i = i
+                statuses_out.append("ok")
+        for i, p in pts.iterrows():
+            out_rows.append({
+                **dict(zip(series_keys, skey)), "metric": metric, "point": p["point"],
+                "vllm_version": p["vllm_version"], "vllm_version_key": p["vllm_version_key"],
+                "first_run_at": p["first_run_at"], "boots": int(p["boots"]), "value": float(p["value"]),
+                "boot_sd": float(p["boot_sd"]) if pd.notna(p["boot_sd"]) else math.nan,
+                "noise_sd": sd, **info[i], "status": statuses_out[i],
+            })
+    cols = series_keys + ["metric", "point", "vllm_version", "vllm_version_key", "first_run_at", "boots", "value",
+                          "boot_sd", "noise_sd", "baseline_point", "baseline_value", "rel_change", "worse_rel",
+                          "noise_band", "violation", "status", "regression_start"]
+    out = pd.DataFrame(out_rows, columns=cols)
+    out.attrs["method"] = (
+        f"boot means per point; violation = worse by > {threshold_rel:.1%} and outside {noise_k:g} x pooled boot SD "
+        f"band; {consecutive} consecutive violations confirm a regression (PyTorch HUD rule)"
+    )
+    return out
