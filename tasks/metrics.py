@@ -198,7 +198,8 @@ def derive_request(raw: Mapping[str, Any]) -> dict[str, Any]:
         ``no_usage`` (no ``usage`` with completion tokens); ``early_stop: k/n tokens``
         (``ignore_eos`` set but fewer tokens than requested); ``bad_timing: ...``
         (timestamps out of order, e.g. a clock step). Timing facts (send, first
-        chunk, end, chunk offsets) and token counts are kept on failed rows.
+        chunk, end, chunk offsets) and token counts are kept on failed rows;
+        ``send_ts`` may be None only together with a transport error (never sent).
 
     Raises:
         ValueError: a field is missing or has the wrong type (the message names it).
@@ -212,7 +213,11 @@ def derive_request(raw: Mapping[str, Any]) -> dict[str, Any]:
         )
     if raw["load_kind"] not in _LOAD_KINDS:
         raise ValueError(f"raw request record: field 'load_kind' must be one of {_LOAD_KINDS}, got {raw['load_kind']!r}")
-    send = _finite(raw["send_ts"], "send_ts")
+    transport_error = raw["transport_error"]
+    if raw["send_ts"] is None and transport_error:
+        send = None  # never sent: failed below with the transport error, no timing
+    else:
+        send = _finite(raw["send_ts"], "send_ts")
     end = None if raw["end_ts"] is None else _finite(raw["end_ts"], "end_ts")
     chunk_ts = raw["chunk_ts"]
     if chunk_ts is None or isinstance(chunk_ts, (str, bytes)) or not isinstance(chunk_ts, Iterable):
@@ -227,7 +232,6 @@ def derive_request(raw: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(ignore_eos, (bool, np.bool_)):
         raise ValueError(f"raw request record: field 'ignore_eos' must be a bool, got {ignore_eos!r}")
     finish_reason = raw["finish_reason"]
-    transport_error = raw["transport_error"]
 
     error: str | None = None
     if transport_error:
@@ -261,7 +265,7 @@ def derive_request(raw: Mapping[str, Any]) -> dict[str, Any]:
         send_ts=send,
         first_token_ts=chunks[0] if chunks else None,
         end_ts=end,
-        chunk_offsets_s=[c - send for c in chunks],
+        chunk_offsets_s=[] if send is None else [c - send for c in chunks],
         prompt_tokens=prompt_tokens,
         output_tokens=output_tokens,
         requested_output_tokens=requested,
@@ -274,7 +278,7 @@ def derive_request(raw: Mapping[str, Any]) -> dict[str, Any]:
     if error is not None:
         return row
 
-    assert end is not None and output_tokens is not None  # guarded above
+    assert send is not None and end is not None and output_tokens is not None  # guarded above
     ttft = chunks[0] - send
     e2el = end - send
     row["ttft_s"] = ttft

@@ -118,6 +118,14 @@ def test_transport_error_fails_even_with_chunks():
     _assert_failed(row, "transport_error: ReadError")
 
 
+def test_request_never_sent_fails_without_timing():
+    row = derive_request(raw(send_ts=None, chunk_ts=[], end=None, finish_reason=None, transport_error="ConnectError"))
+    _assert_failed(row, "transport_error: ConnectError")
+    assert row["send_ts"] is None and row["chunk_offsets_s"] == []
+    with pytest.raises(ValueError, match="send_ts"):
+        derive_request(raw(send_ts=None))  # without a transport error a missing send time is a bug
+
+
 def test_missing_usage_fails():
     _assert_failed(derive_request(raw(out=None)), "no_usage")
 
