@@ -143,7 +143,7 @@ class _Line:
             self.proc = self.proc or m.group("proc")
             rest = rest[m.end():]
         h = _HEADER.search(rest)
-        if h and h.start() <= 40:  # a header, possibly after a journald/timestamp prefix
+        if h and h.start() <= 120:  # a header, possibly after a journald/timestamp prefix
             self.level: str | None = h.group("level")
             self.ts: str | None = h.group("ts")
             self.src: str | None = h.group("src")
@@ -594,11 +594,8 @@ def _stage_before(lines: list[_Line], index: int) -> tuple[str | None, str | Non
 
 
 def _first(lines: list[_Line], rx: re.Pattern[str]) -> _Line | None:
-    return next((ln for ln in lines if rx.search(ln.msg)), None)
-
-
-def _clean(msg: str) -> str:
-    return msg.strip()
+    """First line whose message matches ``rx``, skipping traceback frames and source lines (they start with blanks)."""
+    return next((ln for ln in lines if not ln.msg.startswith((" ", "\t")) and rx.search(ln.msg)), None)
 
 
 def _signal_name(code: int) -> str:
@@ -626,9 +623,10 @@ def classify_boot_failure(
             ``timeout`` or ``crash`` is returned, with the log's most telling line as reason.
 
     Returns:
-        ``BootFailure``. Classes (checked in this order), with ``retryable``:
+        ``BootFailure``. What the log proves comes first (a server that logged an OOM and then hung until the
+        timeout is ``oom_*``, with "(the boot also hit its timeout)" in the reason). Classes, checked in this order,
+        with ``retryable``:
 
-        - ``timeout`` (True): ``timed_out``. The reason names the last phase the log reached.
         - ``insufficient_free_memory`` (True): "Free memory on device ... is less than desired GPU memory
           utilization" (gpu_worker / mem_utils) or the CPU variant "Available memory on node ... is less than desired
           CPU memory utilization" (cpu_worker): memory was held by something else at startup, an unclean
@@ -646,6 +644,8 @@ def classify_boot_failure(
           diagnosis (same config with ``--enforce-eager``) tells these apart from memory sizing.
         - ``oom_weights`` (False): a CUDA OOM while loading weights (frames ``load_weights``/``model_loader``, or
           no "Model loading took" line before it).
+        - ``timeout`` (True): ``timed_out`` and none of the above in the log. The reason names the last phase the
+          log reached.
         - ``crash`` (anything else): retryable when there is no Python exception (signal, segfault, killed,
           exit without a message) or the error is transient (port in use, NCCL, connection refused);
           not retryable when a Python exception explains it (it would happen again).
@@ -662,46 +662,32 @@ def classify_boot_failure(
     def phase_at(ln: _Line | None) -> str | None:
         return _stage_before(lines, ln.index if ln else len(lines))[1]
 
-    if timed_out:
-        _, phase = _stage_before(lines, len(lines))
-        last = root.msg.strip() if root else None
-        reason = f"no readiness before the boot timeout; last phase in the log: {phase or 'none'}"
-        if last:
-            reason += f"; last error: {last}"
-        return BootFailure(failure_class="timeout", reason=reason, retryable=True, phase_reached=phase)
-
     if not died_before_ready:
         reason = root.msg.strip() if root else _exit_sentence(returncode)
+        if timed_out:
+            return BootFailure(failure_class="timeout", reason=f"timed out after the server was ready: {reason}",
+                               retryable=True, phase_reached=phase_at(None))
         return BootFailure(failure_class="crash", reason=f"server died after it was ready: {reason}",
                            retryable=root is None or bool(_RE_TRANSIENT.search(reason)), phase_reached=phase_at(None))
 
-    if ln := _first(lines, _RE_FREE_MEM) or _first(lines, _RE_CPU_MEM):
-        return BootFailure(failure_class="insufficient_free_memory", reason=_exc_text(ln), retryable=True,
-                           phase_reached=phase_at(ln))
+    found = _definitive(lines, root, phase_at)
+    if found is not None:
+        if timed_out:  # the log says why; the server then hung instead of exiting
+            found.reason += " (the boot also hit its timeout)"
+        return found
 
-    if ln := _first(lines, _RE_ARGPARSE):
-        return BootFailure(failure_class="invalid_config", reason=_clean(ln.msg), retryable=False, phase_reached=None)
-    if ln := _first(lines, _RE_VALIDATION):
-        return BootFailure(failure_class="invalid_config", reason=_with_next_detail(lines, ln), retryable=False,
-                           phase_reached=phase_at(ln))
-    if ln := _first(lines, _RE_UNKNOWN_ENV_FATAL):
-        return BootFailure(failure_class="invalid_config", reason=_exc_text(ln), retryable=False, phase_reached=phase_at(ln))
-
-    if ln := _first(lines, _RE_KV_NONE) or _first(lines, _RE_KV_SMALL) or _first(lines, _RE_SAMPLER_OOM):
-        return BootFailure(failure_class="oom_kv_cache", reason=_exc_text(ln), retryable=False, phase_reached=phase_at(ln))
-
-    if ln := _first(lines, _RE_OOM):
-        cls = _oom_class(lines, ln)
-        return BootFailure(failure_class=cls, reason=_exc_text(ln), retryable=False, phase_reached=phase_at(ln))
-
-    if root is not None and _is_config_error(lines, root):
-        return BootFailure(failure_class="invalid_config", reason=_exc_text(root), retryable=False, phase_reached=phase_at(root))
+    if timed_out:
+        phase = phase_at(None)
+        reason = f"no readiness before the boot timeout; last phase in the log: {phase or 'none'}"
+        if root is not None:
+            reason += f"; last error: {root.msg.strip()}"
+        return BootFailure(failure_class="timeout", reason=reason, retryable=True, phase_reached=phase)
 
     # crash: a signal, a segfault, or an exception that is none of the above
     seg = _first(lines, _RE_SEGV)
     procs = _failed_procs(lines)
     if seg is not None:
-        reason = _clean(seg.msg)
+        reason = seg.msg.strip()
         if procs:
             reason += f" ({procs})"
         return BootFailure(failure_class="crash", reason=reason, retryable=True, phase_reached=phase_at(seg))
@@ -715,6 +701,28 @@ def classify_boot_failure(
     elif errors:
         reason += f"; last error: {errors[-1]}"
     return BootFailure(failure_class="crash", reason=reason, retryable=True, phase_reached=phase_at(None))
+
+
+def _definitive(lines: list[_Line], root: _Line | None, phase_at: Any) -> BootFailure | None:
+    """The failure the log itself proves (memory, config), or None."""
+    if ln := _first(lines, _RE_FREE_MEM) or _first(lines, _RE_CPU_MEM):
+        return BootFailure(failure_class="insufficient_free_memory", reason=_exc_text(ln), retryable=True,
+                           phase_reached=phase_at(ln))
+    if ln := _first(lines, _RE_ARGPARSE):
+        return BootFailure(failure_class="invalid_config", reason=_exc_text(ln), retryable=False, phase_reached=None)
+    if ln := _first(lines, _RE_VALIDATION):
+        return BootFailure(failure_class="invalid_config", reason=_with_next_detail(lines, ln), retryable=False,
+                           phase_reached=phase_at(ln))
+    if ln := _first(lines, _RE_UNKNOWN_ENV_FATAL):
+        return BootFailure(failure_class="invalid_config", reason=_exc_text(ln), retryable=False, phase_reached=phase_at(ln))
+    if ln := _first(lines, _RE_KV_NONE) or _first(lines, _RE_KV_SMALL) or _first(lines, _RE_SAMPLER_OOM):
+        return BootFailure(failure_class="oom_kv_cache", reason=_exc_text(ln), retryable=False, phase_reached=phase_at(ln))
+    if ln := _first(lines, _RE_OOM):
+        return BootFailure(failure_class=_oom_class(lines, ln), reason=_exc_text(ln), retryable=False,
+                           phase_reached=phase_at(ln))
+    if root is not None and _is_config_error(lines, root):
+        return BootFailure(failure_class="invalid_config", reason=_exc_text(root), retryable=False, phase_reached=phase_at(root))
+    return None
 
 
 def _exit_sentence(returncode: int | None) -> str:
