@@ -1,0 +1,261 @@
+"""Flow ``trial``: the life of one engine config on one runtime — clean GPU, boot, warm up and measure,
+tear down — ending in a result bundle on disk. Order lives here; the work lives in ``tasks/``.
+
+A boot failure is a result (``status='boot_failed'`` with its failure class), not an exception: the sweep
+goes on. Teardown runs in ``finally``, so success, failure, timeout, KeyboardInterrupt and cancellation
+(SIGTERM is turned into an exception by the sweep) all stop the server's whole process group.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import socket
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+
+from tasks import bootlog
+from tasks.bundle import write_bundle
+from tasks.engine import BootFailed, EngineServer
+from tasks.gpu import GpuSampler, check_clean, host_load_avg
+from tasks.measure import measure_server
+from tunelab.plan import Plan, Trial
+from tunelab.runtime import Runtime
+
+__all__ = ["run_trial", "trial_row_base", "TrialContext"]
+
+# Env var names whose values are secrets: redacted in the warehouse and logs.
+_SECRET_HINTS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
+
+
+def _redact_env(env: dict[str, str]) -> dict[str, str]:
+    return {k: ("***" if any(h in k.upper() for h in _SECRET_HINTS) else v) for k, v in env.items()}
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat()
+
+
+class TrialContext(dict):
+    """What the sweep tells a trial: sweep row, results folder, logs folder, GPU index and baseline,
+    PIDs tunelab owns, and the inventory (driver/CUDA/GPU name)."""
+
+
+def trial_row_base(trial: Trial, trial_id: str, sweep_id: str, runtime: Runtime, ctx: dict) -> dict[str, Any]:
+    """The ``trials`` row fields known before boot."""
+    v = runtime.versions
+    return {
+        "trial_id": trial_id,
+        "sweep_id": sweep_id,
+        "config_key": trial.config_key,
+        "config_label": trial.label,
+        "replicate": trial.replicate,
+        "runtime_name": runtime.name,
+        "vllm_version": v.get("vllm"),
+        "torch_version": v.get("torch"),
+        "transformers_version": v.get("transformers"),
+        "fastokens_version": v.get("fastokens"),
+        "cuda_version": ctx.get("cuda_version"),
+        "driver_version": ctx.get("driver_version"),
+        "gpu_name": ctx.get("gpu_name") or "cpu",
+        "gpu_index": ctx.get("gpu_index"),
+        "model": trial.model_id,
+        "engine_args": dict(trial.engine_args),
+        "env": _redact_env(dict(trial.env)),
+        "status": "failed",
+        "quality_verdict": "unvalidated",
+        "started_at": _now(),
+    }
+
+
+@task(name="clean-gpu", cache_policy=NO_CACHE)
+def clean_gpu_task(gpu_index: int | None, baseline_mib: float | None, our_pids: list[int]) -> dict[str, Any]:
+    """Pre-boot GPU check (NVML). On a CPU host: nothing to check, recorded as such."""
+    if gpu_index is None:
+        return {"gpu_clean_at_boot": None, "detail": "no GPU"}
+    chk = check_clean(gpu_index, baseline_mib or 0.0, set(our_pids))
+    return {
+        "gpu_clean_at_boot": chk.clean,
+        "foreign_gpu_processes": len(chk.foreign_pids),
+        "gpu_baseline_excess_mib": chk.memory_used_mib - chk.baseline_mib,
+        "detail": chk.detail,
+    }
+
+
+@task(name="boot", cache_policy=NO_CACHE)
+def boot_task(server: EngineServer) -> dict[str, Any]:
+    """Start ``vllm serve`` and wait until it really serves. Raises BootFailed (server already stopped)."""
+    server.start()
+    try:
+        b = server.wait_ready()
+    except BaseException:
+        server.stop()
+        raise
+    return {"boot_s": b.boot_s, "health_s": b.health_s, "port": b.port}
+
+
+@task(name="measure", cache_policy=NO_CACHE)
+def measure_task(server: EngineServer, plan: Plan, gpu_index: int | None):
+    """Warm-up + all workloads x load levels x repeats on the running server, sampling the GPU meanwhile."""
+    logger = get_run_logger()
+    last = {"t": 0.0}
+
+    def progress(label: str, done: int, total: int) -> None:
+        # Log at most every 2 s, and at the end of each window: enough for the UI, quiet in the logs.
+        now = time.monotonic()
+        if done == total or now - last["t"] > 2:
+            last["t"] = now
+            logger.info("%s: %d/%d requests", label, done, total)
+
+    n_windows = len(plan.workloads) * (len(plan.concurrency) + len(plan.request_rates)) * plan.repeats
+    deadline = plan.request_timeout_s * (plan.repeats + 1) * n_windows + 300
+    sampler = GpuSampler(gpu_index) if gpu_index is not None else None
+    if sampler:
+        sampler.__enter__()
+    try:
+        res = measure_server(server.base_url, server.api_key, server.served_model_name, plan,
+                             progress=progress, deadline_s=deadline)
+    finally:
+        if sampler:
+            sampler.__exit__(None, None, None)
+    gpu = pd.DataFrame(sampler.rows) if sampler else pd.DataFrame()
+    return res, gpu
+
+
+@task(name="teardown", cache_policy=NO_CACHE)
+def teardown_task(server: EngineServer) -> dict[str, Any]:
+    """Stop the process group (SIGTERM, grace, SIGKILL), wait for the port; timings in seconds."""
+    td = server.stop()
+    return dict(td.__dict__)
+
+
+def _boot_report(log_path: Path) -> Any:
+    try:
+        text = log_path.read_text(errors="replace")
+    except OSError:
+        text = ""
+    return text, bootlog.parse_boot_log(text)
+
+
+def _phases_frame(report: Any) -> pd.DataFrame:
+    rows = [
+        {"phase": p.phase, "seconds": p.seconds, "gib": p.gib, "tokens": p.tokens, "detail": p.detail}
+        for p in getattr(report, "phases", [])
+    ]
+    df = pd.DataFrame(rows, columns=["phase", "seconds", "gib", "tokens", "detail"])
+    # One row per phase (primary key): keep the first occurrence if a version prints one twice.
+    return df.drop_duplicates("phase", keep="first")
+
+
+def _boot_once(trial: Trial, runtime: Runtime, plan: Plan, log_path: Path, trial_id: str, gpu_index) -> EngineServer:
+    return EngineServer(
+        runtime=runtime,
+        model=trial.model,
+        serve_args=trial.serve_args(),
+        env=dict(trial.env),
+        log_path=log_path,
+        boot_timeout_s=plan.boot_timeout_s,
+        trial_id=trial_id,
+        gpu_index=gpu_index,
+    )
+
+
+@flow(name="trial", flow_run_name="{trial_id}", log_prints=True, validate_parameters=False)
+def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: dict) -> Path:
+    """Run one trial end to end and write its bundle. Returns the bundle folder.
+
+    Never raises for a failed boot or measurement: the trial row carries ``status`` and
+    ``failure_class``/``failure_reason``. KeyboardInterrupt/SystemExit (cancellation) still tear down and
+    write a ``cancelled`` bundle, then propagate.
+    """
+    logger = get_run_logger()
+    sweep = ctx["sweep"]
+    row = trial_row_base(trial, trial_id, sweep["sweep_id"], runtime, ctx)
+    tables: dict[str, pd.DataFrame] = {}
+    safe = trial_id.replace("/", "__")
+    log_path = Path(ctx["logs_dir"]) / f"{safe}.log"
+    row["log_path"] = str(log_path)
+    row["load_avg_1m"] = host_load_avg()
+    gpu_index = ctx.get("gpu_index")
+    server = _boot_once(trial, runtime, plan, log_path, trial_id, gpu_index)
+    interrupted: BaseException | None = None
+    try:
+        gpu_state = clean_gpu_task(gpu_index, ctx.get("gpu_baseline_mib"), ctx.get("our_pids", []))
+        row.update({k: v for k, v in gpu_state.items() if k != "detail"})
+        if gpu_state.get("gpu_clean_at_boot") is False and gpu_state.get("foreign_gpu_processes"):
+            row.update(status="gpu_busy", failure_class="gpu_busy", failure_reason=gpu_state["detail"])
+            logger.warning("GPU %s busy: %s", gpu_index, gpu_state["detail"])
+        else:
+            try:
+                boot = boot_task(server)
+                row["boot_s"] = boot["boot_s"]
+                logger.info("ready in %.1f s on port %s", boot["boot_s"], boot["port"])
+                res, gpu = measure_task(server, plan, gpu_index)
+                tables.update(requests=res.requests, measurements=res.measurements,
+                              server_metrics=res.server_metrics, gpu_samples=gpu)
+                row["status"] = "ok"
+                if res.notes:
+                    row["failure_reason"] = "; ".join(res.notes)[:2000]
+            except BootFailed as e:
+                row["boot_s"] = e.boot_s
+                row["status"] = "boot_failed"
+                text = log_path.read_text(errors="replace") if log_path.exists() else ""
+                fail = bootlog.classify_boot_failure(text, e.returncode, e.kind == "timeout")
+                row["failure_class"] = fail.failure_class if e.kind != "not_ours" else "port_conflict"
+                row["failure_reason"] = f"{e}: {fail.reason}"[:2000]
+                logger.warning("boot failed (%s): %s", row["failure_class"], row["failure_reason"])
+                if plan.eager_diagnosis and fail.failure_class != "invalid_config" \
+                        and not trial.engine_args.get("enforce-eager"):
+                    row["eager_diagnosis"] = _eager_diagnosis(trial, runtime, plan, log_path, trial_id, gpu_index)
+            except Exception as e:  # measurement failure: record, keep the sweep going
+                row["status"] = "failed"
+                row["failure_class"] = "measurement_error"
+                row["failure_reason"] = f"{type(e).__name__}: {e}"[:2000]
+                logger.error("trial failed: %s\n%s", e, traceback.format_exc())
+    except BaseException as e:  # cancellation / Ctrl-C: tear down, record, propagate
+        interrupted = e
+        row["status"] = "cancelled"
+        row["failure_reason"] = f"{type(e).__name__}: {e}"[:2000]
+    finally:
+        td = teardown_task(server) if interrupted is None else dict(server.stop().__dict__)
+        row["teardown_s"] = td.get("total_s")
+        if not td.get("clean", True):
+            row["failure_reason"] = ((row.get("failure_reason") or "") + f"; teardown: {td.get('detail')}").strip("; ")
+            ctx.setdefault("unusable_gpus", set()).add(gpu_index)
+        row["command"] = server.redacted_command()
+        text, report = _boot_report(log_path)
+        row["vllm_version"] = row.get("vllm_version") or getattr(report, "vllm_version", None)
+        row["effective_config"] = getattr(report, "effective_config", {}) or {}
+        row["env_not_applied"] = [k for k in getattr(report, "unknown_env", []) if k in trial.env]
+        row["compile_cache"] = getattr(report, "compile_cache", None)
+        tables["boot_phases"] = _phases_frame(report)
+        row["finished_at"] = _now()
+        bundle = write_bundle(Path(ctx["results_dir"]), sweep, row, tables)
+        logger.info("trial %s: %s; bundle %s", trial_id, row["status"], bundle)
+    if interrupted is not None:
+        raise interrupted
+    return bundle
+
+
+def _eager_diagnosis(trial: Trial, runtime: Runtime, plan: Plan, log_path: Path, trial_id: str, gpu_index) -> str:
+    """The seeds' diagnostic: boot the failed config once more with only --enforce-eager added.
+    Eager boots -> the failure is in CUDA graph capture / torch.compile; eager fails too -> memory sizing
+    (weights, KV cache, context length, concurrency) or configuration."""
+    eager_log = log_path.with_name(log_path.stem + ".eager.log")
+    s = _boot_once(trial.with_eager(), runtime, plan, eager_log, trial_id + "/eager", gpu_index)
+    try:
+        with s:
+            return f"eager boots ({s.boot.boot_s:.1f} s): graph capture / compile problem"
+    except BootFailed as e:
+        text = eager_log.read_text(errors="replace") if eager_log.exists() else ""
+        f = bootlog.classify_boot_failure(text, e.returncode, e.kind == "timeout")
+        return f"eager also fails ({f.failure_class}): memory sizing or configuration, not graphs"
+
+
+def host_name() -> str:
+    return socket.gethostname()

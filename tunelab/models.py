@@ -1,0 +1,41 @@
+"""Locally built models. ``build_tiny_model`` makes the deterministic tiny Llama that the CPU runtime serves."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from tunelab.runtime import Runtime, RuntimeError_
+
+__all__ = ["build_tiny_model", "is_model_dir"]
+
+_SCRIPT = Path(__file__).parent / "scripts" / "make_tiny_model.py"
+
+
+def is_model_dir(path: Path) -> bool:
+    """True when ``path`` holds a config.json, weights and a tokenizer."""
+    return (path / "config.json").exists() and (path / "tokenizer.json").exists() and any(path.glob("*.safetensors"))
+
+
+def build_tiny_model(runtime: Runtime, out: Path, force: bool = False, log=print) -> Path:
+    """Build the tiny random-weight Llama (4 layers, hidden 256, 7.3 M params, bf16) with a locally trained
+    8192-token byte-level BPE tokenizer into ``out``, using the runtime's interpreter (~5 s, no network).
+
+    Reuses an existing model folder unless ``force``.
+
+    Raises:
+        RuntimeError_: the build script failed (its stderr tail is in the message).
+    """
+    out = out.resolve()
+    if is_model_dir(out) and not force:
+        log(f"model {out} exists; reusing it")
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    env = runtime.launch_env()
+    r = subprocess.run([runtime.python, str(_SCRIPT), str(out)], capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        raise RuntimeError_(f"building the tiny model failed (exit {r.returncode}):\n{r.stderr[-2000:]}")
+    info = json.loads(r.stdout[r.stdout.index("{"):])
+    log(f"tiny model built in {out}: {info['params']:,} params, vocab {info['vocab']}")
+    return out

@@ -1,0 +1,344 @@
+"""Experiment plans: the YAML a user writes, validated before anything starts, expanded into trials.
+
+A plan names a model, a runtime (a vLLM installation made by ``tunelab runtime create``), a matrix of
+``vllm serve`` engine args and of environment variables, the workloads to send, the load levels, the
+warm-up, repeats and replicates (boots per config). ``Plan.trials()`` expands the matrices into
+``Trial`` objects, each with a stable ``config_key``: the same configuration gives the same key on any
+machine and in any key order, so the warehouse can follow one config across vLLM releases.
+
+Matrix rule (engine_args and env): a YAML list is an axis to sweep; a scalar is fixed for every trial.
+For engine args, ``true`` passes the bare flag (``--enforce-eager``), ``false`` omits it, ``null`` omits
+it, anything else is passed as ``--flag value``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import random
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from tunelab.quality_thresholds import QualityThresholds
+
+__all__ = [
+    "PlanError",
+    "Workload",
+    "SLO",
+    "Plan",
+    "Trial",
+    "load_plan",
+    "config_key",
+    "RESERVED_FLAGS",
+]
+
+# Flags tunelab sets itself for every boot: a plan that sets them would break isolation between trials.
+RESERVED_FLAGS = {"host", "port", "api-key", "model", "model-tag", "served-model-name"}
+_FLAG_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+_ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+Scalar = str | int | float | bool | None
+
+
+class PlanError(ValueError):
+    """A plan that cannot run. The message names the file, the field path and what is allowed."""
+
+
+def _norm_flag(name: str) -> str:
+    """``--max_num_seqs`` / ``max_num_seqs`` / ``max-num-seqs`` -> ``max-num-seqs``."""
+    return name.strip().lstrip("-").replace("_", "-").lower()
+
+
+class Workload(BaseModel):
+    """One request pattern: exact prompt length, fixed output length, how many requests per repeat."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(description="Identifier used in the warehouse, e.g. 'short_chat' or 'long_summary'.")
+    prompt_tokens: int = Field(gt=0, description="Prompt length in tokens of the runtime's own tokenizer.")
+    output_tokens: int = Field(gt=0, description="Output tokens requested per request (max_tokens).")
+    num_requests: int = Field(gt=0, description="Measured requests per load level and repeat.")
+    endpoint: Literal["completions", "chat"] = Field(
+        "completions", description="OpenAI-compatible endpoint: /v1/completions or /v1/chat/completions."
+    )
+    ignore_eos: bool = Field(True, description="Fixed output lengths so tokens/s compare across configs.")
+    shared_prefix_tokens: int = Field(
+        0, ge=0, description="Tokens of a prefix shared by every prompt (prefix-cache workloads); 0 = none."
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name_ok(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", v):
+            raise ValueError("use letters, digits, '_', '.', '-' only")
+        return v
+
+    @model_validator(mode="after")
+    def _prefix_fits(self) -> "Workload":
+        if self.shared_prefix_tokens >= self.prompt_tokens:
+            raise ValueError("shared_prefix_tokens must be smaller than prompt_tokens")
+        return self
+
+
+class SLO(BaseModel):
+    """Service-level objectives for goodput (as ``vllm bench serve --goodput``): a request counts as good
+    when every given bound holds. Seconds."""
+
+    model_config = ConfigDict(extra="forbid")
+    ttft_s: float | None = Field(None, gt=0, description="Upper bound on TTFT, seconds.")
+    tpot_s: float | None = Field(None, gt=0, description="Upper bound on TPOT, seconds.")
+    e2el_s: float | None = Field(None, gt=0, description="Upper bound on end-to-end latency, seconds.")
+
+
+class Plan(BaseModel):
+    """A validated experiment plan. Construct with :func:`load_plan` to get file-aware error messages."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(description="Plan name; part of the sweep id.")
+    model: str = Field(description="Path to a local model directory (relative paths are relative to the plan file's folder, then the current directory).")
+    runtime: str = Field("cpu", description="Runtime name made by `tunelab runtime create` (or a list of them to compare releases).")
+    runtimes: list[str] | None = Field(None, description="Several runtimes (vLLM versions) to run every config on.")
+    engine_args: dict[str, Scalar | list[Scalar]] = Field(
+        default_factory=dict, description="vllm serve flags; a list is a matrix axis, a scalar is fixed."
+    )
+    env: dict[str, Scalar | list[Scalar]] = Field(
+        default_factory=dict, description="Environment variables; a list is a matrix axis, a scalar is fixed."
+    )
+    workloads: list[Workload] = Field(min_length=1)
+    concurrency: list[int] = Field(default_factory=lambda: [1], description="Concurrency levels (max in-flight requests).")
+    request_rates: list[float] = Field(default_factory=list, description="Request rates (req/s) with random arrivals; empty = none.")
+    burstiness: float = Field(1.0, gt=0, description="Gamma shape of inter-arrival gaps; 1.0 = Poisson (as vllm bench serve).")
+    warmup_requests: int = Field(4, ge=0, description="Requests per load level sent before measuring, excluded from numbers.")
+    repeats: int = Field(2, ge=1, description="Measured repeats per load level on one server.")
+    replicates: int = Field(1, ge=1, description="Boots per config (the unit of noise for A/B verdicts).")
+    interleave: Literal["round_robin", "shuffle"] = Field(
+        "round_robin", description="Order of boots: A B A B (round_robin) or a seeded shuffle."
+    )
+    seed: int = Field(0, description="Seed for prompts, arrivals and shuffles.")
+    boot_timeout_s: float = Field(600.0, gt=0, description="Give up on a boot after this many seconds.")
+    request_timeout_s: float = Field(120.0, gt=0, description="Per-request timeout, seconds.")
+    eager_diagnosis: bool = Field(False, description="Re-boot a config that failed to boot with only --enforce-eager added.")
+    slo: SLO = Field(default_factory=SLO)
+    quality: QualityThresholds = Field(default_factory=QualityThresholds)
+
+    @field_validator("engine_args")
+    @classmethod
+    def _flags_ok(cls, v: dict) -> dict:
+        out = {}
+        for raw, val in v.items():
+            flag = _norm_flag(raw)
+            if not _FLAG_RE.match(flag):
+                raise ValueError(f"engine arg {raw!r} is not a vllm serve flag name (use e.g. 'enforce-eager')")
+            if flag in RESERVED_FLAGS:
+                raise ValueError(
+                    f"engine arg {raw!r} is set by tunelab for every boot (one of {sorted(RESERVED_FLAGS)}); remove it"
+                )
+            if isinstance(val, list) and not val:
+                raise ValueError(f"engine arg {raw!r} has an empty list: give at least one value")
+            out[flag] = val
+        return out
+
+    @field_validator("env")
+    @classmethod
+    def _env_ok(cls, v: dict) -> dict:
+        for k, val in v.items():
+            if not _ENV_RE.match(k):
+                raise ValueError(f"env var name {k!r} is not a valid environment variable name")
+            if isinstance(val, list) and not val:
+                raise ValueError(f"env var {k!r} has an empty list: give at least one value")
+        return v
+
+    @field_validator("concurrency")
+    @classmethod
+    def _conc_ok(cls, v: list[int]) -> list[int]:
+        if any(c < 1 for c in v):
+            raise ValueError("concurrency levels must be >= 1")
+        return v
+
+    @field_validator("request_rates")
+    @classmethod
+    def _rates_ok(cls, v: list[float]) -> list[float]:
+        if any(r <= 0 for r in v):
+            raise ValueError("request rates must be > 0 requests/s")
+        return v
+
+    @model_validator(mode="after")
+    def _has_load(self) -> "Plan":
+        if not self.concurrency and not self.request_rates:
+            raise ValueError("give at least one load level: concurrency or request_rates")
+        names = [w.name for w in self.workloads]
+        if len(set(names)) != len(names):
+            raise ValueError(f"workload names must be unique, got {names}")
+        return self
+
+    # -- expansion ---------------------------------------------------------------------------
+    def runtime_names(self) -> list[str]:
+        """Runtimes this plan runs on, in order."""
+        return list(self.runtimes) if self.runtimes else [self.runtime]
+
+    def model_id(self) -> str:
+        """Machine-independent model identity used in config keys: the model folder's name."""
+        return Path(self.model).name
+
+    def configs(self) -> list[tuple[dict[str, Scalar], dict[str, str]]]:
+        """Cartesian product of the engine-arg and env matrices, as (engine_args, env) pairs."""
+        return _expand(self.engine_args, self.env)
+
+    def trials(self) -> list["Trial"]:
+        """Expand into trials: configs x runtimes x replicates, interleaved so that boots of the
+        configs alternate (A B A B ...) and machine drift over the sweep does not look like an effect."""
+        base = []
+        for rt in self.runtime_names():
+            for args, env in self.configs():
+                base.append((rt, args, env))
+        rounds: list[list[Trial]] = []
+        for rep in range(self.replicates):
+            rnd = [
+                Trial(
+                    runtime=rt,
+                    model=self.model,
+                    model_id=self.model_id(),
+                    engine_args=args,
+                    env=env,
+                    replicate=rep,
+                )
+                for rt, args, env in base
+            ]
+            if self.interleave == "shuffle":
+                random.Random(self.seed * 1000 + rep).shuffle(rnd)
+            rounds.append(rnd)
+        return [t for rnd in rounds for t in rnd]
+
+
+def _as_list(v: Any) -> list:
+    return v if isinstance(v, list) else [v]
+
+
+def _expand(engine_args: dict, env: dict) -> list[tuple[dict, dict]]:
+    keys_a = sorted(engine_args)
+    keys_e = sorted(env)
+    axes = [_as_list(engine_args[k]) for k in keys_a] + [_as_list(env[k]) for k in keys_e]
+    out = []
+    for combo in itertools.product(*axes):
+        a = dict(zip(keys_a, combo[: len(keys_a)]))
+        e = {k: _env_str(v) for k, v in zip(keys_e, combo[len(keys_a):]) if v is not None}
+        out.append((a, e))
+    return out
+
+
+def _env_str(v: Scalar) -> str:
+    # vLLM parses boolean env vars with int(...): "true" would crash it, so booleans become "1"/"0".
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    return str(v)
+
+
+def _canonical_args(engine_args: dict[str, Scalar]) -> dict[str, Scalar]:
+    """Drop flags that are omitted at launch (false/null) so that `enforce-eager: false` and no flag
+    at all are the same config; stringify numbers consistently."""
+    out = {}
+    for k, v in engine_args.items():
+        if v is None or v is False:
+            continue
+        out[_norm_flag(k)] = v
+    return out
+
+
+def config_key(model_id: str, engine_args: dict[str, Scalar], env: dict[str, str]) -> str:
+    """Stable 12-hex-digit key of an engine configuration: sha256 over canonical JSON of the model id,
+    the launched engine args and the env. Independent of key order, of the runtime (so one config can be
+    followed across vLLM releases) and of the machine."""
+    payload = {
+        "model": model_id,
+        "engine_args": _canonical_args(engine_args),
+        "env": {k: str(v) for k, v in env.items()},
+    }
+    blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+class Trial(BaseModel):
+    """One boot of one engine config on one runtime. ``trial_id`` is set by the sweep."""
+
+    model_config = ConfigDict(frozen=True)
+    runtime: str
+    model: str
+    model_id: str
+    engine_args: dict[str, Scalar]
+    env: dict[str, str]
+    replicate: int = 0
+
+    @property
+    def config_key(self) -> str:
+        """See :func:`config_key`."""
+        return config_key(self.model_id, self.engine_args, self.env)
+
+    @property
+    def label(self) -> str:
+        """Human label of the config, e.g. ``enforce-eager VLLM_USE_FASTOKENS=1``; 'default' if empty."""
+        parts = []
+        for k, v in sorted(_canonical_args(self.engine_args).items()):
+            parts.append(k if v is True else f"{k}={v}")
+        parts += [f"{k}={v}" for k, v in sorted(self.env.items())]
+        return " ".join(parts) or "default"
+
+    def serve_args(self) -> list[str]:
+        """The trial's engine args as ``vllm serve`` argv (without model, host, port, api key)."""
+        argv: list[str] = []
+        for k, v in sorted(_canonical_args(self.engine_args).items()):
+            argv.append(f"--{k}")
+            if v is not True:
+                argv.append(str(v))
+        return argv
+
+    def with_eager(self) -> "Trial":
+        """The same trial with only ``--enforce-eager`` added (the seeds' boot diagnostic)."""
+        args = dict(self.engine_args)
+        args["enforce-eager"] = True
+        return self.model_copy(update={"engine_args": args})
+
+
+def _format_errors(path: str, err: ValidationError) -> str:
+    lines = [f"{path}: invalid plan ({err.error_count()} problem(s)):"]
+    for e in err.errors():
+        loc = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in e["loc"]).replace(".[", "[")
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden":
+            msg = "unknown field (check the spelling; see experiments/demo.yaml for the allowed fields)"
+        elif e["type"] == "missing":
+            msg = "required field is missing"
+        lines.append(f"  - {loc or '<plan>'}: {msg}")
+    return "\n".join(lines)
+
+
+def load_plan(path: str | Path) -> Plan:
+    """Read and validate a plan file.
+
+    Raises:
+        PlanError: unreadable file, YAML syntax error, or a field that fails validation; the message
+            names the file and each field path (e.g. ``workloads[0].prompt_tokens``) with what is allowed.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise PlanError(f"{p}: cannot read plan file: {e.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise PlanError(f"{p}: not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise PlanError(f"{p}: a plan is a YAML mapping with at least 'name', 'model' and 'workloads'")
+    try:
+        plan = Plan.model_validate(data)
+    except ValidationError as e:
+        raise PlanError(_format_errors(str(p), e)) from None
+    # Resolve a relative model path against the plan's folder first, then the current directory.
+    mp = Path(plan.model)
+    if not mp.is_absolute():
+        cand = (p.parent / mp)
+        plan = plan.model_copy(update={"model": str(cand if cand.exists() else mp)})
+    return plan

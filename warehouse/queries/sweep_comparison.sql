@@ -1,0 +1,29 @@
+-- Question: in one sweep, how does each engine config (and runtime) do per workload and load level?
+-- Parameter: $sweep_id. One row per (runtime, config, workload, load level): means over boots and repeats,
+-- the repeat-to-repeat coefficient of variation (noise), how many boots/repeats, and the quality verdicts.
+-- Run: duckdb .tunelab/warehouse.duckdb -c "SET VARIABLE sweep_id = '...';" then replace $sweep_id by
+-- getvariable('sweep_id'), or from Python: con.execute(sql, {"sweep_id": "..."}).
+SELECT
+    t.runtime_name                                   AS runtime,
+    t.vllm_version,
+    t.config_label                                   AS config,
+    t.config_key,
+    m.workload,
+    m.load_kind,
+    m.load_value,
+    count(DISTINCT t.trial_id)                       AS boots,
+    count(*)                                         AS repeats,
+    avg(m.output_tokens_per_s)                       AS output_tokens_per_s,
+    stddev_samp(m.output_tokens_per_s) / nullif(avg(m.output_tokens_per_s), 0) AS output_tps_cv,
+    avg(m.ttft_p50_s)                                AS ttft_p50_s,
+    avg(m.tpot_p50_s)                                AS tpot_p50_s,
+    avg(m.itl_p50_s)                                 AS itl_p50_s,
+    avg(m.e2el_p95_s)                                AS e2el_p95_s,
+    sum(m.failed)                                    AS failed_requests,
+    avg(t.boot_s)                                    AS boot_s,
+    string_agg(DISTINCT t.quality_verdict, ',')      AS quality
+FROM measurements m
+JOIN trials t USING (trial_id)
+WHERE t.sweep_id = $sweep_id
+GROUP BY ALL
+ORDER BY m.workload, m.load_kind, m.load_value, runtime, config;
