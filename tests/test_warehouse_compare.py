@@ -1,0 +1,162 @@
+"""A/B comparison and regression detection on synthetic data with known effects (warehouse/compare.py).
+
+Synthetic data come from warehouse.synthetic: each value = base * (1 + effect) * boot factor * repeat factor.
+"""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from warehouse.compare import compare, regressions
+from warehouse.loader import insert_trial_tables
+from warehouse.migrate import connect
+from warehouse.query import run_query
+from warehouse.synthetic import synthetic_trial
+
+
+@pytest.fixture
+def con():
+    c = connect(":memory:")
+    yield c
+    c.close()
+
+
+def add(con, **kw):
+    kw.setdefault("sweep_id", "sw")
+    st = synthetic_trial(**kw)
+    trial = {k: json.dumps(v) if isinstance(v, dict) else v for k, v in st.trial.items()}
+    con.execute("BEGIN")
+    insert_trial_tables(con, st.trial["trial_id"], {"sweep": pd.DataFrame([st.sweep]), "trial": pd.DataFrame([trial]),
+                                                    **st.tables}, source="test")
+    con.execute("COMMIT")
+    return st
+
+
+def add_pair(con, effect, boots=3, boot_sd=0.01, repeat_sd=0.01, seed=0, **kw):
+    rng = np.random.default_rng(seed)
+    for r in range(boots):
+        add(con, config_key="A", replicate=r, boot_sd_rel=boot_sd, repeat_sd_rel=repeat_sd, rng=rng, **kw)
+        add(con, config_key="B", replicate=r, effect_rel=effect, boot_sd_rel=boot_sd, repeat_sd_rel=repeat_sd,
+            rng=rng, **kw)
+
+
+def test_known_improvement_is_better_in_both_directions_of_metric(con):
+    add_pair(con, effect=0.10)
+    r = compare(con, {"config_key": "A"}, {"config_key": "B"}, "output_tokens_per_s").iloc[0]
+    assert r.verdict == "better"
+    assert 0.07 < r.rel_diff < 0.13 and r.rel_ci_low > 0
+    assert (r.baseline_boots, r.candidate_boots, r.baseline_repeats) == (3, 3, 9)
+    # latency is lower-is-better: the faster config is better on TTFT too, and A is worse than B
+    assert compare(con, {"config_key": "A"}, {"config_key": "B"}, "ttft_p50_s").iloc[0].verdict == "better"
+    assert compare(con, {"config_key": "B"}, {"config_key": "A"}, "output_tokens_per_s").iloc[0].verdict == "worse"
+
+
+def test_known_regression_is_worse(con):
+    add_pair(con, effect=-0.08, seed=1)
+    assert compare(con, {"config_key": "A"}, {"config_key": "B"}).iloc[0].verdict == "worse"
+
+
+def test_no_effect_is_no_significant_change(con):
+    add_pair(con, effect=0.0, boot_sd=0.03, repeat_sd=0.02, seed=2)
+    r = compare(con, {"config_key": "A"}, {"config_key": "B"}).iloc[0]
+    assert r.verdict == "no_significant_change"
+    assert r.ci_low < 0 < r.ci_high
+
+
+def test_boot_noise_is_not_called_an_effect(con):
+    # Boot factors chosen by hand: the sides differ by ~6 % by chance of boot, repeats are tight (0.5 %).
+    for r, f in enumerate([0.92, 1.04, 0.98]):
+        add(con, config_key="A", replicate=r, effect_rel=f - 1, repeats=5, repeat_sd_rel=0.005,
+            rng=np.random.default_rng(r))
+    for r, f in enumerate([1.06, 0.97, 1.10]):
+        add(con, config_key="B", replicate=r, effect_rel=f - 1, repeats=5, repeat_sd_rel=0.005,
+            rng=np.random.default_rng(10 + r))
+    # treating the 15 repeats per side as independent samples would call this significant ...
+    rep = con.execute("SELECT config_key, output_tokens_per_s FROM measurement_facts").fetchdf()
+    naive = stats.ttest_ind(rep[rep.config_key == "B"].output_tokens_per_s,
+                            rep[rep.config_key == "A"].output_tokens_per_s, equal_var=False)
+    assert naive.pvalue < 0.01
+    # ... but across boots it is not
+    r = compare(con, {"config_key": "A"}, {"config_key": "B"}).iloc[0]
+    assert r.verdict == "no_significant_change"
+    assert r.rel_diff > 0.05
+
+
+def test_one_boot_per_side_is_inconclusive(con):
+    add_pair(con, effect=0.20, boots=1)
+    r = compare(con, {"config_key": "A"}, {"config_key": "B"}).iloc[0]
+    assert r.verdict == "inconclusive"
+    assert "1 boot" in r.reason and "unit of replication" in r.reason
+    assert np.isnan(r.ci_low) and r.rel_diff == pytest.approx(0.2, abs=0.05)
+
+
+def test_excluded_trials_are_reported(con):
+    add_pair(con, effect=0.10)
+    add(con, config_key="B", replicate=7, status="boot_failed", rng=np.random.default_rng(5))
+    add(con, config_key="B", replicate=8, quality_verdict="fail", effect_rel=-0.5, rng=np.random.default_rng(6))
+    out = compare(con, {"config_key": "A"}, {"config_key": "B"})
+    assert out.iloc[0].verdict == "better" and out.iloc[0].candidate_boots == 3
+    assert out.iloc[0].candidate_trials_excluded == 2
+    reasons = dict(zip(out.attrs["excluded"].trial_id, out.attrs["excluded"].reason))
+    assert reasons == {"sw/B/r7": "status=boot_failed", "sw/B/r8": "quality_verdict=fail"}
+    # opting in to failed-quality trials pulls the candidate down
+    wider = compare(con, {"config_key": "A"}, {"config_key": "B"}, quality=("pass", "warn", "fail"))
+    assert wider.iloc[0].candidate_boots == 4
+
+
+def test_selector_errors(con):
+    add_pair(con, effect=0.0, boots=2)
+    with pytest.raises(ValueError, match="unknown"):
+        compare(con, {"config": "A"}, {"config_key": "B"})
+    with pytest.raises(ValueError, match="both match"):
+        compare(con, {"config_key": ["A", "B"]}, {"config_key": "B"})
+    with pytest.raises(ValueError, match="not comparable"):
+        compare(con, {"config_key": "A"}, {"config_key": "B"}, metric="replicate")
+
+
+def test_sql_ab_comparison_agrees_with_python(con):
+    add_pair(con, effect=0.10)
+    sql = run_query(con, "ab_comparison", metric="output_tokens_per_s", baseline_config_key="A",
+                    baseline_runtime=None, candidate_config_key="B", candidate_runtime=None)
+    py = compare(con, {"config_key": "A"}, {"config_key": "B"})
+    assert list(sql.verdict) == list(py.verdict) == ["better"]
+    assert sql.candidate_mean.iloc[0] == pytest.approx(py.candidate_mean.iloc[0])
+
+
+VERSIONS = ["0.9.1", "0.9.2", "0.10.0", "0.10.1", "0.11.0rc1", "0.11.0", "0.12.0"]
+
+
+def _series(con, effects, boots=2, seed=0):
+    rng = np.random.default_rng(seed)
+    for i, (v, e) in enumerate(zip(VERSIONS, effects)):
+        for r in range(boots):
+            add(con, sweep_id=f"sw{i}", config_key="A", replicate=r, vllm_version=v, effect_rel=e,
+                boot_sd_rel=0.01, repeat_sd_rel=0.01, rng=rng)
+
+
+def test_persistent_drop_is_a_regression_at_the_right_version(con):
+    _series(con, [0, 0, 0, 0, -0.15, -0.15, -0.15])
+    out = regressions(con, "output_tokens_per_s", threshold_rel=0.05, consecutive=2)
+    assert list(out.point) == VERSIONS  # PEP 440 order, not string order
+    assert list(out.status) == ["baseline", "ok", "ok", "ok", "regression", "regression", "regression"]
+    assert list(out.point[out.regression_start]) == ["0.11.0rc1"]
+    sql = run_query(con, "regressions", metric="output_tokens_per_s", threshold_rel=0.05, noise_k=2.0,
+                    config_key=None)
+    assert list(sql.vllm_version[sql.regression_start.fillna(False)]) == ["0.11.0rc1"]
+
+
+def test_single_dip_is_not_confirmed_and_noise_is_not_flagged(con):
+    _series(con, [0, 0, -0.15, 0, 0, 0.02, -0.02], seed=3)
+    out = regressions(con, "output_tokens_per_s", threshold_rel=0.05, consecutive=2)
+    assert out.set_index("point").status["0.10.0"] == "violation_unconfirmed"
+    assert not out.regression_start.any()
+    assert set(out.status) <= {"baseline", "ok", "violation_unconfirmed"}
+
+
+def test_latency_regression_direction(con):
+    _series(con, [0, 0, 0, 0, 0, -0.2, -0.2], seed=4)  # slower -> TTFT up
+    out = regressions(con, "ttft_p50_s", threshold_rel=0.05)
+    assert list(out.point[out.regression_start]) == ["0.11.0"]

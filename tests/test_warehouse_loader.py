@@ -1,0 +1,143 @@
+"""Bundle loader (warehouse/loader.py): idempotence, rollback, lock handling, corrupted bundles."""
+
+import subprocess
+import sys
+
+import duckdb
+import pytest
+
+import warehouse.loader as loader
+from tasks.bundle import BundleError, update_bundle_table, read_bundle, write_bundle
+from warehouse.loader import BundleLoadError, WarehouseLocked, load_bundle, load_pending
+from warehouse.synthetic import synthetic_trial
+
+TABLES = ("sweeps", "trials", "boot_phases", "measurements", "requests", "quality_checks", "loaded_bundles")
+
+
+def _counts(db):
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return {t: con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0] for t in TABLES}
+    finally:
+        con.close()
+
+
+def _bundle(results, config_key="cfg1", replicate=0, **kw):
+    st = synthetic_trial(sweep_id="sw1", config_key=config_key, replicate=replicate, requests_per_repeat=4,
+                         vllm_version="0.10.2.dev123+g1a2b3c4", **kw)
+    return write_bundle(results, st.sweep, st.trial, st.tables), st
+
+
+def test_load_twice_changes_nothing(tmp_path):
+    db, results = tmp_path / "wh.duckdb", tmp_path / "results"
+    path, st = _bundle(results)
+    first = load_bundle(db, path)
+    assert first.status == "loaded"
+    assert first.rows["requests"] == len(st.tables["requests"])
+    counts = _counts(db)
+    assert counts["trials"] == 1 and counts["requests"] == 12
+    second = load_bundle(db, path)
+    assert second.status == "skipped"
+    assert _counts(db) == counts
+    # a changed bundle (quality verdict added after validation) replaces the trial's rows, no duplicates
+    trial = read_bundle(path)["trial"]
+    trial.loc[0, "quality_verdict"] = "fail"
+    update_bundle_table(path, "trial", trial)
+    assert load_bundle(db, path).status == "loaded"
+    assert _counts(db) == counts
+    con = duckdb.connect(str(db), read_only=True)
+    assert con.execute("SELECT quality_verdict FROM trials").fetchall() == [("fail",)]
+    con.close()
+
+
+def test_version_columns_filled_at_load(tmp_path):
+    db = tmp_path / "wh.duckdb"
+    path, _ = _bundle(tmp_path / "results")
+    load_bundle(db, path)
+    con = duckdb.connect(str(db), read_only=True)
+    row = con.execute(
+        "SELECT vllm_release, vllm_release_minor, vllm_dev, vllm_commit, vllm_local, vllm_version_key FROM trials"
+    ).fetchall()[0]
+    con.close()
+    assert row[:5] == ("0.10.2", 10, 123, "1a2b3c4", "g1a2b3c4")
+    assert row[5].startswith("000000.000010.000002")
+
+
+def test_interrupted_load_leaves_db_unchanged(tmp_path, monkeypatch):
+    db, results = tmp_path / "wh.duckdb", tmp_path / "results"
+    other, _ = _bundle(results, config_key="cfg0")
+    load_bundle(db, other)
+    path, _ = _bundle(results, config_key="cfg1")
+    before = _counts(db)
+    real = loader._insert_parquet
+
+    def fail_on_requests(con, table, p, source):
+        real(con, table, p, source)  # rows of trials/measurements are already inserted by now
+        if table == "requests":
+            raise RuntimeError("power cut (injected)")
+
+    monkeypatch.setattr(loader, "_insert_parquet", fail_on_requests)
+    with pytest.raises(BundleLoadError, match="rolled back"):
+        load_bundle(db, path)
+    assert _counts(db) == before
+    assert (path / "manifest.json").is_file()  # bundle untouched
+    monkeypatch.setattr(loader, "_insert_parquet", real)
+    assert load_bundle(db, path).status == "loaded"
+    assert _counts(db)["trials"] == before["trials"] + 1
+
+
+def test_locked_db_raises_warehouse_locked(tmp_path):
+    db = tmp_path / "wh.duckdb"
+    path, _ = _bundle(tmp_path / "results")
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('ready', flush=True); time.sleep(60)",
+         str(db)],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        with pytest.raises(WarehouseLocked) as err:
+            load_bundle(db, path, lock_timeout_s=0.5)
+        msg = str(err.value)
+        assert str(db) in msg and "stay on disk" in msg and "tunelab load" in msg
+    finally:
+        holder.kill()
+        holder.wait()
+    assert load_bundle(db, path, lock_timeout_s=5).status == "loaded"
+
+
+def test_corrupted_bundle_is_refused(tmp_path):
+    db = tmp_path / "wh.duckdb"
+    path, _ = _bundle(tmp_path / "results")
+    data = bytearray((path / "measurements.parquet").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (path / "measurements.parquet").write_bytes(bytes(data))
+    with pytest.raises(BundleError, match=r"measurements\.parquet"):
+        load_bundle(db, path)
+    assert not db.exists() or _counts(db)["trials"] == 0
+
+
+def test_unknown_column_is_refused_with_its_name(tmp_path):
+    db = tmp_path / "wh.duckdb"
+    st = synthetic_trial(sweep_id="sw1", config_key="c")
+    m = st.tables["measurements"].assign(ttft_p42_s=1.0)
+    path = write_bundle(tmp_path / "results", st.sweep, st.trial, {"measurements": m})
+    with pytest.raises(BundleError, match="ttft_p42_s"):
+        load_bundle(db, path)
+
+
+def test_load_pending_loads_only_new_bundles_and_reports_failures(tmp_path):
+    db, results = tmp_path / "wh.duckdb", tmp_path / "results"
+    a, _ = _bundle(results, config_key="a")
+    b, _ = _bundle(results, config_key="b")
+    assert [r.status for r in load_pending(db, results)] == ["loaded", "loaded"]
+    assert load_pending(db, results) == []
+    c, _ = _bundle(results, config_key="c")
+    (c / "requests.parquet").write_bytes(b"broken")
+    d, _ = _bundle(results, config_key="d")
+    res = {r.bundle_dir.name: r for r in load_pending(db, results)}
+    assert res[c.name].status == "failed" and "requests.parquet" in res[c.name].error
+    assert res[d.name].status == "loaded"
+    assert c.exists()  # never deleted
+    assert _counts(db)["trials"] == 3
