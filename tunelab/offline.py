@@ -938,7 +938,8 @@ t = time.time()
 for m in mods:
     if m:
         importlib.import_module(m)
-out = {"import_check_s": round(time.time() - t, 2), "versions": {"python": sys.version.split()[0]}}
+out = {"import_check_s": round(time.time() - t, 2), "versions": {"python": sys.version.split()[0]},
+       "executable": sys.executable}
 for d in dists:
     try:
         out["versions"][d] = metadata.version(d)
@@ -1021,6 +1022,7 @@ def install_bundle(
         raise BundleError(f"import check of {m.name} with {python} failed (rc={res.returncode}); "
                           f"PYTHONPATH={site}\n{res.stderr[-4000:]}")
     chk = json.loads(line.split(" ", 1)[1])
+    python = chk.get("executable") or python  # the real interpreter, not a shim or a relative name
     rec = RuntimeRecord(
         kind=m.kind, name=m.name, python=python, pythonpath=[str(site)], env=m.required_env,
         forbidden_env=m.forbidden_env,
