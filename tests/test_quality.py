@@ -186,7 +186,7 @@ CASES = {
                     {"cv_tpot_p50": "warn"}),
     "achieved_concurrency": (_set("measurements", "achieved_concurrency", 2.0), {}, {},
                              {"achieved_concurrency": "fail"}),
-    "client_cpu_frac": (_set("measurements", "client_cpu_frac", 0.97), {}, {},
+    "client_cpu_frac": (_set("measurements", "client_cpu_frac", 0.85), {}, {},
                         {"client_cpu_frac": "warn"}),
     "client_not_bound": (_set("measurements", "client_bound", True), {}, {},
                          {"client_not_bound": "fail"}),
@@ -314,6 +314,31 @@ def test_power_cap_bit_alone_is_not_throttling():
     assert failed(res)["no_throttling"] == "fail"
     obs = res.checks.set_index("expectation").loc["no_throttling", "observed"]
     assert "HwThermalSlowdown" in obs and "SwPowerCap" not in obs
+
+
+def test_natural_eos_is_excluded_unless_trial_says_ignore_eos():
+    tables = make_tables()
+    req = tables["requests"]
+    req.loc[0, "output_tokens"] = 7
+    req.loc[0, "finish_reason"] = "stop"  # an EOS: only possible without ignore_eos
+    res = validate_trial(tables, make_trial(), QualityThresholds())
+    assert "output_tokens_match_requested" not in failed(res)
+    for flag in (True, np.True_):  # a trials row read from a bundle gives numpy bools
+        res = validate_trial(tables, make_trial(ignore_eos=flag), QualityThresholds())
+        assert failed(res) == {"output_tokens_match_requested": "fail"}
+
+
+def test_concurrency_target_is_capped_by_num_requests():
+    tables = make_tables()
+    m = tables["measurements"]
+    m["load_value"] = 64.0  # more than the 12 requests of each measurement
+    for t in ("requests", "server_metrics"):
+        tables[t]["load_value"] = 64.0
+    m["achieved_concurrency"] = 11.5
+    assert validate_trial(tables, make_trial(), QualityThresholds()).verdict == "pass"
+    m.loc[0, "achieved_concurrency"] = 8.0
+    res = validate_trial(tables, make_trial(), QualityThresholds())
+    assert failed(res) == {"achieved_concurrency": "fail"}
 
 
 def test_ignore_eos_false_skips_output_length_check():

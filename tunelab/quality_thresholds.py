@@ -72,19 +72,21 @@ class QualityThresholds(BaseModel):
         ge=0.0,
         le=1.0,
         description=(
-            "For load_kind = 'concurrency': smallest achieved_concurrency / load_value "
-            "(achieved_concurrency = sum(E2EL) / duration). Below it the server never saw the "
+            "For load_kind = 'concurrency': smallest achieved_concurrency / "
+            "min(load_value, num_requests) (achieved_concurrency = sum of request time in "
+            "flight / duration, Little's law). Below it the server never saw the "
             "load the plan asked for: fail (check `achieved_concurrency`). Default 0.9."
         ),
     )
     max_client_cpu_frac: float = Field(
-        default=0.9,
+        default=0.8,
         gt=0.0,
         description=(
             "Largest load-generator CPU time / wall time (measurements.client_cpu_frac). "
-            "Above it the client may be the bottleneck: warn (check `client_cpu_frac`). "
-            "The load generator's own verdict (measurements.client_bound = true) is a fail "
-            "(check `client_not_bound`). Default 0.9."
+            "Above it the client is close to being the bottleneck: warn (check "
+            "`client_cpu_frac`). The load generator's own verdict "
+            "(measurements.client_bound = true, set at >= 0.9 CPU or concurrency not kept) "
+            "is a fail (check `client_not_bound`). Default 0.8."
         ),
     )
 
