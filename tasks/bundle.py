@@ -157,6 +157,20 @@ def _check_trial_ids(name: str, df: pd.DataFrame, trial_id: str) -> pd.DataFrame
     return df
 
 
+_KEYS = {
+    "requests": ("workload", "load_kind", "load_value", "repeat", "request_index"),
+    "measurements": ("workload", "load_kind", "load_value", "repeat"),
+    "boot_phases": ("phase",),
+}
+
+
+def _check_unique(name: str, df: pd.DataFrame) -> None:
+    keys = [k for k in _KEYS.get(name, ()) if k in df.columns]
+    if keys and len(keys) == len(_KEYS[name]) and bool(df.duplicated(subset=keys).any()):
+        dup = df[df.duplicated(subset=keys, keep=False)][keys].head(2).to_dict("records")
+        raise BundleError(f"table {name!r}: duplicate rows for key {keys}, e.g. {dup}; each key must occur once")
+
+
 def write_bundle(results_dir: Path, sweep: dict, trial: dict, tables: dict[str, pd.DataFrame]) -> Path:
     """Write one trial's results as a bundle, atomically.
 
@@ -200,6 +214,7 @@ def write_bundle(results_dir: Path, sweep: dict, trial: dict, tables: dict[str, 
         if len(df.columns) == 0:
             continue
         frames[name] = _check_trial_ids(name, df, trial_id)
+        _check_unique(name, frames[name])
 
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.parent / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"

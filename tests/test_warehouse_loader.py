@@ -71,10 +71,11 @@ def test_interrupted_load_leaves_db_unchanged(tmp_path, monkeypatch):
     before = _counts(db)
     real = loader._insert_parquet
 
-    def fail_on_requests(con, table, p, source):
-        real(con, table, p, source)  # rows of trials/measurements are already inserted by now
+    def fail_on_requests(con, schema, table, p, source, trial_id):
+        n = real(con, schema, table, p, source, trial_id)  # trials/measurements rows are already inserted by now
         if table == "requests":
             raise RuntimeError("power cut (injected)")
+        return n
 
     monkeypatch.setattr(loader, "_insert_parquet", fail_on_requests)
     with pytest.raises(BundleLoadError, match="rolled back"):

@@ -25,6 +25,7 @@ from typing import Callable
 
 import duckdb
 import pandas as pd
+import pyarrow.parquet as pq
 
 from tasks.bundle import BUNDLE_TABLES, TABLE_TO_WAREHOUSE, BundleError, list_bundles, verify_bundle
 from warehouse.migrate import connect
@@ -132,19 +133,21 @@ def open_warehouse(
             delay = min(delay * 2, max_backoff_s)
 
 
-def _table_columns(con: duckdb.DuckDBPyConnection, table: str) -> set[str]:
-    return {r[0] for r in con.execute(
-        "SELECT column_name FROM information_schema.columns WHERE table_name = ? AND table_schema = 'main'",
-        [table],
-    ).fetchall()}
+def _schema_columns(con: duckdb.DuckDBPyConnection) -> dict[str, set[str]]:
+    """{table: columns} of the main schema, read once per bundle."""
+    rows = con.execute(
+        "SELECT table_name, list(column_name) FROM information_schema.columns "
+        "WHERE table_schema = 'main' GROUP BY table_name"
+    ).fetchall()
+    return {t: set(cols) for t, cols in rows}
 
 
-def _parquet_columns(con: duckdb.DuckDBPyConnection, path: Path) -> list[str]:
-    return [r[0] for r in con.execute("DESCRIBE SELECT * FROM read_parquet(?)", [str(path)]).fetchall()]
+def _parquet_columns(path: Path) -> list[str]:
+    return pq.read_schema(path).names
 
 
-def _check_columns(con, table: str, cols, source: str) -> None:
-    unknown = sorted(set(cols) - _table_columns(con, table))
+def _check_columns(schema: dict[str, set[str]], table: str, cols, source: str) -> None:
+    unknown = sorted(set(cols) - schema.get(table, set()))
     if unknown:
         raise BundleError(
             f"{source}: columns {unknown} do not exist in warehouse table {table!r}; "
@@ -152,26 +155,32 @@ def _check_columns(con, table: str, cols, source: str) -> None:
         )
 
 
-def _upsert_sweep(con, sweep: pd.DataFrame, source: str) -> int:
-    _check_columns(con, "sweeps", sweep.columns, source)
+def _upsert_sweep(con, schema, sweep: pd.DataFrame, source: str) -> int:
+    _check_columns(schema, "sweeps", sweep.columns, source)
     row = sweep.iloc[0].to_dict()
-    existing = con.execute("SELECT * FROM sweeps WHERE sweep_id = ?", [row["sweep_id"]]).fetchdf()
-    if len(existing):
-        old = existing.iloc[0].to_dict()
-        merged = dict(old)
-        for k, v in row.items():
-            if v is not None and not (isinstance(v, float) and pd.isna(v)):
-                merged[k] = v
+    cur = con.execute("SELECT * FROM sweeps WHERE sweep_id = ?", [row["sweep_id"]])
+    found = cur.fetchall()
+    frame = sweep
+    if found:
+        old = dict(zip([d[0] for d in cur.description], found[0]))
+        new = {k: v for k, v in row.items() if v is not None and not (isinstance(v, float) and pd.isna(v))}
+        if all(str(old.get(k)) == str(v) or (k in old and _same_time(old[k], v)) for k, v in new.items()):
+            return 0  # nothing new about this sweep (the usual case: its other trials loaded it)
+        frame = pd.DataFrame([{**old, **new}])
         con.execute("DELETE FROM sweeps WHERE sweep_id = ?", [row["sweep_id"]])
-        frame = pd.DataFrame([merged])
-    else:
-        frame = sweep
     con.register("_tl_sweep", frame)
     try:
         con.execute("INSERT INTO sweeps BY NAME SELECT * FROM _tl_sweep")
     finally:
         con.unregister("_tl_sweep")
     return 1
+
+
+def _same_time(a, b) -> bool:
+    try:
+        return pd.Timestamp(a) == pd.Timestamp(b)
+    except (ValueError, TypeError):
+        return False
 
 
 def _prepare_trial(trial: pd.DataFrame) -> pd.DataFrame:
@@ -186,8 +195,8 @@ def _prepare_trial(trial: pd.DataFrame) -> pd.DataFrame:
     return trial
 
 
-def _insert_frame(con, table: str, df: pd.DataFrame, source: str) -> int:
-    _check_columns(con, table, df.columns, source)
+def _insert_frame(con, schema, table: str, df: pd.DataFrame, source: str) -> int:
+    _check_columns(schema, table, df.columns, source)
     con.register("_tl_frame", df)
     try:
         con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _tl_frame")
@@ -196,9 +205,12 @@ def _insert_frame(con, table: str, df: pd.DataFrame, source: str) -> int:
     return len(df)
 
 
-def _insert_parquet(con, table: str, path: Path, source: str) -> None:
-    _check_columns(con, table, _parquet_columns(con, path), source)
-    con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet(?)", [str(path)])
+def _insert_parquet(con, schema, table: str, path: Path, source: str, trial_id: str) -> int:
+    """Insert the rows of ``path`` that carry ``trial_id``; returns how many were inserted."""
+    _check_columns(schema, table, _parquet_columns(path), source)
+    return con.execute(
+        f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet(?) WHERE trial_id = ?", [str(path), trial_id]
+    ).fetchall()[0][0]
 
 
 def _count(con, table: str, trial_id: str) -> int:
@@ -230,6 +242,7 @@ def insert_trial_tables(
         for table in _TRIAL_TABLES:
             con.execute(f"DELETE FROM {table} WHERE trial_id = ?", [trial_id])
     rows: dict[str, int] = {}
+    schema = _schema_columns(con)
     for name in BUNDLE_TABLES:
         if name not in frames:
             continue
@@ -237,20 +250,21 @@ def insert_trial_tables(
         item = frames[name]
         where = f"{source}: table {name}"
         if name in ("sweep", "trial"):
-            df = pd.read_parquet(item) if isinstance(item, Path) else item
+            df = pd.DataFrame(pq.read_table(item).to_pylist()) if isinstance(item, Path) else item
             if len(df) != 1:
                 raise BundleError(f"{where}: must have exactly one row, has {len(df)}")
             if name == "sweep":
-                rows[table] = _upsert_sweep(con, df, where)
+                rows[table] = _upsert_sweep(con, schema, df, where)
                 continue
             if df.at[0, "trial_id"] != trial_id:
                 raise BundleError(f"{where}: trial_id {df.at[0, 'trial_id']!r} differs from {trial_id!r}")
-            _insert_frame(con, table, _prepare_trial(df), where)
+            _insert_frame(con, schema, table, _prepare_trial(df), where)
+            got = 1
         elif isinstance(item, Path):
-            _insert_parquet(con, table, item, where)
+            got = _insert_parquet(con, schema, table, item, where, trial_id)
         else:
-            _insert_frame(con, table, item, where)
-        got = _count(con, table, trial_id)
+            _insert_frame(con, schema, table, item, where)
+            got = _count(con, table, trial_id)
         want = (expected_rows or {}).get(name, None)
         if want is None and isinstance(item, pd.DataFrame):
             want = len(item)

@@ -112,8 +112,11 @@ CREATE TABLE IF NOT EXISTS requests (
     ttft_s                  DOUBLE,
     tpot_s                  DOUBLE,
     e2el_s                  DOUBLE,
-    itl_mean_s              DOUBLE,
-    PRIMARY KEY (trial_id, workload, load_kind, load_value, repeat, request_index)
+    itl_mean_s              DOUBLE
+    -- Key: (trial_id, workload, load_kind, load_value, repeat, request_index). Not declared as a
+    -- PRIMARY KEY: the index over millions of rows cost 2.5x ingest time (benchmarks/warehouse_ingest.py);
+    -- uniqueness is checked when the bundle is written (tasks/bundle.py) and the loader replaces a
+    -- trial's rows as a whole (delete-then-insert by trial_id).
 );
 
 CREATE TABLE IF NOT EXISTS server_metrics (
