@@ -259,6 +259,7 @@ class _Skip:
     name: str
     reason: str
     threshold: str = ""
+    severity: Severity | None = None  # default: CHECKS[name].severity
 
 
 @dataclass
@@ -352,7 +353,7 @@ def _suite_requests(gxe: Any, req: pd.DataFrame, trial: Mapping[str, Any],
     rate = n_fail / n if n else 0.0
     errors = ""
     if n_fail and "error" in req.columns:
-        top = req.loc[all_frame["ok"] == False, "error"].astype(str).value_counts().head(3)  # noqa: E712
+        top = req.loc[~all_frame["ok"], "error"].astype(str).value_counts().head(3)
         errors = "; ".join(f"{k} x{v}" for k, v in top.items())
     observed_rate = f"{_fmt(rate)} ({n_fail}/{n})" + (f"; {errors}" if errors else "")
     out.plans.append(_Plan(all_frame, [
@@ -522,11 +523,12 @@ def _suite_aggregates(gxe: Any, meas: pd.DataFrame | None, th: QualityThresholds
     bound = _bool_obj(m["client_bound"])
     if bound.notna().any():
         m["client_bound"] = bound
+        n_bound = int(bound.map(lambda v: v is True).sum())
         specs.append(_Spec("client_not_bound",
                            gxe.ExpectColumnValuesToBeInSet(column="client_bound",
                                                            value_set=[False]),
-                           "false", f"{int((bound == True).sum())} of {int(bound.notna().sum())} "  # noqa: E712
-                           "measurements client-bound"))
+                           "false",
+                           f"{n_bound} of {int(bound.notna().sum())} measurements client-bound"))
     else:
         out.skips.append(_Skip("client_not_bound", "client_bound not recorded", "false"))
     if specs:
@@ -540,7 +542,8 @@ def _suite_environment(gxe: Any, gpu: pd.DataFrame | None, trial: Mapping[str, A
         reason = f"no GPU (gpu_name={trial.get('gpu_name')!r})"
         for name in ("gpu_clean_at_boot", "no_foreign_gpu_processes", "gpu_baseline_excess",
                      "no_throttling", "sm_clock_stable"):
-            out.skips.append(_Skip(name, reason))
+            out.skips.append(_Skip(name, reason, severity=throttle_sev
+                                   if name == "no_throttling" else None))
         return
 
     row: dict[str, list[Any]] = {"label": [str(trial.get("gpu_name"))]}
@@ -576,7 +579,8 @@ def _suite_environment(gxe: Any, gpu: pd.DataFrame | None, trial: Mapping[str, A
         out.plans.append(_Plan(pd.DataFrame(row), specs))
 
     if gpu is None:
-        out.skips.append(_Skip("no_throttling", "no gpu_samples recorded", "no throttle bit"))
+        out.skips.append(_Skip("no_throttling", "no gpu_samples recorded", "no throttle bit",
+                               throttle_sev))
         out.skips.append(_Skip("sm_clock_stable", "no gpu_samples recorded",
                                f"CV <= {th.max_sm_clock_cv}"))
         return
@@ -599,7 +603,7 @@ def _suite_environment(gxe: Any, gpu: pd.DataFrame | None, trial: Mapping[str, A
             severity=throttle_sev)]))
     else:
         out.skips.append(_Skip("no_throttling", "throttle_reasons not recorded",
-                               "no throttle bit"))
+                               "no throttle bit", throttle_sev))
 
     g["sm_clock_mhz"] = _num(g["sm_clock_mhz"])
     busy = g[g["sm_clock_mhz"].notna()]
@@ -808,7 +812,7 @@ def _run_plans(plans: list[_Plan], skips: list[_Skip], trial_id: str) -> pd.Data
         info = CHECKS[sk.name]
         rows.append({
             "trial_id": trial_id, "suite": info.suite, "expectation": sk.name,
-            "success": None, "severity": info.severity, "observed": None,
+            "success": None, "severity": sk.severity or info.severity, "observed": None,
             "threshold": sk.threshold or None, "detail": f"skipped: {sk.reason}",
         })
     return _checks_frame(rows)

@@ -384,6 +384,18 @@ def test_unvalidated_when_a_suite_raises(monkeypatch):
     assert "boom in suite" in res.summary
 
 
+def test_unvalidated_when_great_expectations_raises(monkeypatch, gx_imported):
+    from great_expectations.datasource.fluent.interfaces import Batch
+
+    def broken(self, *a, **k):
+        raise RuntimeError("gx exploded")
+
+    monkeypatch.setattr(Batch, "validate", broken)
+    res = validate_trial(make_tables(), make_trial(), QualityThresholds())
+    assert res.verdict == "unvalidated"
+    assert "gx exploded" in res.summary
+
+
 def test_gx_exception_is_raised_not_passed(gx_imported):
     import great_expectations.expectations as gxe
 
