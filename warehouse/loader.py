@@ -224,6 +224,7 @@ def insert_trial_tables(
     *,
     source: str,
     expected_rows: dict[str, int] | None = None,
+    schema: dict[str, set[str]] | None = None,
 ) -> dict[str, int]:
     """Delete every row of ``trial_id`` and insert ``frames`` (bundle table name -> DataFrame or Parquet path).
 
@@ -242,7 +243,7 @@ def insert_trial_tables(
         for table in _TRIAL_TABLES:
             con.execute(f"DELETE FROM {table} WHERE trial_id = ?", [trial_id])
     rows: dict[str, int] = {}
-    schema = _schema_columns(con)
+    schema = schema or _schema_columns(con)
     for name in BUNDLE_TABLES:
         if name not in frames:
             continue
@@ -291,7 +292,12 @@ def _loaded_sha(con, trial_id: str) -> str | None:
     return r[0][0] if r else None
 
 
-def _load_one(con: duckdb.DuckDBPyConnection, bundle_dir: Path, manifest: dict | None = None) -> LoadResult:
+def _load_one(
+    con: duckdb.DuckDBPyConnection,
+    bundle_dir: Path,
+    manifest: dict | None = None,
+    schema: dict[str, set[str]] | None = None,
+) -> LoadResult:
     t0 = time.perf_counter()
     bundle_dir = Path(bundle_dir)
     manifest = manifest or verify_bundle(bundle_dir)
@@ -302,7 +308,8 @@ def _load_one(con: duckdb.DuckDBPyConnection, bundle_dir: Path, manifest: dict |
     expected = {name: int(e["rows"]) for name, e in manifest["files"].items()}
     con.execute("BEGIN TRANSACTION")
     try:
-        rows = insert_trial_tables(con, trial_id, frames, source=f"bundle {bundle_dir}", expected_rows=expected)
+        rows = insert_trial_tables(con, trial_id, frames, source=f"bundle {bundle_dir}", expected_rows=expected,
+                                   schema=schema)
         _record_loaded(con, trial_id, sha, str(bundle_dir), manifest.get("bundle_format"), sum(rows.values()))
         con.execute("COMMIT")
     except BaseException as exc:
@@ -375,13 +382,14 @@ def load_pending(
     results: list[LoadResult] = []
     try:
         loaded = dict(con.execute("SELECT bundle_id, sha256 FROM loaded_bundles").fetchall())
+        schema = _schema_columns(con)  # no DDL happens while loading
         for bundle in bundles:
             t0 = time.perf_counter()
             try:
                 manifest = verify_bundle(bundle)
                 if loaded.get(manifest["trial_id"]) == manifest["manifest_sha256"]:
                     continue
-                result = _load_one(con, bundle, manifest)
+                result = _load_one(con, bundle, manifest, schema)
             except (BundleError, BundleLoadError) as exc:
                 log.error("bundle %s not loaded: %s", bundle, exc)
                 result = LoadResult(bundle, None, None, "failed", seconds=time.perf_counter() - t0, error=str(exc))
