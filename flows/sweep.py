@@ -94,8 +94,14 @@ def validate_task(bundle: Path, plan: Plan) -> str:
 
 @task(name="load", cache_policy=NO_CACHE)
 def load_task(db: Path, results: Path) -> int:
-    """Load every bundle not yet in the warehouse; returns how many were loaded."""
-    return len([r for r in load_pending(db, results) if getattr(r, "loaded", True)])
+    """Load every bundle not yet in the warehouse; returns how many were loaded. A bundle that fails to
+    load stays on disk (logged with its reason) for a later `tunelab load`."""
+    logger = get_run_logger()
+    results_ = load_pending(db, results)
+    for r in results_:
+        if r.status == "failed":
+            logger.error("bundle %s not loaded: %s", r.bundle_dir, r.error)
+    return len([r for r in results_ if r.status == "loaded"])
 
 
 @flow(name="tuning_sweep", flow_run_name="sweep {plan_path}", log_prints=True)
@@ -164,7 +170,7 @@ def tuning_sweep(plan_path: str, db: str | None = None, results: str | None = No
         statuses.append({"trial_id": trial_id, "config": t.label, "runtime": t.runtime,
                          "status": trow["status"], "failure_class": trow.get("failure_class"),
                          "boot_s": trow.get("boot_s")})
-        if "teardown:" in str(trow.get("failure_reason") or ""):
+        if trow.get("teardown_clean") is False or trow.get("teardown_clean") == False:  # noqa: E712
             gpu_unusable = True
     for b in bundles:
         try:

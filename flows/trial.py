@@ -194,6 +194,7 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: di
             try:
                 boot = boot_task(server)
                 row["boot_s"] = boot["boot_s"]
+                row["health_s"] = boot["health_s"]
                 logger.info("ready in %.1f s on port %s", boot["boot_s"], boot["port"])
                 res, gpu = measure_task(server, plan, gpu_index)
                 tables.update(requests=res.requests, measurements=res.measurements,
@@ -224,6 +225,7 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: di
     finally:
         td = teardown_task(server) if interrupted is None else dict(server.stop().__dict__)
         row["teardown_s"] = td.get("total_s")
+        row["teardown_clean"] = bool(td.get("clean", True))
         if not td.get("clean", True):
             row["failure_reason"] = ((row.get("failure_reason") or "") + f"; teardown: {td.get('detail')}").strip("; ")
             ctx.setdefault("unusable_gpus", set()).add(gpu_index)

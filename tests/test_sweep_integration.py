@@ -1,0 +1,94 @@
+"""End to end on the real CPU runtime: `tunelab run` of a one-trial plan, then the rows in DuckDB."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PLAN = REPO / "tests" / "plans" / "one_trial.yaml"
+
+pytestmark = pytest.mark.runtime
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory, cpu_runtime, tiny_model):
+    out = tmp_path_factory.mktemp("sweep")
+    env = dict(os.environ, TUNELAB_DB=str(out / "wh.duckdb"), TUNELAB_RESULTS=str(out / "results"),
+               PREFECT_HOME=str(out / "prefect"))
+    r = subprocess.run([sys.executable, "-m", "tunelab.cli", "run", str(PLAN)], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return out, r.stdout + r.stderr
+
+
+def test_rows_in_duckdb(sweep):
+    out, _ = sweep
+    con = duckdb.connect(str(out / "wh.duckdb"), read_only=True)
+    trials = con.execute("SELECT status, runtime_name, vllm_version, config_label, boot_s, teardown_s, "
+                         "quality_verdict, engine_args FROM trials").fetchall()
+    assert len(trials) == 1
+    status, runtime, version, label, boot_s, teardown_s, verdict, engine_args = trials[0]
+    assert status == "ok" and runtime == "cpu" and version.startswith("0.")
+    assert "enforce-eager" in label and json.loads(engine_args)["enforce-eager"] is True
+    assert boot_s > 0 and teardown_s is not None
+    assert verdict in ("pass", "warn", "fail")  # validated, whatever the noise of the box
+    # 1 workload x 1 load level x 2 repeats
+    meas = con.execute("SELECT repeat, completed, failed, output_tokens_per_s, ttft_p50_s, tpot_p50_s "
+                       "FROM measurements ORDER BY repeat").fetchall()
+    assert [m[0] for m in meas] == [0, 1]
+    for _, completed, failed, tps, ttft, tpot in meas:
+        assert completed == 4 and failed == 0 and tps > 0 and 0 < ttft and tpot > 0
+    # every measured request, none of the warm-up ones; exact output length under ignore_eos
+    reqs = con.execute("SELECT count(*), bool_and(ok), min(output_tokens), max(output_tokens), "
+                       "min(ttft_s), bool_and(ttft_s <= e2el_s) FROM requests").fetchall()[0]
+    assert reqs[0] == 8 and reqs[1] and reqs[2] == reqs[3] == 8 and reqs[4] > 0 and reqs[5]
+    # server-side counters of the windows: the server generated what the client received
+    gen = con.execute("SELECT sum(value) FROM server_metrics WHERE metric = 'generation_tokens'").fetchall()[0][0]
+    assert gen == 2 * 4 * 8
+    phases = con.execute("SELECT count(*) FROM boot_phases").fetchall()[0][0]
+    assert phases >= 1
+    checks = con.execute("SELECT count(*) FROM quality_checks").fetchall()[0][0]
+    assert checks > 0
+
+
+def test_no_server_left_behind(sweep):
+    out, _ = sweep
+    con = duckdb.connect(str(out / "wh.duckdb"), read_only=True)
+    trial_id, command = con.execute("SELECT trial_id, command FROM trials").fetchall()[0]
+    state = json.loads((REPO / ".tunelab" / "state" / "servers.json").read_text())
+    assert not [e for e in state if e["trial_id"] == trial_id]
+    argv = command.split()
+    port = argv[argv.index("--port") + 1]
+    served = argv[argv.index("--served-model-name") + 1]
+    assert "***" in command  # the API key is redacted
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert not [line for line in ps.splitlines() if served in line or f"--port {port} " in line]
+
+
+def test_loading_twice_changes_nothing(sweep):
+    out, _ = sweep
+    from warehouse.loader import load_pending
+
+    def counts():
+        con = duckdb.connect(str(out / "wh.duckdb"), read_only=True)
+        try:
+            return [con.execute(f"SELECT count(*) FROM {t}").fetchall()[0][0]
+                    for t in ("trials", "measurements", "requests", "server_metrics", "quality_checks")]
+        finally:
+            con.close()
+
+    before = counts()
+    load_pending(out / "wh.duckdb", out / "results")
+    assert counts() == before
+
+
+def test_report_prints_comparison(sweep):
+    _, output = sweep
+    assert "output tok/s" in output and "TTFT p50 ms" in output
