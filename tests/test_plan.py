@@ -124,3 +124,39 @@ def test_demo_plan_is_valid():
     repo = Path(__file__).resolve().parent.parent
     plan = load_plan(repo / "experiments" / "demo.yaml")
     assert len(plan.trials()) >= 2 and len(plan.concurrency) >= 2 and plan.repeats >= 2
+
+
+VARIANTS = """
+name: v
+model: /models/tiny
+runtimes: [a, b]
+engine_args: {max-model-len: 4096}
+variants:
+  - {}
+  - {engine_args: {enforce-eager: true}}
+  - {env: {VLLM_USE_FASTOKENS: 1}}
+  - {engine_args: {max-num-batched-tokens: 2048}, runtimes: [a]}
+workloads:
+  - {name: short, prompt_tokens: 32, output_tokens: 8, num_requests: 4}
+replicates: 2
+"""
+
+
+def test_variants_change_one_thing_at_a_time(tmp_path):
+    plan = load_plan(write(tmp_path, VARIANTS))
+    trials = plan.trials()
+    # runtime a: 4 variants, runtime b: 3 (the last is restricted to a); x 2 replicates
+    assert len(trials) == 2 * (4 + 3)
+    a = [t for t in trials if t.runtime == "a" and t.replicate == 0]
+    assert sorted(t.label for t in a) == sorted(
+        ["default", "enforce-eager", "VLLM_USE_FASTOKENS=1", "max-num-batched-tokens=2048"])
+    assert all(t.engine_args["max-model-len"] == 4096 for t in trials)
+    # the same variant has the same config key on both runtimes: comparable across releases
+    keys_a = {t.label: t.config_key for t in a}
+    keys_b = {t.label: t.config_key for t in trials if t.runtime == "b" and t.replicate == 0}
+    assert keys_b["VLLM_USE_FASTOKENS=1"] == keys_a["VLLM_USE_FASTOKENS=1"]
+
+
+def test_variant_for_unknown_runtime_is_an_error(tmp_path):
+    with pytest.raises(PlanError, match=r"variants\[3\]\.runtimes: 'a' is not one of"):
+        load_plan(write(tmp_path, VARIANTS.replace("runtimes: [a, b]", "runtime: c")))

@@ -29,6 +29,7 @@ from tunelab.quality_thresholds import QualityThresholds
 __all__ = [
     "PlanError",
     "Workload",
+    "Variant",
     "SLO",
     "Plan",
     "Trial",
@@ -93,6 +94,28 @@ class SLO(BaseModel):
     e2el_s: float | None = Field(None, gt=0, description="Upper bound on end-to-end latency, seconds.")
 
 
+class Variant(BaseModel):
+    """One named deviation from the plan's base engine args/env (instead of a full matrix): e.g. the
+    seeds' one-change-at-a-time diagnostics. Values here are scalars (no matrix axes)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str | None = Field(None, description="Label shown in reports; default: the changed settings.")
+    engine_args: dict[str, Scalar] = Field(default_factory=dict, description="vllm serve flags to add or override.")
+    env: dict[str, Scalar] = Field(default_factory=dict, description="Environment variables to add or override.")
+    runtimes: list[str] | None = Field(None, description="Only on these runtimes (default: all of the plan's).")
+
+    @field_validator("engine_args")
+    @classmethod
+    def _flags(cls, v: dict) -> dict:
+        out = {}
+        for raw, val in v.items():
+            flag = _norm_flag(raw)
+            if not _FLAG_RE.match(flag) or flag in RESERVED_FLAGS:
+                raise ValueError(f"engine arg {raw!r} is not a flag a plan may set")
+            out[flag] = val
+        return out
+
+
 class Plan(BaseModel):
     """A validated experiment plan. Construct with :func:`load_plan` to get file-aware error messages."""
 
@@ -106,6 +129,10 @@ class Plan(BaseModel):
     )
     env: dict[str, Scalar | list[Scalar]] = Field(
         default_factory=dict, description="Environment variables; a list is a matrix axis, a scalar is fixed."
+    )
+    variants: list[Variant] = Field(
+        default_factory=list,
+        description="Named deviations from the base config, each one trial config (x the matrix axes, if any).",
     )
     workloads: list[Workload] = Field(min_length=1)
     concurrency: list[int] = Field(default_factory=lambda: [1], description="Concurrency levels (max in-flight requests).")
@@ -169,6 +196,10 @@ class Plan(BaseModel):
     def _has_load(self) -> "Plan":
         if not self.concurrency and not self.request_rates:
             raise ValueError("give at least one load level: concurrency or request_rates")
+        for i, v in enumerate(self.variants):
+            for rt in v.runtimes or []:
+                if rt not in self.runtime_names():
+                    raise ValueError(f"variants[{i}].runtimes: {rt!r} is not one of the plan's runtimes {self.runtime_names()}")
         names = [w.name for w in self.workloads]
         if len(set(names)) != len(names):
             raise ValueError(f"workload names must be unique, got {names}")
@@ -183,15 +214,28 @@ class Plan(BaseModel):
         """Machine-independent model identity used in config keys: the model folder's name."""
         return Path(self.model).name
 
-    def configs(self) -> list[tuple[dict[str, Scalar], dict[str, str]]]:
-        """Cartesian product of the engine-arg and env matrices, as (engine_args, env) pairs."""
-        return _expand(self.engine_args, self.env)
+    def configs(self, runtime: str | None = None) -> list[tuple[dict[str, Scalar], dict[str, str]]]:
+        """Cartesian product of the engine-arg and env matrices, as (engine_args, env) pairs; with
+        ``variants``, each variant's overrides applied to every matrix point (variants restricted to other
+        runtimes are left out for ``runtime``)."""
+        base = _expand(self.engine_args, self.env)
+        if not self.variants:
+            return base
+        out = []
+        for args, env in base:
+            for v in self.variants:
+                if runtime is not None and v.runtimes is not None and runtime not in v.runtimes:
+                    continue
+                out.append(({**args, **v.engine_args}, {**env, **{k: _env_str(x) for k, x in v.env.items() if x is not None}}))
+        return out
 
     def axes(self) -> tuple[str, ...]:
         """Names of the engine args and env vars that vary across trials (the matrix axes), plus
         'runtime' when several runtimes are compared. Used for short trial labels."""
         ax = [_norm_flag(k) for k, v in self.engine_args.items() if isinstance(v, list) and len(v) > 1]
         ax += [k for k, v in self.env.items() if isinstance(v, list) and len(v) > 1]
+        for v in self.variants:
+            ax += [k for k in v.engine_args if k not in ax] + [k for k in v.env if k not in ax]
         return tuple(ax)
 
     def trials(self) -> list["Trial"]:
@@ -199,7 +243,7 @@ class Plan(BaseModel):
         configs alternate (A B A B ...) and machine drift over the sweep does not look like an effect."""
         base = []
         for rt in self.runtime_names():
-            for args, env in self.configs():
+            for args, env in self.configs(rt):
                 base.append((rt, args, env))
         rounds: list[list[Trial]] = []
         for rep in range(self.replicates):
