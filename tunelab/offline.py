@@ -256,8 +256,8 @@ class BundleManifest(BaseModel):
     forbidden_env: dict[str, str] = Field(default_factory=dict, description="must stay unset: name -> why")
     import_check: list[str] = Field(description="modules imported by the post-install check")
     excluded_imported_at_module_level: list[str] = Field(
-        default_factory=list, description="'file:line: text' where a vllm module imports an excluded package at "
-        "column 0: that module cannot be imported on the host. Expected for optional backends (e.g. "
+        default_factory=list, description="'vllm/file.py: pkg, ...' for each vllm module that imports an excluded "
+        "package at column 0: that module cannot be imported on the host. Expected for optional backends (e.g. "
         "vllm/v1/attention/backends/flashinfer.py); a hit in a module on the serve path would be a bug")
     created_at: str = Field(default_factory=lambda: _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
 
@@ -849,7 +849,11 @@ def bundle_runtime(
                      if any(fnmatch.fnmatchcase(p.path, r.pattern) for p in pruned)}
         ex_names = {normalize_name(Requirement(s.split(" (from")[0]).name) for s in excluded}
         ex_mods = sorted({m for n in ex_names for m in _EXCLUDED_MODULES.get(n, [n.replace("-", "_")])})
-        scan = scan_module_level_imports(site, ex_mods, packages=["vllm"])
+        by_file: dict[str, set[str]] = {}
+        for hit in scan_module_level_imports(site, ex_mods, packages=["vllm"]):
+            path, _, text = hit.split(":", 2)
+            by_file.setdefault(path, set()).add(_IMPORT_RE.match(text.strip()).group(1))  # type: ignore[union-attr]
+        scan = [f"{path}: {', '.join(sorted(mods))}" for path, mods in sorted(by_file.items())]
         required_env = dict(_ENV_OFFLINE)
         if any(n.startswith("flashinfer") for n in ex_names):
             required_env["VLLM_USE_FLASHINFER_SAMPLER"] = "0"
