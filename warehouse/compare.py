@@ -17,7 +17,7 @@ than ``min_boots`` (default 2) boots: with one boot the boot-to-boot variance is
 
 ``regressions``: per series (config_key, gpu, workload, load level), points are vLLM
 versions in PEP 440 order (or sweeps in date order). A point *violates* when it is worse than
-the baseline point by more than ``threshold_rel`` AND the difference is outside the noise band
+the baseline (boot-weighted mean of the last ``baseline_window`` non-violating points) by more than ``threshold_rel`` AND the difference is outside the noise band
 ``noise_k * sd_boot * sqrt(1/n_baseline + 1/n_point)`` (sd_boot pooled across the series'
 boots). A regression is confirmed when ``consecutive`` successive points violate against the
 same baseline, as in the PyTorch HUD regression checker (pytorch/test-infra
@@ -301,6 +301,7 @@ def regressions(
     *,
     order_by: str = "version",
     noise_k: float = 2.0,
+    baseline_window: int = 3,
     config_key: str | Sequence[str] | None = None,
     quality: Iterable[str] = ("pass", "warn"),
     statuses: Iterable[str] = ("ok",),
@@ -312,9 +313,11 @@ def regressions(
     A point is one vLLM version (``order_by="version"``, PEP 440 order via
     ``trials.vllm_version_key``, never the raw string) or one sweep (``order_by="date"``,
     by start time); its value is the mean over its boots. Walking the series, the baseline is
-    the latest point that did not violate. A point violates when it is worse than the baseline
-    by more than ``threshold_rel`` (relative, direction-aware) AND the difference exceeds
-    ``noise_k * sd * sqrt(1/n_baseline + 1/n_point)``, sd being the boot-to-boot SD pooled over
+    the mean over the boots of the last ``baseline_window`` points that did not violate (a
+    window, as the HUD's baseline aggregation, so one lucky point does not make every later
+    point look worse). A point violates when it is worse than the baseline by more than
+    ``threshold_rel`` (relative, direction-aware) AND the difference exceeds
+    ``noise_k * sd * sqrt(1/n_baseline + 1/n_point)`` (n = boots), sd being the boot-to-boot SD pooled over
     the series (or, when no point has two boots, the robust successive-difference estimate
     ``median|diff| / (0.6745 * sqrt 2)`` over >= 3 points). ``consecutive`` successive
     violations confirm a regression (PyTorch HUD: trailing run >= 2).
@@ -334,8 +337,8 @@ def regressions(
     direction = metric_direction(metric)
     if order_by not in ("version", "date"):
         raise ValueError(f"order_by must be 'version' or 'date', got {order_by!r}")
-    if threshold_rel < 0 or consecutive < 1:
-        raise ValueError("threshold_rel must be >= 0 and consecutive >= 1")
+    if threshold_rel < 0 or consecutive < 1 or baseline_window < 1:
+        raise ValueError("threshold_rel must be >= 0, consecutive >= 1 and baseline_window >= 1")
     quality, statuses = list(quality), list(statuses)
     params: list = [*statuses, *quality]
     extra = ""
@@ -376,29 +379,31 @@ def regressions(
             pts["point"] = pts["sweep_id"]
             vals = {k: v["boot_value"].to_numpy(float) for k, v in g.groupby("sweep_id")}
         sd = _series_noise_sd(pts, vals)
-        base_i: int | None = None
+        accepted: list[int] = []
         run: list[int] = []
         statuses_out: list[str] = []
         info: list[dict] = []
         for i, p in pts.iterrows():
             rec = {"baseline_point": None, "baseline_value": math.nan, "rel_change": math.nan,
                    "worse_rel": math.nan, "noise_band": math.nan, "violation": False, "regression_start": False}
-            if base_i is None:
-                base_i = i
+            if not accepted:
+                accepted.append(i)
                 statuses_out.append("baseline")
                 info.append(rec)
                 continue
-            bp = pts.loc[base_i]
-            rel = (p["value"] - bp["value"]) / bp["value"] if bp["value"] else math.nan
+            window = pts.loc[accepted[-baseline_window:]]
+            base_n = int(window["boots"].sum())
+            base_value = float((window["value"] * window["boots"]).sum() / base_n)
+            rel = (p["value"] - base_value) / base_value if base_value else math.nan
             worse = -direction * rel
-            band = noise_k * sd * math.sqrt(1.0 / bp["boots"] + 1.0 / p["boots"]) if not math.isnan(sd) else math.nan
-            rec.update(baseline_point=bp["point"], baseline_value=bp["value"], rel_change=rel,
-                       worse_rel=worse, noise_band=band)
+            band = noise_k * sd * math.sqrt(1.0 / base_n + 1.0 / p["boots"]) if not math.isnan(sd) else math.nan
+            rec.update(baseline_point=", ".join(map(str, window["point"])), baseline_value=base_value,
+                       rel_change=rel, worse_rel=worse, noise_band=band)
             if math.isnan(band):
                 statuses_out.append("insufficient_data")
                 info.append(rec)
                 continue
-            violation = bool(worse > threshold_rel and abs(p["value"] - bp["value"]) > band)
+            violation = bool(worse > threshold_rel and abs(p["value"] - base_value) > band)
             rec["violation"] = violation
             info.append(rec)
             if violation:
@@ -411,7 +416,7 @@ def regressions(
                         statuses_out[j] = "regression"
             else:
                 run = []
-                base_i = i
+                accepted.append(i)
                 statuses_out.append("ok")
         for i, p in pts.iterrows():
             out_rows.append({
@@ -426,7 +431,8 @@ def regressions(
                           "noise_band", "violation", "status", "regression_start"]
     out = pd.DataFrame(out_rows, columns=cols)
     out.attrs["method"] = (
-        f"boot means per point; violation = worse by > {threshold_rel:.1%} and outside {noise_k:g} x pooled boot SD "
-        f"band; {consecutive} consecutive violations confirm a regression (PyTorch HUD rule)"
+        f"boot means per point; baseline = last {baseline_window} non-violating points; violation = worse by > "
+        f"{threshold_rel:.1%} and outside {noise_k:g} x pooled boot SD band; {consecutive} consecutive violations "
+        "confirm a regression (PyTorch HUD rule)"
     )
     return out
