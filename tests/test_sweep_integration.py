@@ -36,7 +36,7 @@ def test_rows_in_duckdb(sweep):
     assert len(trials) == 1
     status, runtime, version, label, boot_s, teardown_s, verdict, engine_args = trials[0]
     assert status == "ok" and runtime == "cpu" and version.startswith("0.")
-    assert "enforce-eager" in label and json.loads(engine_args)["enforce-eager"] is True
+    assert label == "default" and json.loads(engine_args)["enforce-eager"] is True
     assert boot_s > 0 and teardown_s is not None
     assert verdict in ("pass", "warn", "fail")  # validated, whatever the noise of the box
     # 1 workload x 1 load level x 2 repeats

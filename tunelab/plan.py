@@ -218,15 +218,21 @@ class Plan(BaseModel):
         """Cartesian product of the engine-arg and env matrices, as (engine_args, env) pairs; with
         ``variants``, each variant's overrides applied to every matrix point (variants restricted to other
         runtimes are left out for ``runtime``)."""
+        return [(a, e) for _, a, e in self._named_configs(runtime)]
+
+    def _named_configs(self, runtime: str | None = None) -> list[tuple[str | None, dict, dict]]:
         base = _expand(self.engine_args, self.env)
         if not self.variants:
-            return base
+            return [(None, a, e) for a, e in base]
         out = []
+        single = len(base) == 1
         for args, env in base:
             for v in self.variants:
                 if runtime is not None and v.runtimes is not None and runtime not in v.runtimes:
                     continue
-                out.append(({**args, **v.engine_args}, {**env, **{k: _env_str(x) for k, x in v.env.items() if x is not None}}))
+                env2 = {**env, **{k: _env_str(x) for k, x in v.env.items() if x is not None}}
+                # A variant's name labels it only when no matrix axis also varies.
+                out.append((v.name if single else None, {**args, **v.engine_args}, env2))
         return out
 
     def axes(self) -> tuple[str, ...]:
@@ -243,8 +249,8 @@ class Plan(BaseModel):
         configs alternate (A B A B ...) and machine drift over the sweep does not look like an effect."""
         base = []
         for rt in self.runtime_names():
-            for args, env in self.configs(rt):
-                base.append((rt, args, env))
+            for name, args, env in self._named_configs(rt):
+                base.append((rt, name, args, env))
         rounds: list[list[Trial]] = []
         for rep in range(self.replicates):
             rnd = [
@@ -256,8 +262,9 @@ class Plan(BaseModel):
                     env=env,
                     replicate=rep,
                     axes=self.axes(),
+                    name=name,
                 )
-                for rt, args, env in base
+                for rt, name, args, env in base
             ]
             if self.interleave == "shuffle":
                 random.Random(self.seed * 1000 + rep).shuffle(rnd)
@@ -323,6 +330,7 @@ class Trial(BaseModel):
     env: dict[str, str]
     replicate: int = 0
     axes: tuple[str, ...] | None = None
+    name: str | None = None
 
     @property
     def config_key(self) -> str:
@@ -334,6 +342,8 @@ class Trial(BaseModel):
         """Human label of the config, e.g. ``enforce-eager VLLM_USE_FASTOKENS=1``. When the plan's matrix
         axes are known only they are shown (``enforce-eager=false`` stays visible as ``no enforce-eager``);
         'default' if nothing is set."""
+        if self.name:
+            return self.name
         args = _canonical_args(self.engine_args)
         keys_a = sorted(self.engine_args) if self.axes is None else [k for k in sorted(self.engine_args) if k in self.axes]
         keys_e = sorted(self.env) if self.axes is None else [k for k in sorted(self.env) if k in self.axes]
