@@ -425,6 +425,7 @@ class EngineServer:
         boot_timeout_s: give up on readiness this many seconds after Popen.
         trial_id: recorded in the state file for leftover hunting.
         grace_s: SIGTERM -> SIGKILL grace period in seconds.
+        kill_wait_s: how long to wait after SIGKILL for the group to go, and then for the port, seconds.
         gpu_index: the GPU the server uses (``CUDA_VISIBLE_DEVICES``); with a ``cuda`` runtime teardown waits
             for its memory to be back at ``gpu_baseline_mib`` + ``gpu_tolerance_mib``.
         gpu_baseline_mib: GPU memory used with no server, MiB; None = read by NVML just before Popen.
@@ -452,6 +453,7 @@ class EngineServer:
     gpu_baseline_mib: float | None = None
     gpu_tolerance_mib: float = 1024.0
     gpu_memory_timeout_s: float = 60.0
+    kill_wait_s: float = 10.0
     port: int = 0
     nvml: Any = None
     # set at runtime
@@ -515,6 +517,7 @@ class EngineServer:
             if self.gpu_baseline_mib is None:
                 self.gpu_baseline_mib = _gpu_memory_used_mib(self.gpu_index, self.nvml)
         self._foreign_listeners: set[int] = set()
+        self._port_conflict = False
         self.log_path = Path(self.log_path)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")
@@ -565,6 +568,7 @@ class EngineServer:
                 self._check_alive_and_deadline()
 
     def _not_ours(self, why: str) -> BootFailed:
+        self._port_conflict = True
         return BootFailed("not_ours", f"another server answers on port {self.port}: {why}", None, self.log_path,
                           self._elapsed())
 
@@ -575,6 +579,12 @@ class EngineServer:
         if not listeners:  # nothing listening yet, or /proc/net unreadable (then key + name decide)
             return
         foreign = listeners - _socket_inodes(group_members(self.proc.pid))
+        if foreign:
+            # A process of ours that is exiting has closed its fds while its socket is still listed: look again
+            # after a moment, and let "died" win over "not ours".
+            time.sleep(0.2)
+            self._check_alive_and_deadline()
+            foreign = (port_listeners(self.port) or set()) - _socket_inodes(group_members(self.proc.pid))
         if foreign:
             self._foreign_listeners = foreign
             raise self._not_ours(f"listening socket(s) {sorted(foreign)} belong to no process of our group {self.proc.pid}")
@@ -632,10 +642,12 @@ class EngineServer:
 
     # -- teardown -------------------------------------------------------------------------------------
     def _port_free(self) -> bool:
+        """No listening socket of ours on the port. Without /proc/net: nothing accepts connections on it,
+        unless another server was found on it during boot (then our group being gone is all we can know)."""
         listeners = port_listeners(self.port)
         if listeners is None:
-            return bool(self._foreign_listeners) or not _port_open(self.port)
-        return not (listeners - self._foreign_listeners)
+            return getattr(self, "_port_conflict", False) or not _port_open(self.port)
+        return not (listeners - getattr(self, "_foreign_listeners", set()))
 
     def stop(self) -> TeardownResult:
         """Stop the server and record each step (:class:`TeardownResult`); idempotent.
@@ -651,10 +663,10 @@ class EngineServer:
             self.teardown = TeardownResult()
             return self.teardown
         t0 = time.monotonic()
-        td = _kill_group(self.proc.pid, self.grace_s)
+        td = _kill_group(self.proc.pid, self.grace_s, self.kill_wait_s)
         with contextlib.suppress(subprocess.TimeoutExpired):
             td.returncode = self.proc.wait(timeout=5)
-        td.port_free_s = _wait(self._port_free, 10)
+        td.port_free_s = _wait(self._port_free, self.kill_wait_s)
         if td.port_free_s is None:
             td._fail(f"port {self.port} still has a listening socket of ours")
         if self._uses_gpu and self.gpu_baseline_mib is not None:
