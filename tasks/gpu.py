@@ -167,13 +167,14 @@ def check_clean(gpu_index: int, baseline_mib: float, our_pids: Iterable[int] = (
     Args:
         gpu_index: NVML index.
         baseline_mib: memory used with nothing of ours running (from :func:`inventory`), MiB.
-        our_pids: PIDs tunelab started (from its state file).
+        our_pids: PIDs tunelab started (the state file's server PIDs). Each still needs confirmation, and
+            their children (EngineCore, workers: the processes NVML lists) are found by ``is_ours`` alone.
         tolerance_mib: accepted excess over the baseline, MiB.
         nvml: NVML module (default ``pynvml``).
         is_ours: confirms that a PID of this PID namespace is tunelab's (default
             ``tasks.engine.is_tunelab_process``: its environment carries a tracked server id). A PID counts as
-            ours only when it is in ``our_pids`` AND confirmed: NVML in a container may report PIDs of another
-            namespace that collide with ours.
+            ours only when confirmed: NVML in a container may report PIDs of another namespace that collide
+            with ours, so a number match alone never makes a process ours.
 
     Returns a :class:`GpuCheck`; when NVML cannot be read, ``available=False, clean=False`` (never raises for it).
     """
@@ -195,8 +196,7 @@ def check_clean(gpu_index: int, baseline_mib: float, our_pids: Iterable[int] = (
             nv.nvmlShutdown()
         except Exception:
             pass
-    ours_set = set(our_pids)
-    ours = [p for p in pids if p in ours_set and is_ours(p)]
+    ours = [p for p in pids if is_ours(p)]  # our_pids alone proves nothing (see Args)
     foreign = [p for p in pids if p not in ours]
     excess = used - baseline_mib
     clean = not foreign and not ours and excess <= tolerance_mib

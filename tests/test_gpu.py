@@ -64,7 +64,7 @@ def test_real_nvml_on_this_host_without_a_gpu_driver():
 
 def test_foreign_process_is_reported_and_not_ours():
     nv = two_gpus()
-    chk = gpu.check_clean(0, baseline_mib=600, our_pids={1}, nvml=nv, is_ours=lambda pid: True)
+    chk = gpu.check_clean(0, baseline_mib=600, our_pids={1}, nvml=nv, is_ours=lambda pid: pid == 1)
     assert not chk.clean and chk.available
     assert chk.foreign_pids == [4242] and chk.our_pids == []
     assert "4242" in chk.detail and "left alone" in chk.detail
@@ -76,6 +76,9 @@ def test_pid_from_another_namespace_is_not_taken_as_ours():
     nv = two_gpus()
     confirmed = gpu.check_clean(0, 600, our_pids={4242}, nvml=nv, is_ours=lambda pid: pid == 4242)
     assert confirmed.our_pids == [4242] and confirmed.foreign_pids == [] and not confirmed.clean
+    # a confirmed child of our server (EngineCore/worker) is ours although only the server's PID is recorded
+    child = gpu.check_clean(0, 600, our_pids={1}, nvml=nv, is_ours=lambda pid: pid == 4242)
+    assert child.our_pids == [4242] and child.foreign_pids == []
     unconfirmed = gpu.check_clean(0, 600, our_pids={4242}, nvml=nv, is_ours=lambda pid: False)
     assert unconfirmed.our_pids == [] and unconfirmed.foreign_pids == [4242]
 
