@@ -3,32 +3,56 @@
 It produces *raw request records* (the contract with ``tasks.metrics.derive_request``): one dict per
 request with the send time, the arrival time of every streamed chunk that carried generated text, the end
 time, the server's usage and finish reason. Derived metrics (TTFT, ITL, TPOT, E2EL) are computed from
-these elsewhere, in one place.
+these elsewhere, in one place (``tasks.metrics``).
 
 Design choices, and why:
-- httpx with a hand-read SSE stream, not the openai client: the client's per-chunk pydantic parsing costs
-  CPU on the same cores that time the stream; here a chunk costs one ``json.loads``.
-- Connection limits are sized to the requested concurrency, so the pool never caps it.
-- Timestamps are ``time.perf_counter()`` mapped onto one ``time.time()`` origin: monotonic and
-  high-resolution, yet comparable across processes and with server logs.
-- Prompts are built with the runtime's own tokenizer through vLLM's ``/tokenize`` and ``/detokenize``
-  endpoints (no tokenizer in the orchestrator, works for any model the server loads), from a seeded
-  word sequence, so that each repeat draws fresh prompts and the prefix cache does not serve a repeat
-  unless the workload asks for a shared prefix.
+- httpx with a hand-read SSE stream (raw bytes, split on newlines), not the openai client: per-chunk
+  pydantic parsing and text decoding would cost CPU on the same cores that time the stream. Every network
+  read is stamped once, as soon as the event loop gets it, before any parsing; a chunk costs one
+  ``json.loads``.
+- Connection limits are sized to the requested concurrency, so the pool never caps it; before a
+  concurrency window the pool is filled with that many open keep-alive connections, so TCP set-up is not
+  part of the first wave's TTFT.
+- Timestamps are ``time.perf_counter()`` mapped onto one ``time.time()`` origin (:class:`Clock`): monotonic
+  and high-resolution, yet readable as epoch seconds. On Linux ``perf_counter`` is CLOCK_MONOTONIC, one
+  clock for all processes, so several load processes share one origin exactly.
+- One Python event loop saturates one core. ``run_level(processes=N)`` splits the load over N processes
+  (each with its own loop and share of the concurrency / schedule); the window's ``client_cpu_frac`` is the
+  busiest loop's CPU time / wall time, and the loop's wake-up lag is measured, so a client-bound window is
+  visible.
+- Prompts are built with the runtime's own tokenizer through vLLM's ``/tokenize`` endpoint (no tokenizer in
+  the orchestrator; works for any model the server loads), from a seeded word sequence, so that each
+  repeat draws fresh prompts and the prefix cache does not serve a repeat unless the workload asks for a
+  shared prefix. Each word's token count is learned once per server; a prompt is then assembled locally to
+  the exact count (byte-level BPE and SentencePiece pre-tokenizers never merge across a space) and checked
+  with one ``/tokenize`` call, all prompts of a window concurrently; a prompt that does not check out is
+  adjusted word by word until it does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing as mp
 import random
 import time
-from dataclasses import dataclass
-from typing import Any, Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
 
 import httpx
 
-__all__ = ["Clock", "PromptBuilder", "send_streaming", "run_level", "LevelResult"]
+__all__ = [
+    "Clock",
+    "PromptBuilder",
+    "PromptLengthError",
+    "send_streaming",
+    "run_level",
+    "LevelResult",
+    "make_client",
+    "prewarm_connections",
+    "RawPool",
+    "send_streaming_raw",
+]
 
 # A fixed, plain word list: prompts read like text (realistic tokenization work for the server's
 # tokenizer, which matters for VLLM_USE_FASTOKENS comparisons) and are reproducible from a seed.
@@ -51,58 +75,233 @@ _WORDS = (
     "kind problem began different door thus help sense means whole matter perhaps itself york times law human"
 ).split()
 
-
 class Clock:
-    """Epoch seconds with perf_counter resolution: ``now() = t0_epoch + (perf_counter() - t0_perf)``."""
+    """Epoch seconds with perf_counter resolution: ``now() = epoch0 + (perf_counter() - perf0)``.
 
-    def __init__(self) -> None:
-        self._e0 = time.time()
-        self._p0 = time.perf_counter()
+    Args:
+        origin: ``(epoch0, perf0)`` to share one origin between processes (``Clock().origin`` of the parent);
+            default: read both clocks now.
+    """
+
+    def __init__(self, origin: tuple[float, float] | None = None) -> None:
+        self._e0, self._p0 = origin if origin is not None else (time.time(), time.perf_counter())
+
+    @property
+    def origin(self) -> tuple[float, float]:
+        """``(epoch0, perf0)``: the pair this clock maps perf_counter seconds from."""
+        return (self._e0, self._p0)
 
     def now(self) -> float:
+        """Current time, epoch seconds (float)."""
         return self._e0 + (time.perf_counter() - self._p0)
+
+    def to_perf(self, ts: float) -> float:
+        """An epoch timestamp of this clock back on the ``time.perf_counter()`` scale."""
+        return ts - self._e0 + self._p0
+
+
+class PromptLengthError(RuntimeError):
+    """A prompt of the requested token count could not be built (the tokenizer is not additive over words
+    and the word-by-word adjustment did not converge)."""
+
+
+def _bounded_gather(coros: Sequence[Any], limit: int) -> Any:
+    sem = asyncio.Semaphore(limit)
+
+    async def one(c: Any) -> Any:
+        async with sem:
+            return await c
+
+    return asyncio.gather(*(one(c) for c in coros))
 
 
 class PromptBuilder:
-    """Builds prompts of an exact token count with the server's own tokenizer.
+    """Builds prompts of an exact token count with the server's own tokenizer (vLLM ``/tokenize``).
+
+    Token counts are of the prompt text alone, without special tokens (``add_special_tokens=False``), as
+    ``vllm bench serve --random-input-len``: the server's ``usage.prompt_tokens`` adds a BOS token where the
+    model's tokenizer adds one, and the chat template's tokens on the chat endpoint.
+
+    How: once per builder, the token count of each of ``vocab_words`` words of the built-in list (after a
+    space; and of ``first_words`` words at the start of a text) is learned with one ``/tokenize`` call each.
+    A prompt is then assembled locally to the exact count from seeded random words (byte-level BPE and
+    SentencePiece never merge across a space, so counts add up) and checked with one ``/tokenize`` call;
+    one that does not check out is adjusted word by word, re-counted each time.
 
     Args:
         client: an ``httpx.AsyncClient`` with base_url and auth set.
         model: served model name.
+        verify: ``'all'`` checks every prompt; ``'sample'`` (default) checks every prompt until
+            ``trust_after`` prompts in a row were exact, then ``sample_size`` per call (any miss goes back
+            to checking all); ``'none'`` trusts the additive counts.
+        parallel: /tokenize calls in flight at once.
+
+    ``stats`` counts prompts ``built``, ``verified``, ``adjusted`` (needed the word-by-word loop), and the
+    ``tokenize_calls`` made.
     """
 
-    def __init__(self, client: httpx.AsyncClient, model: str) -> None:
+    def __init__(self, client: httpx.AsyncClient, model: str, verify: str = "sample", parallel: int = 16,
+                 vocab_words: int = 96, first_words: int = 16, trust_after: int = 32, sample_size: int = 4) -> None:
+        if verify not in ("all", "sample", "none"):
+            raise ValueError(f"verify must be 'all', 'sample' or 'none', got {verify!r}")
         self.client = client
         self.model = model
+        self.verify = verify
+        self.parallel = parallel
+        self.vocab_words = vocab_words
+        self.first_words = first_words
+        self.trust_after = trust_after
+        self.sample_size = sample_size
+        self._counts: dict[str, int] | None = None  # word -> tokens after a space
+        self._words: list[str] = []
+        self._first: list[tuple[str, int]] = []  # words usable first, with their count without a space
+        self._one: list[str] = []  # words of exactly one token after a space
+        self._exact_in_a_row = 0
+        self.stats = {"built": 0, "verified": 0, "adjusted": 0, "tokenize_calls": 0}
 
-    async def _tokenize(self, text: str) -> list[int]:
+    async def count(self, text: str) -> int:
+        """Tokens of ``text`` as the server's tokenizer counts them (no special tokens).
+
+        Raises:
+            httpx.HTTPStatusError: the server has no working ``/tokenize`` (vLLM has it since 0.5).
+        """
         r = await self.client.post("/tokenize", json={"model": self.model, "prompt": text, "add_special_tokens": False})
+        self.stats["tokenize_calls"] += 1
         r.raise_for_status()
-        return r.json()["tokens"]
+        body = r.json()
+        return int(body["count"]) if "count" in body else len(body["tokens"])
 
-    async def _detokenize(self, tokens: list[int]) -> str:
-        r = await self.client.post("/detokenize", json={"model": self.model, "tokens": tokens})
-        r.raise_for_status()
-        return r.json()["prompt"]
+    async def _learn(self) -> None:
+        if self._counts is not None:
+            return
+        # A fixed, seeded subset: the same words for every builder, so prompts are reproducible from a seed.
+        words = random.Random(0).sample(_WORDS, min(self.vocab_words, len(_WORDS)))
+        first = words[: self.first_words]
+        counts = await _bounded_gather([self.count(" " + w) for w in words] + [self.count(w) for w in first],
+                                       self.parallel)
+        self._counts = dict(zip(words, counts[: len(words)]))
+        self._words = words
+        self._one = [w for w in words if self._counts[w] == 1]
+        self._first = [(w, c) for w, c in zip(first, counts[len(words):]) if c >= 1]
+        if not self._one or not self._first:
+            raise PromptLengthError("the built-in word list has no single-token word for this tokenizer; cannot pad "
+                                    "prompts to an exact length")
+
+    def _assemble(self, n_tokens: int, rng: random.Random, prefix: str, prefix_tokens: int) -> list[str]:
+        """Words (the first one bare unless there is a prefix) whose additive count is exactly ``n_tokens``."""
+        assert self._counts is not None
+        words: list[str] = []
+        total = prefix_tokens
+        if not prefix:
+            w, c = rng.choice(self._first)
+            if c > n_tokens:
+                w, c = min(self._first, key=lambda x: x[1])
+            words.append(w)
+            total += c
+        counts, pool, one = self._counts, self._words, self._one
+        while total < n_tokens:
+            w = rng.choice(pool)
+            c = counts[w]
+            if total + c > n_tokens:
+                w, c = rng.choice(one), 1
+            words.append(w)
+            total += c
+        return words
+
+    @staticmethod
+    def _text(prefix: str, words: list[str]) -> str:
+        body = " ".join(words)
+        return f"{prefix} {body}" if prefix and body else (prefix or body)
+
+    async def _fix(self, n_tokens: int, rng: random.Random, prefix: str, words: list[str], got: int) -> str:
+        """Word-by-word adjustment: drop trailing words while too long, append one-token words while too short,
+        re-counting with the server each time (never cuts inside a word, so no mid-merge surprises)."""
+        self.stats["adjusted"] += 1
+        for _ in range(64):
+            if got == n_tokens:
+                return self._text(prefix, words)
+            if got > n_tokens and words:
+                words = words[:-1]
+            else:
+                words = words + [rng.choice(self._one)]
+            got = await self.count(self._text(prefix, words))
+        raise PromptLengthError(
+            f"could not build a prompt of exactly {n_tokens} tokens (last try: {got}); the tokenizer merges "
+            "across words in a way the word-by-word adjustment cannot follow"
+        )
 
     async def exact(self, n_tokens: int, rng: random.Random, prefix: str = "") -> tuple[str, int]:
-        """A prompt of ``n_tokens`` tokens (including ``prefix``): random words, tokenized, cut to length,
-        detokenized, checked. Returns (text, token count as the server counts it). The count can differ
-        from the target by a token or two when a cut lands inside a merge; the caller records the
-        server's own ``usage.prompt_tokens`` for every request anyway."""
-        words = " ".join(rng.choice(_WORDS) for _ in range(n_tokens + 8))
-        text = (prefix + " " + words) if prefix else words
-        ids = await self._tokenize(text)
-        best = (text, len(ids))
-        for _ in range(4):
-            cut = await self._detokenize(ids[:n_tokens])
-            got = await self._tokenize(cut)
-            best = (cut, len(got))
-            if len(got) == n_tokens:
-                break
-            # A cut mid-merge re-tokenizes differently: adjust the cut by the difference and retry.
-            ids = got + await self._tokenize(" " + rng.choice(_WORDS)) if len(got) < n_tokens else got
-        return best
+        """One prompt of exactly ``n_tokens`` tokens, ``prefix`` included (the rest: seeded random words).
+
+        Returns:
+            ``(text, n_tokens)``; always checked with the server.
+
+        Raises:
+            ValueError: ``n_tokens`` < 1 or not larger than the prefix's tokens.
+            PromptLengthError: the count cannot be reached exactly.
+        """
+        texts = await self.many(1, n_tokens, rng, prefix=prefix, verify="all")
+        return texts[0], n_tokens
+
+    async def many(self, n_prompts: int, n_tokens: int, rng: random.Random, prefix: str = "",
+                   verify: str | None = None) -> list[str]:
+        """``n_prompts`` prompts of exactly ``n_tokens`` tokens each, all starting with ``prefix`` (may be '').
+
+        Round trips: one ``/tokenize`` of the prefix, and one per checked prompt (``parallel`` at a time);
+        plus, once per builder, one per learned word.
+
+        Raises:
+            ValueError: bad ``n_prompts``/``n_tokens`` (the message names the field).
+            PromptLengthError: a count cannot be reached exactly.
+        """
+        if n_prompts < 0:
+            raise ValueError(f"n_prompts must be >= 0, got {n_prompts}")
+        if n_tokens < 1:
+            raise ValueError(f"n_tokens (the workload's prompt_tokens) must be >= 1, got {n_tokens}")
+        verify = verify or self.verify
+        await self._learn()
+        prefix_tokens = await self.count(prefix) if prefix else 0
+        if prefix and prefix_tokens >= n_tokens:
+            raise ValueError(
+                f"prefix has {prefix_tokens} tokens, not fewer than the prompt's {n_tokens}: "
+                "make shared_prefix_tokens smaller than prompt_tokens"
+            )
+        drafts = [self._assemble(n_tokens, rng, prefix, prefix_tokens) for _ in range(n_prompts)]
+        texts = [self._text(prefix, w) for w in drafts]
+        self.stats["built"] += n_prompts
+        if verify == "none":
+            return texts
+        if verify == "all" or self._exact_in_a_row < self.trust_after:
+            check = list(range(n_prompts))
+        else:
+            check = rng.sample(range(n_prompts), min(self.sample_size, n_prompts))
+        counts = await _bounded_gather([self.count(texts[i]) for i in check], self.parallel)
+        self.stats["verified"] += len(check)
+        for i, got in zip(check, counts):
+            if got != n_tokens:
+                self._exact_in_a_row = 0
+                texts[i] = await self._fix(n_tokens, rng, prefix, drafts[i], got)
+            else:
+                self._exact_in_a_row += 1
+        if any(got != n_tokens for got in counts) and verify == "sample" and len(check) < n_prompts:
+            # A sampled miss: additivity does not hold for this tokenizer; check the rest too.
+            rest = [i for i in range(n_prompts) if i not in set(check)]
+            more = await _bounded_gather([self.count(texts[i]) for i in rest], self.parallel)
+            self.stats["verified"] += len(rest)
+            for i, got in zip(rest, more):
+                if got != n_tokens:
+                    texts[i] = await self._fix(n_tokens, rng, prefix, drafts[i], got)
+        return texts
+
+
+def _iter_events(buf: bytes) -> tuple[list[bytes], bytes]:
+    """Complete ``data:`` payloads in ``buf`` and the unfinished tail (SSE lines end with \\n, \\r\\n)."""
+    *lines, rest = buf.split(b"\n")
+    out = []
+    for ln in lines:
+        if ln.startswith(b"data:"):
+            out.append(ln[5:].strip())
+    return out, rest
 
 
 async def send_streaming(
@@ -115,12 +314,14 @@ async def send_streaming(
     ignore_eos: bool = True,
     timeout_s: float = 120.0,
 ) -> dict[str, Any]:
-    """Send one streaming request and record raw timings.
+    """Send one streaming request and record raw timings (the raw record of ``tasks.metrics.derive_request``).
 
-    Returns a dict with ``send_ts``, ``chunk_ts`` (epoch s of each chunk carrying non-empty generated
-    text; role-only and empty chunks excluded), ``end_ts`` (last byte; None if the stream was cut),
-    ``prompt_tokens``/``output_tokens`` (server usage; None if absent), ``finish_reason``,
-    ``transport_error`` (None on success). Never raises for HTTP or stream errors.
+    Returns a dict with ``send_ts`` (epoch s, just before the request is handed to httpx), ``chunk_ts``
+    (epoch s at which the network read holding each chunk with non-empty generated text reached the event
+    loop; role-only and empty chunks excluded; several events in one read share its stamp), ``end_ts``
+    (last byte; None if the stream was cut), ``prompt_tokens``/``output_tokens`` (server usage; None if
+    absent), ``finish_reason``, ``transport_error`` (None on success: e.g. ``HTTP 503: ...``,
+    ``RemoteProtocolError: ...``, ``stream ended without [DONE]``). Never raises for HTTP or stream errors.
     """
     body: dict[str, Any] = {
         "model": model,
@@ -130,62 +331,654 @@ async def send_streaming(
         "stream_options": {"include_usage": True},
         "ignore_eos": ignore_eos,
     }
-    if endpoint == "chat":
+    chat = endpoint == "chat"
+    if chat:
         body["messages"] = [{"role": "user", "content": prompt}]
         path = "/v1/chat/completions"
     else:
         body["prompt"] = prompt
         path = "/v1/completions"
+    chunk_ts: list[float] = []
     rec: dict[str, Any] = {
-        "send_ts": None, "chunk_ts": [], "end_ts": None, "prompt_tokens": None, "output_tokens": None,
+        "send_ts": None, "chunk_ts": chunk_ts, "end_ts": None, "prompt_tokens": None, "output_tokens": None,
         "finish_reason": None, "transport_error": None,
     }
     done = False
+    loads = json.loads
+    now = clock.now
     try:
-        rec["send_ts"] = clock.now()
+        rec["send_ts"] = now()
         async with client.stream("POST", path, json=body, timeout=timeout_s) as resp:
             if resp.status_code != 200:
                 text = (await resp.aread()).decode(errors="replace")[:300]
-                rec["end_ts"] = clock.now()
+                rec["end_ts"] = now()
                 rec["transport_error"] = f"HTTP {resp.status_code}: {text}"
                 return rec
-            async for line in resp.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                t = clock.now()
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    done = True
-                    continue
-                obj = json.loads(data)
-                if obj.get("usage"):
-                    rec["prompt_tokens"] = obj["usage"].get("prompt_tokens")
-                    rec["output_tokens"] = obj["usage"].get("completion_tokens")
-                for ch in obj.get("choices") or []:
-                    piece = ch.get("text") if endpoint != "chat" else (ch.get("delta") or {}).get("content")
-                    if piece:
-                        rec["chunk_ts"].append(t)
-                    if ch.get("finish_reason"):
-                        rec["finish_reason"] = ch["finish_reason"]
-            rec["end_ts"] = clock.now()
+            buf = b""
+            async for raw in resp.aiter_raw():
+                t = now()
+                events, buf = _iter_events(buf + raw)
+                for data in events:
+                    if data == b"[DONE]":
+                        done = True
+                        continue
+                    obj = loads(data)
+                    usage = obj.get("usage")
+                    if usage:
+                        rec["prompt_tokens"] = usage.get("prompt_tokens")
+                        rec["output_tokens"] = usage.get("completion_tokens")
+                    for ch in obj.get("choices") or ():
+                        piece = (ch.get("delta") or {}).get("content") if chat else ch.get("text")
+                        if piece:
+                            chunk_ts.append(t)
+                        fr = ch.get("finish_reason")
+                        if fr:
+                            rec["finish_reason"] = fr
+            rec["end_ts"] = now()
             if not done:
                 rec["transport_error"] = "stream ended without [DONE]"
-    except (httpx.HTTPError, json.JSONDecodeError, asyncio.TimeoutError) as e:
+    except (httpx.HTTPError, ValueError, asyncio.TimeoutError) as e:  # ValueError: bad JSON in an event
         rec["transport_error"] = f"{type(e).__name__}: {e}"[:300]
         if not done:
             rec["end_ts"] = None
     return rec
 
 
+# --------------------------------------------------------------------------- raw HTTP/1.1 streaming transport
+
+
+class _StreamProtocol(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 connection. Parses the response *inside* ``data_received``: every read is
+    stamped first, then its bytes are de-chunked and split into SSE events, and each event is handed to the
+    request's ``on_event(payload, stamp)`` synchronously — no task switch per chunk."""
+
+    def __init__(self, now: Callable[[], float]) -> None:
+        self.now = now
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.reset(None, None)
+
+    def reset(self, on_event: Callable[[bytes, float], None] | None, done: asyncio.Future | None) -> None:
+        self.on_event = on_event
+        self.done = done
+        self.state = "head"
+        self.buf = b""
+        self.sse = b""
+        self.status = 0
+        self.chunked = False
+        self.remaining = -1  # content-length left, or current chunk's bytes left
+        self.keep_alive = True
+        self.body = b""  # non-200 bodies only
+        self.got_bytes = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self.done is not None and not self.done.done():
+            self.done.set_exception(ConnectionError(
+                "peer closed connection without sending complete message body" if self.got_bytes
+                else f"connection closed before a response ({exc or 'EOF'})"))
+
+    def _body(self, data: bytes, t: float) -> None:
+        if self.status != 200:
+            self.body += data
+            return
+        sse = self.sse + data
+        if b"\n" not in data:
+            self.sse = sse
+            return
+        *lines, self.sse = sse.split(b"\n")
+        cb = self.on_event
+        for ln in lines:
+            if ln[:5] == b"data:" and cb is not None:
+                cb(ln[5:].strip(), t)
+
+    def _finish(self) -> None:
+        if self.done is not None and not self.done.done():
+            self.done.set_result(self.status)
+
+    def data_received(self, data: bytes) -> None:
+        t = self.now()
+        self.got_bytes = True
+        buf = self.buf + data
+        while True:
+            if self.state == "head":
+                i = buf.find(b"\r\n\r\n")
+                if i < 0:
+                    self.buf = buf
+                    return
+                head = buf[:i].decode("latin-1").split("\r\n")
+                buf = buf[i + 4:]
+                try:
+                    self.status = int(head[0].split(" ", 2)[1])
+                except (IndexError, ValueError):
+                    self.status = 0
+                for h in head[1:]:
+                    k, _, v = h.partition(":")
+                    k, v = k.strip().lower(), v.strip().lower()
+                    if k == "transfer-encoding" and "chunked" in v:
+                        self.chunked = True
+                    elif k == "content-length":
+                        self.remaining = int(v)
+                    elif k == "connection" and v == "close":
+                        self.keep_alive = False
+                if self.chunked:
+                    self.state, self.remaining = "size", -1
+                elif self.remaining >= 0:
+                    self.state = "fixed"
+                else:
+                    self.state, self.keep_alive = "until_close", False
+            elif self.state == "size":
+                i = buf.find(b"\r\n")
+                if i < 0:
+                    self.buf = buf
+                    return
+                size = int(buf[:i].split(b";", 1)[0], 16)
+                buf = buf[i + 2:]
+                if size == 0:
+                    self.state = "trailer"
+                else:
+                    self.state, self.remaining = "chunk", size
+            elif self.state == "chunk":
+                if not buf:
+                    self.buf = b""
+                    return
+                take = buf[: self.remaining]
+                buf = buf[len(take):]
+                self.remaining -= len(take)
+                self._body(take, t)
+                if self.remaining == 0:
+                    self.state = "chunk_end"
+            elif self.state == "chunk_end":
+                if len(buf) < 2:
+                    self.buf = buf
+                    return
+                buf = buf[2:]
+                self.state = "size"
+            elif self.state == "trailer":
+                i = buf.find(b"\r\n")
+                if i < 0:
+                    self.buf = buf
+                    return
+                line, buf = buf[:i], buf[i + 2:]
+                if not line:
+                    self.state, self.buf = "idle", b""
+                    self._finish()
+                    return
+            elif self.state == "fixed":
+                take = buf[: self.remaining]
+                buf = buf[len(take):]
+                self.remaining -= len(take)
+                if take:
+                    self._body(take, t)
+                if self.remaining == 0:
+                    self.state, self.buf = "idle", b""
+                    self._finish()
+                    return
+                self.buf = b""
+                return
+            elif self.state == "until_close":
+                if buf:
+                    self._body(buf, t)
+                self.buf = b""
+                return
+            else:  # idle: bytes nobody asked for
+                self.buf = b""
+                return
+
+    def eof_received(self) -> bool | None:
+        if self.state == "until_close":
+            self._finish()
+        return None
+
+
+class RawPool:
+    """Keep-alive HTTP/1.1 connections to one server, opened on demand, never capped (a request never waits
+    for a connection). Used by :func:`send_streaming_raw`; ``prewarm(n)`` opens n connections ahead.
+
+    Args:
+        base_url: ``http://host:port`` (no TLS: the server is local to the load generator).
+        api_key: sent as ``Authorization: Bearer``; None/'' sends none.
+        now: the timestamp function (``Clock.now``).
+    """
+
+    def __init__(self, base_url: str, api_key: str | None, now: Callable[[], float]) -> None:
+        u = httpx.URL(base_url)
+        if u.scheme != "http":
+            raise ValueError(f"base_url must be http://host:port for the raw transport, got {base_url!r}")
+        self.host = u.host
+        self.port = u.port or 80
+        self.now = now
+        self.idle: list[_StreamProtocol] = []
+        self.all: list[_StreamProtocol] = []
+        auth = f"Authorization: Bearer {api_key}\r\n" if api_key else ""
+        self._head = (f"Host: {self.host}:{self.port}\r\n{auth}Content-Type: application/json\r\n"
+                      "Accept: text/event-stream\r\n").encode()
+
+    async def _open(self) -> _StreamProtocol:
+        loop = asyncio.get_running_loop()
+        _, proto = await loop.create_connection(lambda: _StreamProtocol(self.now), self.host, self.port)
+        self.all.append(proto)
+        return proto
+
+    async def acquire(self) -> tuple[_StreamProtocol, bool]:
+        """(connection, reused?)"""
+        while self.idle:
+            p = self.idle.pop()
+            if not p.closed and p.transport is not None and not p.transport.is_closing():
+                return p, True
+        return await self._open(), False
+
+    def release(self, p: _StreamProtocol) -> None:
+        if p.keep_alive and not p.closed and p.state == "idle":
+            p.reset(None, None)
+            self.idle.append(p)
+        elif p.transport is not None:
+            p.transport.close()
+
+    async def prewarm(self, n: int) -> None:
+        """Open connections until ``n`` are idle."""
+        need = n - len(self.idle)
+        if need > 0:
+            self.idle.extend(await asyncio.gather(*(self._open() for _ in range(need))))
+
+    def request_bytes(self, path: str, body: bytes) -> bytes:
+        return b"POST " + path.encode() + b" HTTP/1.1\r\n" + self._head + \
+            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+
+    def close(self) -> None:
+        for p in self.all:
+            if p.transport is not None:
+                p.transport.close()
+        self.idle.clear()
+        self.all.clear()
+
+
+async def send_streaming_raw(
+    pool: RawPool,
+    clock: Clock,
+    model: str,
+    prompt: str,
+    max_tokens: int,
+    endpoint: str = "completions",
+    ignore_eos: bool = True,
+    timeout_s: float = 120.0,
+) -> dict[str, Any]:
+    """As :func:`send_streaming`, over a :class:`RawPool` connection: each network read is stamped in
+    ``data_received`` before it is parsed, and events are handled there, without a task switch per chunk.
+    A reused keep-alive connection that the server had closed is retried once on a fresh one (nothing
+    was received yet; ``send_ts`` is re-stamped). Never raises for HTTP or stream errors."""
+    body: dict[str, Any] = {
+        "model": model, "max_tokens": max_tokens, "temperature": 0.0, "stream": True,
+        "stream_options": {"include_usage": True}, "ignore_eos": ignore_eos,
+    }
+    chat = endpoint == "chat"
+    if chat:
+        body["messages"] = [{"role": "user", "content": prompt}]
+        path = "/v1/chat/completions"
+    else:
+        body["prompt"] = prompt
+        path = "/v1/completions"
+    payload = pool.request_bytes(path, json.dumps(body).encode())
+    chunk_ts: list[float] = []
+    rec: dict[str, Any] = {
+        "send_ts": None, "chunk_ts": chunk_ts, "end_ts": None, "prompt_tokens": None, "output_tokens": None,
+        "finish_reason": None, "transport_error": None,
+    }
+    state = {"done": False}
+    loads = json.loads
+
+    def on_event(data: bytes, t: float) -> None:
+        if data == b"[DONE]":
+            state["done"] = True
+            return
+        try:
+            obj = loads(data)
+        except ValueError as e:
+            rec["transport_error"] = rec["transport_error"] or f"bad JSON event: {e}"[:300]
+            return
+        usage = obj.get("usage")
+        if usage:
+            rec["prompt_tokens"] = usage.get("prompt_tokens")
+            rec["output_tokens"] = usage.get("completion_tokens")
+        for ch in obj.get("choices") or ():
+            piece = (ch.get("delta") or {}).get("content") if chat else ch.get("text")
+            if piece:
+                chunk_ts.append(t)
+            fr = ch.get("finish_reason")
+            if fr:
+                rec["finish_reason"] = fr
+
+    loop = asyncio.get_running_loop()
+    conn: _StreamProtocol | None = None
+    for attempt in (0, 1):
+        conn = None
+        reused = False
+        try:
+            conn, reused = await pool.acquire()
+            done: asyncio.Future = loop.create_future()
+            conn.reset(on_event, done)
+            rec["send_ts"] = clock.now()
+            conn.transport.write(payload)  # type: ignore[union-attr]
+            status = await asyncio.wait_for(done, timeout_s)
+            rec["end_ts"] = clock.now()
+            if status != 200:
+                rec["transport_error"] = f"HTTP {status}: {conn.body.decode(errors='replace')[:300]}"
+            elif not state["done"] and rec["transport_error"] is None:
+                rec["transport_error"] = "stream ended without [DONE]"
+            pool.release(conn)
+            return rec
+        except (ConnectionError, OSError) as e:
+            if conn is not None and conn.transport is not None:
+                conn.transport.close()
+            if attempt == 0 and conn is not None and reused and not conn.got_bytes:
+                continue
+            rec["transport_error"] = f"{type(e).__name__}: {e}"[:300]
+            rec["end_ts"] = None
+            return rec
+        except asyncio.TimeoutError:
+            if conn is not None and conn.transport is not None:
+                conn.transport.close()
+            rec["transport_error"] = f"TimeoutError: no complete response within {timeout_s} s"
+            rec["end_ts"] = None
+            return rec
+    return rec
+
+
 @dataclass
 class LevelResult:
-    """Raw records of one (workload, load level, repeat) window plus client CPU use.
+    """Raw records of one (workload, load level, repeat) window plus the client's own health.
 
-    ``client_cpu_frac`` = process CPU seconds / wall seconds over the window (1.0 = one core saturated)."""
+    Fields:
+        records: raw request records in prompt order (see :func:`send_streaming`; rate mode adds
+            ``scheduled_ts``, every record ``worker``: the load process that sent it).
+        wall_s: window wall time, seconds (start of sending -> last request finished).
+        client_cpu_frac: CPU seconds / wall seconds of the busiest load process's event-loop thread
+            (1.0 = one core saturated: the timestamps then lag; ``tasks.metrics`` flags >= 0.9 client-bound).
+        loop_lag_p99_s / loop_lag_max_s: how late the busiest event loop woke up from a 5 ms sleep
+            (p99 / max, seconds): a direct bound on how stale a timestamp can be.
+        clock_origin: the ``(epoch0, perf0)`` pair the timestamps were taken with (see :class:`Clock`).
+        processes: number of load processes used.
+    """
 
     records: list[dict[str, Any]]
     wall_s: float
     client_cpu_frac: float
+    loop_lag_p99_s: float = 0.0
+    loop_lag_max_s: float = 0.0
+    clock_origin: tuple[float, float] = (0.0, 0.0)
+    processes: int = 1
+    per_process_cpu_frac: list[float] = field(default_factory=list)
+
+
+async def prewarm_connections(client: httpx.AsyncClient, n: int) -> None:
+    """Open ``n`` keep-alive connections (``n`` concurrent ``GET /health``) so a window's first wave does not
+    pay for TCP set-up inside its TTFT. Errors are ignored (the window will show them)."""
+
+    async def one() -> None:
+        try:
+            await client.get("/health", timeout=10)
+        except httpx.HTTPError:
+            pass
+
+    await asyncio.gather(*(one() for _ in range(max(0, n))))
+
+
+class _LagMonitor:
+    """Samples event-loop wake-up lateness every ``period_s`` while running."""
+
+    def __init__(self, period_s: float = 0.005) -> None:
+        self.period_s = period_s
+        self.lags: list[float] = []
+        self._task: asyncio.Task | None = None
+
+    async def _run(self) -> None:
+        p = time.perf_counter
+        while True:
+            t0 = p()
+            await asyncio.sleep(self.period_s)
+            self.lags.append(max(0.0, p() - t0 - self.period_s))
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> tuple[float, float]:
+        if self._task:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        if not self.lags:
+            return 0.0, 0.0
+        s = sorted(self.lags)
+        return s[min(len(s) - 1, int(0.99 * len(s)))], s[-1]
+
+
+def _check_load(load_kind: str, load_value: float, n: int, arrival_offsets_s: Sequence[float] | None) -> None:
+    if load_kind == "concurrency":
+        if not load_value >= 1:
+            raise ValueError(f"load_value (concurrency) must be >= 1, got {load_value!r}")
+    elif load_kind == "rate":
+        if arrival_offsets_s is None or len(arrival_offsets_s) != n:
+            raise ValueError("load_kind='rate' needs arrival_offsets_s with one offset (seconds) per prompt "
+                             "(tasks.arrivals.arrival_offsets)")
+    else:
+        raise ValueError(f"load_kind must be 'concurrency' or 'rate', got {load_kind!r}")
+
+
+async def _run_shard(
+    client: httpx.AsyncClient,
+    clock: Clock,
+    model: str,
+    prompts: Sequence[str],
+    max_tokens: int,
+    load_kind: str,
+    concurrency: int,
+    endpoint: str,
+    ignore_eos: bool,
+    timeout_s: float,
+    offsets: Sequence[float] | None,
+    t_start_perf: float | None,
+    on_done: Callable[[], None] | None,
+    worker: int,
+    transport: str = "raw",
+) -> tuple[list[dict[str, Any]], float, float, float, float]:
+    """One event loop's share: returns (records, wall_s, cpu_frac, lag_p99_s, lag_max_s)."""
+    pool: RawPool | None = None
+    if transport == "raw":
+        auth = client.headers.get("authorization", "")
+        pool = RawPool(str(client.base_url), auth.removeprefix("Bearer ") or None, clock.now)
+    try:
+        return await _run_shard_with(client, pool, clock, model, prompts, max_tokens, load_kind, concurrency,
+                                     endpoint, ignore_eos, timeout_s, offsets, t_start_perf, on_done, worker)
+    finally:
+        if pool is not None:
+            pool.close()
+
+
+async def _run_shard_with(
+    client: httpx.AsyncClient,
+    pool: "RawPool | None",
+    clock: Clock,
+    model: str,
+    prompts: Sequence[str],
+    max_tokens: int,
+    load_kind: str,
+    concurrency: int,
+    endpoint: str,
+    ignore_eos: bool,
+    timeout_s: float,
+    offsets: Sequence[float] | None,
+    t_start_perf: float | None,
+    on_done: Callable[[], None] | None,
+    worker: int,
+) -> tuple[list[dict[str, Any]], float, float, float, float]:
+    if load_kind == "concurrency":
+        if pool is not None:
+            await pool.prewarm(min(concurrency, len(prompts)))
+        else:
+            await prewarm_connections(client, concurrency)
+    if t_start_perf is not None:
+        await asyncio.sleep(max(0.0, t_start_perf - time.perf_counter()))
+    records: list[dict[str, Any] | None] = [None] * len(prompts)
+    mon = _LagMonitor()
+    mon.start()
+    cpu0, t0 = time.thread_time(), time.perf_counter()
+    if t_start_perf is None:
+        t_start_perf = t0
+
+    async def go(i: int) -> None:
+        if pool is not None:
+            r = await send_streaming_raw(pool, clock, model, prompts[i], max_tokens, endpoint, ignore_eos, timeout_s)
+        else:
+            r = await send_streaming(client, clock, model, prompts[i], max_tokens, endpoint, ignore_eos, timeout_s)
+        r["worker"] = worker
+        records[i] = r
+        if on_done:
+            on_done()
+
+    if load_kind == "concurrency":
+        # Exactly `concurrency` workers pull from one queue: never more in flight, and no idle slot while
+        # requests remain.
+        nxt = iter(range(len(prompts)))
+
+        async def slot() -> None:
+            for i in nxt:
+                await go(i)
+
+        await asyncio.gather(*(slot() for _ in range(min(concurrency, len(prompts)))))
+    else:
+        assert offsets is not None
+
+        async def timed(i: int) -> None:
+            due = t_start_perf + offsets[i]
+            delay = due - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await go(i)
+            records[i]["scheduled_ts"] = clock.origin[0] + (due - clock.origin[1])  # type: ignore[index]
+
+        await asyncio.gather(*(timed(i) for i in range(len(prompts))))
+    wall = time.perf_counter() - t0
+    cpu = time.thread_time() - cpu0
+    lag_p99, lag_max = await mon.stop()
+    return [r for r in records if r is not None], wall, (cpu / wall if wall > 0 else 0.0), lag_p99, lag_max
+
+
+def _worker_main(conn: Any, spec: dict[str, Any]) -> None:
+    """Entry point of a load process (multiprocessing 'spawn'): runs its shard, sends back the result."""
+
+    async def main() -> Any:
+        async with make_client(spec["base_url"], spec["api_key"], spec["concurrency"] + 8) as client:
+            conn.send(("ready", None))
+            t_start = conn.recv()
+            pending = [0]
+
+            def tick() -> None:
+                pending[0] += 1
+
+            async def ticker() -> None:
+                while True:
+                    await asyncio.sleep(0.25)
+                    if pending[0]:
+                        conn.send(("tick", pending[0]))
+                        pending[0] = 0
+
+            tk = asyncio.get_running_loop().create_task(ticker())
+            try:
+                return await _run_shard(
+                    client, Clock(spec["clock_origin"]), spec["model"], spec["prompts"], spec["max_tokens"],
+                    spec["load_kind"], spec["concurrency"], spec["endpoint"], spec["ignore_eos"],
+                    spec["timeout_s"], spec["offsets"], t_start, tick, spec["worker"], spec["transport"])
+            finally:
+                tk.cancel()
+                if pending[0]:
+                    conn.send(("tick", pending[0]))
+
+    try:
+        conn.send(("result", asyncio.run(main())))
+    except BaseException as e:  # report, never hang the parent
+        conn.send(("error", f"{type(e).__name__}: {e}"))
+    finally:
+        conn.close()
+
+
+def _split(n: int, parts: int) -> list[int]:
+    return [n // parts + (1 if i < n % parts else 0) for i in range(parts)]
+
+
+async def _run_processes(
+    base_url: str, api_key: str, model: str, prompts: Sequence[str], max_tokens: int, load_kind: str,
+    load_value: float, endpoint: str, ignore_eos: bool, timeout_s: float,
+    arrival_offsets_s: Sequence[float] | None, on_done: Callable[[], None] | None, processes: int,
+    transport: str,
+) -> LevelResult:
+    clock = Clock()
+    n = len(prompts)
+    if load_kind == "concurrency":
+        conc = [c for c in _split(int(load_value), processes) if c > 0]
+        processes = len(conc)
+        # Prompts in proportion to each process's concurrency (request i goes to the least loaded share).
+        shares: list[list[int]] = [[] for _ in conc]
+        for i in range(n):
+            w = min(range(processes), key=lambda k: (len(shares[k]) + 1) / conc[k])
+            shares[w].append(i)
+    else:
+        conc = [0] * processes
+        shares = [list(range(w, n, processes)) for w in range(processes)]
+    ctx = mp.get_context("spawn")
+    procs, conns = [], []
+    for w in range(processes):
+        parent, child = ctx.Pipe()
+        spec = dict(base_url=base_url, api_key=api_key, model=model, prompts=[prompts[i] for i in shares[w]],
+                    max_tokens=max_tokens, load_kind=load_kind, concurrency=conc[w], endpoint=endpoint,
+                    ignore_eos=ignore_eos, timeout_s=timeout_s, worker=w, clock_origin=clock.origin,
+                    transport=transport,
+                    offsets=None if arrival_offsets_s is None else [arrival_offsets_s[i] for i in shares[w]])
+        p = ctx.Process(target=_worker_main, args=(child, spec), daemon=True)
+        p.start()
+        child.close()
+        procs.append(p)
+        conns.append(parent)
+    loop = asyncio.get_running_loop()
+    try:
+        for c in conns:
+            kind, _ = await loop.run_in_executor(None, c.recv)
+            if kind != "ready":
+                raise RuntimeError(f"load process failed to start: {_}")
+        t_start = time.perf_counter() + 0.2 + 0.05 * processes  # every process pre-warms, then all start together
+        for c in conns:
+            c.send(t_start)
+
+        async def collect(c: Any) -> Any:
+            while True:
+                kind, val = await loop.run_in_executor(None, c.recv)
+                if kind == "tick":
+                    for _ in range(val):
+                        if on_done:
+                            on_done()
+                elif kind == "result":
+                    return val
+                else:
+                    raise RuntimeError(f"load process failed: {val}")
+
+        results = await asyncio.gather(*(collect(c) for c in conns))
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.terminate()
+    records: list[dict[str, Any] | None] = [None] * n
+    for w, (recs, *_rest) in enumerate(results):
+        for i, r in zip(shares[w], recs):
+            records[i] = r
+    wall = max(r[1] for r in results)
+    fracs = [r[2] for r in results]
+    return LevelResult([r for r in records if r is not None], wall, max(fracs), max(r[3] for r in results),
+                       max(r[4] for r in results), clock.origin, processes, fracs)
 
 
 async def run_level(
@@ -198,43 +991,53 @@ async def run_level(
     endpoint: str = "completions",
     ignore_eos: bool = True,
     timeout_s: float = 120.0,
-    arrival_offsets_s: list[float] | None = None,
+    arrival_offsets_s: Sequence[float] | None = None,
     on_done: Callable[[], None] | None = None,
+    processes: int = 1,
+    transport: str = "raw",
 ) -> LevelResult:
-    """Send ``prompts`` at a fixed concurrency (``load_kind='concurrency'``: at most ``load_value`` in
-    flight) or on an arrival schedule (``load_kind='rate'``: request i is sent at ``arrival_offsets_s[i]``
-    seconds after the start, as ``vllm bench serve --request-rate``). Returns raw records in prompt order.
+    """Send ``prompts`` at a fixed concurrency or on an arrival schedule; return their raw records.
+
+    Args:
+        client: from :func:`make_client` (its base_url and auth header are reused by extra load processes).
+        load_kind: ``'concurrency'``: exactly ``load_value`` requests in flight while requests remain (as
+            ``vllm bench serve --max-concurrency`` with ``--request-rate inf``); ``'rate'``: request i is sent
+            ``arrival_offsets_s[i]`` seconds after the start whatever the server does (open loop, as
+            ``--request-rate``; offsets from ``tasks.arrivals.arrival_offsets``).
+        on_done: called after each finished request (progress).
+        processes: load processes; > 1 splits the concurrency (or the schedule, round robin) over that many
+            spawned processes, each with its own event loop and connection pool, started together.
+        transport: ``'raw'`` (default: :func:`send_streaming_raw`, stamps each read before parsing it) or
+            ``'httpx'`` (:func:`send_streaming`); the benchmark benchmarks/loadgen_accuracy.py compares them.
+
+    Returns:
+        :class:`LevelResult`, records in prompt order.
+
+    Raises:
+        ValueError: bad load_kind/load_value, or rate mode without one offset per prompt.
+        RuntimeError: a load process failed.
     """
+    _check_load(load_kind, load_value, len(prompts), arrival_offsets_s)
+    if processes < 1:
+        raise ValueError(f"processes must be >= 1, got {processes}")
+    if transport not in ("raw", "httpx"):
+        raise ValueError(f"transport must be 'raw' or 'httpx', got {transport!r}")
+    if processes > 1 and len(prompts) > 1:
+        auth = client.headers.get("authorization", "")
+        return await _run_processes(
+            str(client.base_url).rstrip("/"), auth.removeprefix("Bearer "), model, prompts, max_tokens, load_kind,
+            load_value, endpoint, ignore_eos, timeout_s, arrival_offsets_s, on_done, min(processes, len(prompts)),
+            transport)
     clock = Clock()
-    if load_kind == "concurrency":
-        sem = asyncio.Semaphore(int(load_value))
-    elif load_kind == "rate":
-        if arrival_offsets_s is None or len(arrival_offsets_s) != len(prompts):
-            raise ValueError("load_kind='rate' needs one arrival offset per prompt")
-        sem = None
-    else:
-        raise ValueError(f"load_kind must be 'concurrency' or 'rate', got {load_kind!r}")
-
-    async def one(i: int, p: str) -> dict[str, Any]:
-        if sem is not None:
-            async with sem:
-                r = await send_streaming(client, clock, model, p, max_tokens, endpoint, ignore_eos, timeout_s)
-        else:
-            await asyncio.sleep(max(0.0, t_start + arrival_offsets_s[i] - time.perf_counter()))
-            r = await send_streaming(client, clock, model, p, max_tokens, endpoint, ignore_eos, timeout_s)
-        if on_done:
-            on_done()
-        return r
-
-    cpu0, t_start = time.process_time(), time.perf_counter()
-    records = await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts)))
-    wall = time.perf_counter() - t_start
-    cpu = time.process_time() - cpu0
-    return LevelResult(list(records), wall, cpu / wall if wall > 0 else 0.0)
+    recs, wall, frac, lag99, lagmax = await _run_shard(
+        client, clock, model, prompts, max_tokens, load_kind, int(load_value) if load_kind == "concurrency" else 0,
+        endpoint, ignore_eos, timeout_s, arrival_offsets_s, None, on_done, 0, transport)
+    return LevelResult(recs, wall, frac, lag99, lagmax, clock.origin, 1, [frac])
 
 
 def make_client(base_url: str, api_key: str, concurrency: int) -> httpx.AsyncClient:
-    """An AsyncClient whose pool never caps the requested concurrency."""
+    """An AsyncClient whose pool never caps the requested concurrency (``concurrency + 8`` connections, all
+    kept alive), with the API key as a bearer token."""
     limits = httpx.Limits(max_connections=concurrency + 8, max_keepalive_connections=concurrency + 8)
     return httpx.AsyncClient(
         base_url=base_url,

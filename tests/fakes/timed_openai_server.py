@@ -1,0 +1,345 @@
+"""FAKE OpenAI-compatible streaming server with exact, known token timing and injectable faults.
+
+This is a fake, for tests and the load generator's accuracy benchmark only: it generates no text, it
+streams placeholder tokens on a fixed schedule so that the load generator's timings can be checked against
+ground truth. It runs as a separate process (uvicorn serving a plain ASGI app, HTTP/1.1 via h11), so the
+client under test does not share its event loop.
+
+Timing (per request, from the moment uvicorn hands the parsed request to the app, ``recv``):
+
+* the first content chunk is due at ``recv + ttft_s``; chunk ``k`` at ``recv + ttft_s + k * tokens_per_chunk * itl_s``;
+* each chunk carries ``tokens_per_chunk`` tokens (the last one fewer when ``max_tokens`` is not a multiple);
+* right after the last content chunk (which carries ``finish_reason='length'``), a usage chunk with
+  ``choices: []`` and ``data: [DONE]``, as vLLM's OpenAI server sends them;
+* chat requests get a role-only first chunk (``delta={'role': 'assistant', 'content': ''}``) immediately at
+  ``recv``, before any token, as vLLM's chat endpoint does.
+
+Ground truth is what the server *did*, not what it intended: for every request it logs ``recv`` and the
+``time.perf_counter()`` right after each chunk was handed to the transport (on Linux ``perf_counter`` is
+CLOCK_MONOTONIC, one clock for every process of the machine, so a client's perf_counter stamps compare
+directly). ``GET /fake/log`` returns the log; ``POST /fake/reset`` clears it and the counters;
+``GET /fake/stats`` returns in-flight counts (``max_in_flight``: concurrency actually reached) and the
+server's own CPU time.
+
+Faults, injected per request by a marker anywhere in the prompt (or chat message):
+
+* ``[[fault:503]]``: HTTP 503 with a JSON error body;
+* ``[[fault:cut:K]]``: after K content chunks the connection is dropped mid-stream (no [DONE]).
+
+Every first token's text is ``<rid>`` (the server's request id) so a client's generated text can be matched
+to the log (``vllm bench serve --save-detailed`` keeps generated texts); the other tokens are ``" t"``.
+``/tokenize`` and ``/detokenize`` implement a deterministic fake tokenizer: pre-split like GPT-2 (optional
+leading space + word, or punctuation run, or whitespace run), then each piece cut into 4-character tokens.
+
+Run: ``python tests/fakes/timed_openai_server.py --port 8123 --ttft-s 0.05 --itl-s 0.01 --tokens-per-chunk 1``
+or, from Python, :class:`FakeServerProcess` (a context manager that starts it on a free port).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["FakeTiming", "make_app", "FakeServerProcess", "fake_tokenize"]
+
+_PIECE = re.compile(r" ?[A-Za-z0-9_]+| ?[^\sA-Za-z0-9_]+|\s+")
+_FAULT = re.compile(r"\[\[fault:(503|cut:(\d+))\]\]")
+
+
+def fake_tokenize(text: str) -> list[str]:
+    """Token strings of the fake tokenizer: GPT-2-like pre-split, then 4-character pieces. Additive over
+    words: ``len(tok(a + ' ' + b)) == len(tok(a)) + len(tok(' ' + b))``."""
+    out: list[str] = []
+    for m in _PIECE.finditer(text):
+        p = m.group(0)
+        out.extend(p[i : i + 4] for i in range(0, len(p), 4))
+    return out
+
+
+@dataclass(frozen=True)
+class FakeTiming:
+    """The fake's schedule. ``ttft_s``: receipt -> first token chunk; ``itl_s``: seconds per token (a chunk of
+    k tokens follows the previous one after ``k * itl_s``); ``tokens_per_chunk``: tokens per streamed chunk."""
+
+    ttft_s: float = 0.05
+    itl_s: float = 0.01
+    tokens_per_chunk: int = 1
+
+
+def make_app(timing: FakeTiming, model: str = "fake-model") -> Any:
+    """The ASGI app of the fake. Routes: /health, /v1/models, /v1/completions, /v1/chat/completions,
+    /tokenize, /detokenize, /fake/log, /fake/reset, /fake/stats. Anything else: 404."""
+    perf = time.perf_counter
+    state: dict[str, Any] = {"log": [], "in_flight": 0, "max_in_flight": 0, "n": 0, "next_rid": 0}
+    vocab: dict[str, int] = {}
+    rev: list[str] = []
+
+    def tok_ids(text: str) -> list[int]:
+        ids = []
+        for p in fake_tokenize(text):
+            i = vocab.get(p)
+            if i is None:
+                i = vocab[p] = len(rev)
+                rev.append(p)
+            ids.append(i)
+        return ids
+
+    async def read_body(receive: Any) -> bytes:
+        chunks = []
+        while True:
+            msg = await receive()
+            chunks.append(msg.get("body", b""))
+            if not msg.get("more_body"):
+                return b"".join(chunks)
+
+    async def respond(send: Any, status: int, obj: Any) -> None:
+        body = json.dumps(obj).encode()
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+    async def stream(send: Any, req: dict, chat: bool, t_recv: float) -> None:
+        if chat:
+            prompt = " ".join(str(m.get("content", "")) for m in req.get("messages") or [])
+        else:
+            prompt = str(req.get("prompt", ""))
+        fault = _FAULT.search(prompt)
+        if fault and fault.group(1) == "503":
+            await respond(send, 503, {"error": {"message": "fake: service unavailable (injected)", "code": 503}})
+            return
+        cut_after = int(fault.group(2)) if fault and fault.group(2) else None
+        n_tokens = int(req.get("max_tokens") or 16)
+        prompt_tokens = len(fake_tokenize(prompt)) + (3 if chat else 0)
+        rid = state["next_rid"]
+        state["next_rid"] += 1
+        entry: dict[str, Any] = {"rid": rid, "endpoint": "chat" if chat else "completions", "recv": t_recv,
+                                 "prompt_head": prompt[:64], "prompt_len_chars": len(prompt),
+                                 "chunk_tokens": [], "emit": [], "role": None, "usage": None, "done": None,
+                                 "due": [], "cut": False}
+        state["log"].append(entry)
+        oid = f"cmpl-fake-{rid}"
+        created = int(time.time())
+        obj_kind = "chat.completion.chunk" if chat else "text_completion"
+
+        def chunk(text: str | None, finish: str | None, role: bool = False) -> bytes:
+            if chat:
+                delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else {"content": text}
+                ch = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            else:
+                ch = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish, "stop_reason": None}
+            o = {"id": oid, "object": obj_kind, "created": created, "model": model, "choices": [ch]}
+            return b"data: " + json.dumps(o, separators=(",", ":")).encode() + b"\n\n"
+
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
+        if chat:
+            await send({"type": "http.response.body", "body": chunk(None, None, role=True), "more_body": True})
+            entry["role"] = perf()
+        tpc = max(1, timing.tokens_per_chunk)
+        regular = chunk(" t" * tpc, None)  # the bytes of a full middle chunk, encoded once per request
+        sent = 0
+        k = 0
+        emit, dues, ctoks = entry["emit"], entry["due"], entry["chunk_tokens"]
+        while sent < n_tokens:
+            due = t_recv + timing.ttft_s + sent * timing.itl_s
+            delay = due - perf()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            m = min(tpc, n_tokens - sent)
+            last = sent + m >= n_tokens
+            if sent == 0 or last or m != tpc:
+                text = "".join((f"<{rid}>" if sent + j == 0 else " t") for j in range(m))
+                data = chunk(text, "length" if last else None)
+            else:
+                data = regular
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+            emit.append(perf())
+            dues.append(due)
+            ctoks.append(m)
+            sent += m
+            k += 1
+            if cut_after is not None and k >= cut_after:
+                entry["cut"] = True
+                raise ConnectionAbortedError("fake: stream cut (injected)")
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n_tokens,
+                 "total_tokens": prompt_tokens + n_tokens}
+        u = {"id": oid, "object": obj_kind, "created": created, "model": model, "choices": [], "usage": usage}
+        await send({"type": "http.response.body", "body": b"data: " + json.dumps(u).encode() + b"\n\n",
+                    "more_body": True})
+        entry["usage"] = perf()
+        await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
+        entry["done"] = perf()
+
+    async def app(scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                msg = await receive()
+                if msg["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif msg["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "http":
+            return
+        t_recv = perf()  # the app is called as soon as the request line and headers are parsed
+        path, method = scope["path"], scope["method"]
+        body = await read_body(receive)
+        if path in ("/v1/completions", "/v1/chat/completions") and method == "POST":
+            req = json.loads(body or b"{}")
+            if not req.get("stream"):
+                await respond(send, 400, {"error": {"message": "fake: only stream=true is implemented"}})
+                return
+            state["n"] += 1
+            state["in_flight"] += 1
+            state["max_in_flight"] = max(state["max_in_flight"], state["in_flight"])
+            try:
+                await stream(send, req, path.endswith("chat/completions"), t_recv)
+            finally:
+                state["in_flight"] -= 1
+        elif path == "/health":
+            await respond(send, 200, {})
+        elif path == "/v1/models":
+            await respond(send, 200, {"object": "list", "data": [{"id": model, "object": "model", "root": model}]})
+        elif path == "/tokenize" and method == "POST":
+            req = json.loads(body or b"{}")
+            ids = tok_ids(str(req.get("prompt", "")))
+            await respond(send, 200, {"count": len(ids), "max_model_len": 1 << 20, "tokens": ids})
+        elif path == "/detokenize" and method == "POST":
+            req = json.loads(body or b"{}")
+            await respond(send, 200, {"prompt": "".join(rev[i] for i in req.get("tokens", []))})
+        elif path == "/fake/log":
+            await respond(send, 200, {"timing": timing.__dict__, "log": state["log"],
+                                      "clock": {"time": time.time(), "perf_counter": perf()}})
+        elif path == "/fake/reset" and method == "POST":
+            state.update(log=[], max_in_flight=state["in_flight"], n=0)
+            await respond(send, 200, {})
+        elif path == "/fake/stats":
+            await respond(send, 200, {"in_flight": state["in_flight"], "max_in_flight": state["max_in_flight"],
+                                      "requests": state["n"], "cpu_s": time.process_time()})
+        else:
+            await respond(send, 404, {"error": {"message": f"fake: no route {method} {path}"}})
+
+    return app
+
+
+class FakeServerProcess:
+    """Runs the fake in a child process on a free 127.0.0.1 port (a listening socket handed over by fd, so
+    there is no port race). Use as a context manager; ``base_url``, ``log()``, ``reset()``, ``stats()``.
+
+    Raises:
+        RuntimeError: the child did not answer /health within ``start_timeout_s``.
+    """
+
+    def __init__(self, timing: FakeTiming = FakeTiming(), model: str = "fake-model",
+                 start_timeout_s: float = 30.0, python: str | None = None) -> None:
+        self.timing = timing
+        self.model = model
+        self.start_timeout_s = start_timeout_s
+        self.python = python or sys.executable
+        self.proc: subprocess.Popen | None = None
+        self.port: int | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> "FakeServerProcess":
+        import httpx
+
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(4096)
+        self.port = sock.getsockname()[1]
+        fd = sock.fileno()
+        os.set_inheritable(fd, True)
+        argv = [self.python, str(Path(__file__).resolve()), "--fd", str(fd), "--model", self.model,
+                "--ttft-s", repr(self.timing.ttft_s), "--itl-s", repr(self.timing.itl_s),
+                "--tokens-per-chunk", str(self.timing.tokens_per_chunk)]
+        import tempfile
+
+        self._err = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(argv, pass_fds=(fd,), stdout=subprocess.DEVNULL, stderr=self._err)
+        sock.close()
+        deadline = time.monotonic() + self.start_timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                self._err.seek(0)
+                err = self._err.read().decode(errors="replace")
+                raise RuntimeError(f"fake server exited with {self.proc.returncode}: {err[-2000:]}")
+            try:
+                if httpx.get(self.base_url + "/health", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"fake server did not answer /health within {self.start_timeout_s} s")
+
+    def _get(self, path: str) -> Any:
+        import httpx
+
+        return httpx.get(self.base_url + path, timeout=30).json()
+
+    def log(self) -> dict[str, Any]:
+        """``{'timing': ..., 'log': [per-request entries], 'clock': {...}}``; times are perf_counter seconds."""
+        return self._get("/fake/log")
+
+    def stats(self) -> dict[str, Any]:
+        """``{'in_flight', 'max_in_flight', 'requests', 'cpu_s'}``."""
+        return self._get("/fake/stats")
+
+    def reset(self) -> None:
+        import httpx
+
+        httpx.post(self.base_url + "/fake/reset", timeout=30).raise_for_status()
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if getattr(self, "_err", None) is not None:
+            self._err.close()
+            self._err = None
+
+    def __enter__(self) -> "FakeServerProcess":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """CLI: serve the fake on ``--port`` (or an inherited listening socket ``--fd``)."""
+    import uvicorn
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--port", type=int, default=8123)
+    ap.add_argument("--fd", type=int, default=None)
+    ap.add_argument("--model", default="fake-model")
+    ap.add_argument("--ttft-s", type=float, default=0.05)
+    ap.add_argument("--itl-s", type=float, default=0.01)
+    ap.add_argument("--tokens-per-chunk", type=int, default=1)
+    a = ap.parse_args(argv)
+    app = make_app(FakeTiming(a.ttft_s, a.itl_s, a.tokens_per_chunk), a.model)
+    kw: dict[str, Any] = {"fd": a.fd} if a.fd is not None else {"host": "127.0.0.1", "port": a.port}
+    uvicorn.run(app, http="h11", loop="asyncio", lifespan="on", log_level="warning", access_log=False,
+                backlog=4096, timeout_keep_alive=120, **kw)
+
+
+if __name__ == "__main__":
+    main()
