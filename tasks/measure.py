@@ -2,20 +2,32 @@
 
 For each (workload, load level): warm-up requests first (fresh prompts, never among the measured ones,
 excluded from every number), then ``repeats`` measured windows, each with its own prompts drawn from its
-own seed so the prefix cache does not serve a repeat. ``/metrics`` is scraped right before and right after
-each window; the deltas are the server's view of the same window. Between windows the prefix cache is
-reset where the server allows it (``/reset_prefix_cache``, needs ``VLLM_SERVER_DEV_MODE=1``; otherwise the
-fresh prompts keep the cache cold and the attempt is recorded).
+own seed so the prefix cache does not serve a repeat (a workload with ``shared_prefix_tokens`` gets one
+prefix, the same for every request and repeat of that workload). ``/metrics`` is scraped right before and
+right after each window; the deltas are the server's view of the same window. Between windows the prefix
+cache is reset where the server allows it (``/reset_prefix_cache``, needs ``VLLM_SERVER_DEV_MODE=1``;
+otherwise the fresh prompts keep the cache cold).
+
+Checks that become notes (``MeasureResult.notes``): /metrics not scrapable; the server's
+``usage.prompt_tokens`` not the same for every request of a window (prompt lengths were not exact);
+the load generator's event loop lagging (p99 wake-up lateness > 5 ms) or saturated (client-bound).
+
+Progress: ``progress(label, done, total)`` after each measured request; :func:`progress_reporter` gives a
+rich progress bar on a terminal and throttled log lines (the Prefect run logger inside a flow) otherwise.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
+import logging
 import random
+import sys
 import time
+import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import httpx
 import pandas as pd
@@ -26,7 +38,11 @@ from tasks.arrivals import arrival_offsets
 from tasks.loadgen import PromptBuilder, make_client, run_level
 from tunelab.plan import Plan, Workload
 
-__all__ = ["LoadLevel", "MeasureResult", "load_levels", "measure_server"]
+__all__ = ["LoadLevel", "MeasureResult", "load_levels", "measure_server", "window_prompts", "progress_reporter",
+           "LOOP_LAG_NOTE_S"]
+
+#: p99 event-loop wake-up lateness (seconds) above which a window gets a note: timestamps may be that stale.
+LOOP_LAG_NOTE_S = 0.005
 
 
 @dataclass(frozen=True)
@@ -63,17 +79,68 @@ def _seed(*parts: Any) -> int:
     return int.from_bytes(hashlib.sha256("|".join(map(str, parts)).encode()).digest()[:8], "big")
 
 
-async def _prompts(builder: PromptBuilder, w: Workload, n: int, seed: int) -> list[str]:
-    rng = random.Random(seed)
+# Shared prefixes per builder (one server), per (workload name, prefix tokens).
+_PREFIXES: "weakref.WeakKeyDictionary[PromptBuilder, dict[tuple[str, int], str]]" = weakref.WeakKeyDictionary()
+
+
+async def window_prompts(builder: PromptBuilder, w: Workload, n: int, seed: int) -> list[str]:
+    """``n`` prompts of exactly ``w.prompt_tokens`` tokens for one window, drawn from ``seed``.
+
+    Different seeds give different prompts (each repeat and the warm-up get their own seed). With
+    ``w.shared_prefix_tokens`` every prompt starts with the same prefix of that many tokens, derived from the
+    workload's name only, so it is shared across requests and repeats (a prefix-cache workload).
+
+    Raises:
+        loadgen.PromptLengthError: the server's tokenizer cannot be matched exactly.
+    """
     prefix = ""
     if w.shared_prefix_tokens:
-        # The shared prefix depends only on the workload, so every request (and repeat) shares it.
-        prefix, _ = await builder.exact(w.shared_prefix_tokens, random.Random(_seed("prefix", w.name)))
-    out = []
-    for _ in range(n):
-        text, _ = await builder.exact(w.prompt_tokens, rng, prefix=prefix)
-        out.append(text)
-    return out
+        cache = _PREFIXES.setdefault(builder, {})
+        key = (w.name, w.shared_prefix_tokens)
+        if key not in cache:
+            cache[key], _ = await builder.exact(w.shared_prefix_tokens, random.Random(_seed("prefix", w.name)))
+        prefix = cache[key]
+    return await builder.many(n, w.prompt_tokens, random.Random(seed), prefix=prefix)
+
+
+@contextlib.contextmanager
+def progress_reporter(logger: Any | None = None, min_interval_s: float = 2.0) -> Iterator[Callable[[str, int, int], None]]:
+    """A ``progress(label, done, total)`` callback for :func:`measure_server`.
+
+    On a terminal (``sys.stdout.isatty()``): a rich progress bar, one task per window. Otherwise: log lines
+    at most every ``min_interval_s`` seconds and at the end of each window, to ``logger`` (default: the
+    Prefect run logger inside a flow or task run, else the ``tunelab.measure`` logger).
+    """
+    if sys.stdout.isatty():
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        tasks: dict[str, Any] = {}
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      transient=False) as bar:
+
+            def cb(label: str, done: int, total: int) -> None:
+                if label not in tasks:
+                    tasks[label] = bar.add_task(label, total=total)
+                bar.update(tasks[label], completed=done)
+
+            yield cb
+        return
+    if logger is None:
+        try:
+            from prefect.logging import get_run_logger
+
+            logger = get_run_logger()
+        except Exception:  # outside a flow/task run (MissingContextError) or prefect absent
+            logger = logging.getLogger("tunelab.measure")
+    last = {"t": float("-inf")}
+
+    def log_cb(label: str, done: int, total: int) -> None:
+        now = time.monotonic()
+        if done == total or now - last["t"] >= min_interval_s:
+            last["t"] = now
+            logger.info("%s: %d/%d requests", label, done, total)
+
+    yield log_cb
 
 
 async def _scrape(client: httpx.AsyncClient) -> Any | None:
@@ -98,6 +165,7 @@ async def _measure(
     model: str,
     plan: Plan,
     progress: Callable[[str, int, int], None] | None,
+    load_processes: int = 1,
 ) -> MeasureResult:
     levels = load_levels(plan)
     max_conc = int(max([lv.value for lv in levels if lv.kind == "concurrency"] or [1]))
@@ -113,13 +181,14 @@ async def _measure(
                 common = dict(max_tokens=w.output_tokens, load_kind=lv.kind, load_value=lv.value,
                               endpoint=w.endpoint, ignore_eos=w.ignore_eos, timeout_s=plan.request_timeout_s)
                 if plan.warmup_requests:
-                    wp = await _prompts(builder, w, plan.warmup_requests, _seed(plan.seed, w.name, lv, "warmup"))
+                    # Warm-up: its own seed, so none of its prompts is among the measured ones; excluded.
+                    wp = await window_prompts(builder, w, plan.warmup_requests, _seed(plan.seed, w.name, lv, "warmup"))
                     offs = (list(arrival_offsets(len(wp), lv.value, plan.burstiness, seed=_seed(plan.seed, "wa")))
                             if lv.kind == "rate" else None)
                     await run_level(client, model, wp, arrival_offsets_s=offs, **common)
                 for rep in range(plan.repeats):
                     s = _seed(plan.seed, w.name, lv, rep)
-                    prompts = await _prompts(builder, w, w.num_requests, s)
+                    prompts = await window_prompts(builder, w, w.num_requests, s)
                     offs = (list(arrival_offsets(len(prompts), lv.value, plan.burstiness, seed=s))
                             if lv.kind == "rate" else None)
                     label = f"{w.name} {lv.label} repeat {rep + 1}/{plan.repeats}"
@@ -131,7 +200,8 @@ async def _measure(
                             progress(label, done[0], n)
 
                     before = await _scrape(client)
-                    res = await run_level(client, model, prompts, arrival_offsets_s=offs, on_done=tick, **common)
+                    res = await run_level(client, model, prompts, arrival_offsets_s=offs, on_done=tick,
+                                          processes=load_processes, **common)
                     after = await _scrape(client)
                     ident = {"workload": w.name, "load_kind": lv.kind, "load_value": lv.value, "repeat": rep}
                     derived = []
@@ -144,12 +214,28 @@ async def _measure(
                                       target=lv.value if lv.kind == "concurrency" else None)
                     meas_rows.append({**ident, **agg})
                     req_rows.extend(derived)
+                    notes.extend(_window_notes(label, df, res, lv))
                     if before is not None and after is not None:
                         sm_rows.extend(SM.window_rows(before, after, ident))
                     else:
                         notes.append(f"{label}: /metrics could not be scraped")
                     await _reset_prefix_cache(client)
     return MeasureResult(pd.DataFrame(req_rows), pd.DataFrame(meas_rows), pd.DataFrame(sm_rows), notes)
+
+
+def _window_notes(label: str, df: pd.DataFrame, res: Any, lv: LoadLevel) -> list[str]:
+    out = []
+    pt = df.loc[df["ok"].astype(bool), "prompt_tokens"].dropna()
+    if pt.nunique() > 1:
+        out.append(f"{label}: server counted {pt.nunique()} different prompt lengths "
+                   f"({int(pt.min())}..{int(pt.max())} tokens): prompts were not all of the exact length")
+    if res.loop_lag_p99_s > LOOP_LAG_NOTE_S:
+        out.append(f"{label}: load generator event loop lagged (p99 {res.loop_lag_p99_s * 1e3:.1f} ms, max "
+                   f"{res.loop_lag_max_s * 1e3:.1f} ms): timestamps may be that late")
+    if res.client_cpu_frac >= M.CLIENT_BOUND_CPU_FRAC:
+        out.append(f"{label}: client-bound: load generator loop used {res.client_cpu_frac:.2f} of a core "
+                   f"({res.processes} process(es)); raise load_processes")
+    return out
 
 
 def measure_server(
@@ -159,16 +245,34 @@ def measure_server(
     plan: Plan,
     progress: Callable[[str, int, int], None] | None = None,
     deadline_s: float | None = None,
+    load_processes: int = 1,
 ) -> MeasureResult:
     """Run warm-up + measurement against a ready server (blocking).
 
     Args:
         base_url: ``http://127.0.0.1:<port>``; api_key: the trial's key; model: served model name.
         plan: the validated plan (workloads, load levels, repeats, warm-up, SLOs, seed).
-        progress: called as ``progress(label, done, total)`` after each measured request.
+        progress: called as ``progress(label, done, total)`` after each measured request; None: the
+            :func:`progress_reporter` default (rich bar on a terminal, log lines otherwise).
         deadline_s: tunelab's own deadline for the whole measurement; ``asyncio.TimeoutError`` past it.
+        load_processes: load-generator processes per window (``loadgen.run_level(processes=...)``); more than
+            one when a single event loop is the bottleneck (notes say "client-bound").
+
+    Returns:
+        :class:`MeasureResult` (requests, measurements, server_metrics frames; notes).
+
+    Raises:
+        asyncio.TimeoutError: past ``deadline_s``. loadgen.PromptLengthError: exact prompts impossible.
+        httpx.HTTPStatusError: the server's /tokenize failed.
     """
-    coro = _measure(base_url, api_key, model, plan, progress)
-    if deadline_s:
-        coro = asyncio.wait_for(coro, timeout=deadline_s)
-    return asyncio.run(coro)
+
+    def run(cb: Callable[[str, int, int], None] | None) -> MeasureResult:
+        coro = _measure(base_url, api_key, model, plan, cb, load_processes)
+        if deadline_s:
+            coro = asyncio.wait_for(coro, timeout=deadline_s)
+        return asyncio.run(coro)
+
+    if progress is not None:
+        return run(progress)
+    with progress_reporter() as cb:
+        return run(cb)

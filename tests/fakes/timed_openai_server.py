@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import os
 import re
@@ -124,6 +125,7 @@ def make_app(timing: FakeTiming, model: str = "fake-model") -> Any:
         state["next_rid"] += 1
         entry: dict[str, Any] = {"rid": rid, "endpoint": "chat" if chat else "completions", "recv": t_recv,
                                  "prompt_head": prompt[:64], "prompt_len_chars": len(prompt),
+                                 "prompt_sha1": hashlib.sha1(prompt.encode()).hexdigest(),
                                  "chunk_tokens": [], "emit": [], "role": None, "usage": None, "done": None,
                                  "due": [], "cut": False}
         state["log"].append(entry)

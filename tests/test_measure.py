@@ -1,0 +1,121 @@
+"""measure_server against the FAKE timed OpenAI server: warm-up excluded, fresh prompts per repeat, shared
+prefixes, progress, notes. Timing accuracy itself is tested in test_loadgen.py."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fakes"))
+
+from tasks.loadgen import PromptBuilder, make_client  # noqa: E402
+from tasks.measure import measure_server, progress_reporter, window_prompts  # noqa: E402
+from timed_openai_server import FakeServerProcess, FakeTiming, fake_tokenize  # noqa: E402
+from tunelab.plan import Plan, Workload  # noqa: E402
+
+MODEL = "fake-model"
+
+
+@pytest.fixture(scope="module")
+def fake():
+    with FakeServerProcess(FakeTiming(ttft_s=0.005, itl_s=0.002, tokens_per_chunk=1), model=MODEL) as s:
+        yield s
+
+
+def _plan(**kw):
+    base = dict(name="t", model="unused", workloads=[Workload(name="w", prompt_tokens=24, output_tokens=4,
+                                                               num_requests=5)],
+                concurrency=[2], warmup_requests=3, repeats=2, seed=7)
+    base.update(kw)
+    return Plan(**base)
+
+
+def test_warmup_excluded_and_each_repeat_has_fresh_prompts(fake):
+    fake.reset()
+    seen = []
+    res = measure_server(fake.base_url, "k", MODEL, _plan(), progress=lambda lab, d, t: seen.append((lab, d, t)))
+    req = res.requests
+    assert len(req) == 2 * 5 and set(req["repeat"]) == {0, 1}  # warm-up requests are not rows
+    assert req["ok"].all() and (req["prompt_tokens"] == 24).all()  # exact lengths, as the server counted
+    assert len(res.measurements) == 2
+    log = fake.log()["log"]
+    assert len(log) == 3 + 2 * 5  # the server did get the warm-up requests
+    warm, rep0, rep1 = ({e["prompt_sha1"] for e in log[a:b]} for a, b in ((0, 3), (3, 8), (8, 13)))
+    assert len(warm) == 3 and len(rep0) == 5 and len(rep1) == 5
+    assert not warm & rep0 and not warm & rep1 and not rep0 & rep1  # nothing served twice
+    # Progress: every measured request once, per window, ending at total.
+    assert len(seen) == 10 and {(lab, d) for lab, d, t in seen if d == t} == {
+        (lab, 5) for lab, _, _ in seen}
+    assert any("/metrics could not be scraped" in n for n in res.notes)  # the fake has no /metrics
+
+
+def test_same_seed_same_prompts_new_seed_new_prompts(fake):
+    fake.reset()
+    measure_server(fake.base_url, "k", MODEL, _plan(warmup_requests=0, repeats=1), progress=lambda *a: None)
+    a = [e["prompt_sha1"] for e in fake.log()["log"]]
+    fake.reset()
+    measure_server(fake.base_url, "k", MODEL, _plan(warmup_requests=0, repeats=1), progress=lambda *a: None)
+    b = [e["prompt_sha1"] for e in fake.log()["log"]]
+    fake.reset()
+    measure_server(fake.base_url, "k", MODEL, _plan(warmup_requests=0, repeats=1, seed=8), progress=lambda *a: None)
+    c = [e["prompt_sha1"] for e in fake.log()["log"]]
+    assert sorted(a) == sorted(b) and not set(a) & set(c)
+
+
+def test_shared_prefix_is_common_to_requests_and_repeats(fake):
+    w = Workload(name="pfx", prompt_tokens=40, output_tokens=2, num_requests=3, shared_prefix_tokens=16)
+
+    async def go():
+        async with make_client(fake.base_url, "k", 8) as client:
+            b = PromptBuilder(client, MODEL)
+            return await window_prompts(b, w, 3, seed=1), await window_prompts(b, w, 3, seed=2)
+
+    r0, r1 = asyncio.run(go())
+    prompts = r0 + r1
+    # The longest common prefix of all six has (at least) the 16 shared tokens; the rest differs.
+    common = prompts[0]
+    for p in prompts[1:]:
+        while not p.startswith(common):
+            common = common[:-1]
+    assert len(fake_tokenize(common)) >= 16
+    assert len(set(prompts)) == 6 and all(len(fake_tokenize(p)) == 40 for p in prompts)
+    w0 = Workload(name="nopfx", prompt_tokens=40, output_tokens=2, num_requests=3)
+
+    async def go0():
+        async with make_client(fake.base_url, "k", 8) as client:
+            b = PromptBuilder(client, MODEL)
+            return await window_prompts(b, w0, 3, seed=1), await window_prompts(b, w0, 3, seed=2)
+
+    s0, s1 = asyncio.run(go0())
+    lead = {p.split(" ")[0] + " " + p.split(" ")[1] for p in s0 + s1}
+    assert len(lead) > 1  # without a shared prefix, prompts do not all start alike
+
+
+def test_rate_level_and_notes(fake):
+    fake.reset()
+    res = measure_server(fake.base_url, "k", MODEL, _plan(concurrency=[], request_rates=[50.0], repeats=1,
+                                                          warmup_requests=1), progress=lambda *a: None)
+    m = res.measurements.iloc[0]
+    assert m["load_kind"] == "rate" and m["completed"] == 5
+
+
+def test_progress_reporter_logs_when_not_a_terminal(monkeypatch):
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: False, raising=False)
+    stream = io.StringIO()
+    logger = logging.getLogger("test-progress")
+    logger.setLevel(logging.INFO)
+    h = logging.StreamHandler(stream)
+    logger.addHandler(h)
+    try:
+        with progress_reporter(logger, min_interval_s=3600) as cb:
+            for d in range(1, 4):
+                cb("w c=1 repeat 1/1", d, 3)
+    finally:
+        logger.removeHandler(h)
+    lines = stream.getvalue().splitlines()
+    assert lines[-1] == "w c=1 repeat 1/1: 3/3 requests" and len(lines) == 2  # first, then the end (throttled)
