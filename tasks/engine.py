@@ -492,7 +492,12 @@ class EngineServer:
         return " ".join("***" if a == self.api_key else a for a in self.command)
 
     def start(self) -> None:
-        """Launch the process in its own process group and record it in the state file (returns at once)."""
+        """Launch the process in its own process group and record it in the state file (returns at once).
+
+        Raises:
+            RuntimeError: this EngineServer was already started (one object = one server; make a new one).
+            OSError: the runtime's interpreter cannot be executed.
+        """
         if self.proc is not None:
             raise RuntimeError("EngineServer.start(): this server was already started; make a new EngineServer")
         if not self.port:
