@@ -8,6 +8,9 @@ lateness under load does not count against a client.
 
 Per request (and per inter-chunk gap for ITL) the error is ``client's value - true value``:
 
+Emission = the fake's perf_counter stamp taken just before it hands a chunk to the transport (never after
+the bytes left; early by its encoding time, tens of microseconds, so the errors below are upper bounds).
+
 * TTFT: true = first content chunk emitted - request read by the server.
 * ITL: true = gaps between the server's emissions of successive content chunks.
 * TPOT: each client against the truth of its own definition: tunelab ends E2EL at the last byte
@@ -78,9 +81,11 @@ def _summary(errs: dict[str, list[float]]) -> dict[str, Any]:
 
 
 def _truth(e: dict[str, Any], end: str) -> dict[str, Any]:
-    emit = e["emit"]
+    # The moment the fake began handing a chunk to the transport: never after the bytes left (a stamp taken
+    # after the write can be late by a preemption), early only by the fake's encoding time (tens of us).
+    emit = e["emit_pre"]
     n_tokens = sum(e["chunk_tokens"])
-    end_t = e["done"] if end == "done" else emit[-1]
+    end_t = e["done_pre"] if end == "done" else emit[-1]
     return {
         "ttft": emit[0] - e["recv"],
         "itl": np.diff(emit),
@@ -139,7 +144,7 @@ def errors_vllm_bench(result: dict, log: list[dict]) -> tuple[dict, int]:
 
 
 def _fake_health(log: list[dict], wall_s: float, cpu0: float, cpu1: float) -> dict[str, Any]:
-    late = [em - du for e in log for em, du in zip(e["emit"], e["due"])]
+    late = [em - du for e in log for em, du in zip(e["emit_pre"], e["due"])]
     return {"fake_late_p99_ms": _pct(late, 99) * 1e3 if late else None,
             "fake_cpu_frac": (cpu1 - cpu0) / wall_s if wall_s > 0 else None}
 

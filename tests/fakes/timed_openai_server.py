@@ -15,7 +15,9 @@ Timing (per request, from the moment uvicorn hands the parsed request to the app
   ``recv``, before any token, as vLLM's chat endpoint does.
 
 Ground truth is what the server *did*, not what it intended: for every request it logs ``recv`` and the
-``time.perf_counter()`` right after each chunk was handed to the transport (on Linux ``perf_counter`` is
+``time.perf_counter()`` right after each chunk was handed to the transport (``emit``; ``emit_pre``: right
+before, so the write happened between the two: a process descheduled just after writing can stamp ``emit``
+after a fast client already read the chunk; on Linux ``perf_counter`` is
 CLOCK_MONOTONIC, one clock for every process of the machine, so a client's perf_counter stamps compare
 directly). ``GET /fake/log`` returns the log; ``POST /fake/reset`` clears it and the counters;
 ``GET /fake/stats`` returns in-flight counts (``max_in_flight``: concurrency actually reached) and the
@@ -126,7 +128,7 @@ def make_app(timing: FakeTiming, model: str = "fake-model") -> Any:
         entry: dict[str, Any] = {"rid": rid, "endpoint": "chat" if chat else "completions", "recv": t_recv,
                                  "prompt_head": prompt[:64], "prompt_len_chars": len(prompt),
                                  "prompt_sha1": hashlib.sha1(prompt.encode()).hexdigest(),
-                                 "chunk_tokens": [], "emit": [], "role": None, "usage": None, "done": None,
+                                 "chunk_tokens": [], "emit": [], "emit_pre": [], "role": None, "usage": None, "done": None, "done_pre": None,
                                  "due": [], "cut": False}
         state["log"].append(entry)
         oid = f"cmpl-fake-{rid}"
@@ -151,7 +153,7 @@ def make_app(timing: FakeTiming, model: str = "fake-model") -> Any:
         regular = chunk(" t" * tpc, None)  # the bytes of a full middle chunk, encoded once per request
         sent = 0
         k = 0
-        emit, dues, ctoks = entry["emit"], entry["due"], entry["chunk_tokens"]
+        emit, pre, dues, ctoks = entry["emit"], entry["emit_pre"], entry["due"], entry["chunk_tokens"]
         while sent < n_tokens:
             due = t_recv + timing.ttft_s + sent * timing.itl_s
             delay = due - perf()
@@ -164,6 +166,7 @@ def make_app(timing: FakeTiming, model: str = "fake-model") -> Any:
                 data = chunk(text, "length" if last else None)
             else:
                 data = regular
+            pre.append(perf())
             await send({"type": "http.response.body", "body": data, "more_body": True})
             emit.append(perf())
             dues.append(due)
@@ -179,6 +182,7 @@ def make_app(timing: FakeTiming, model: str = "fake-model") -> Any:
         await send({"type": "http.response.body", "body": b"data: " + json.dumps(u).encode() + b"\n\n",
                     "more_body": True})
         entry["usage"] = perf()
+        entry["done_pre"] = perf()
         await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
         entry["done"] = perf()
 
