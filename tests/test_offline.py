@@ -322,3 +322,16 @@ def test_bundle_runtime_rejects_unpinned_spec(tmp_path):
         off.bundle_runtime("vllm>=0.25", tmp_path)
     with pytest.raises(ValueError, match="part_size_mib"):
         off.bundle_runtime("vllm==0.25.1", tmp_path, part_size_mib=0)
+
+
+def test_guarded_prune_skipped_when_the_token_is_used(tmp_path):
+    site = tmp_path / "site"
+    (site / "pycountry" / "locales" / "de").mkdir(parents=True)
+    (site / "pycountry" / "locales" / "de" / "iso3166-1.mo").write_bytes(b"m" * 5)
+    (site / "pycountry" / "__init__.py").write_text("LOCALES_DIR = 'locales'\n")
+    assert [r.path for r in off.prune_site(site, off.DEFAULT_PRUNE, "3.12")] == ["pycountry/locales"]
+    (site / "pycountry" / "locales" / "de").mkdir(parents=True)
+    (site / "pycountry" / "locales" / "de" / "iso3166-1.mo").write_bytes(b"m" * 5)
+    (site / "user.py").write_text("import gettext, pycountry\ngettext.translation('x', pycountry.LOCALES_DIR)\n")
+    assert off.prune_site(site, off.DEFAULT_PRUNE, "3.12") == []
+    assert (site / "pycountry" / "locales" / "de" / "iso3166-1.mo").is_file()

@@ -219,6 +219,10 @@ class PruneRule(BaseModel):
     reason: str
     forbidden_env: dict[str, str] = Field(
         default_factory=dict, description="env vars that would need the removed file: name -> why")
+    guard_token: str | None = Field(
+        default=None, description="prune only if no *.py in the site mentions this token, outside guard_exempt")
+    guard_exempt: list[str] = Field(
+        default_factory=list, description="fnmatch patterns of files allowed to mention guard_token (its definition)")
 
 
 #: Cuts that are shown unused on the target. ``{other_abi}`` rules are added per target Python.
@@ -227,6 +231,10 @@ DEFAULT_PRUNE: list[PruneRule] = [
               "interpreter; vLLM is started as `python -m vllm.entrypoints.cli.main`"),
     PruneRule(pattern="xgrammar/lib/libxgrammar.a", reason="static archive, only for linking C++ "
               "programs; never loaded by Python (removed in the measured H200 run)"),
+    PruneRule(pattern="pycountry/locales", reason="gettext catalogs (.mo) for translated country/language "
+              "names; pycountry only defines LOCALES_DIR, its lookups read pycountry/databases, and no carried "
+              "module mentions LOCALES_DIR (checked at bundle time)",
+              guard_token="LOCALES_DIR", guard_exempt=["pycountry/__init__.py"]),
     PruneRule(pattern="vllm/vllm-rs", reason="Rust frontend binary; vllm/envs.py resolves it only "
               "when VLLM_USE_RUST_FRONTEND=1 (default 0)",
               forbidden_env={"VLLM_USE_RUST_FRONTEND": "the vllm-rs binary was pruned from this bundle"}),
@@ -550,7 +558,9 @@ def _unpack(archive: Path, dest: Path) -> None:
 def prune_site(site: Path, rules: Iterable[PruneRule], python_version: str) -> list[PrunedPath]:
     """Delete paths under ``site`` that match ``rules``, plus CPython extension modules built for
     another Python (``*.cpython-3XY-*.so`` with 3XY != target): a ``python_version`` interpreter
-    cannot load them. Returns what was removed, with sizes and reasons."""
+    cannot load them. A rule with ``guard_token`` is skipped when any ``*.py`` in the site outside
+    its ``guard_exempt`` files mentions the token (something may use the files). Returns what was
+    removed, with sizes and reasons."""
     site = Path(site)
     tag = "cpython-" + python_version.replace(".", "")
     removed: list[PrunedPath] = []
@@ -561,6 +571,16 @@ def prune_site(site: Path, rules: Iterable[PruneRule], python_version: str) -> l
         return sum(f.lstat().st_size for f in p.rglob("*") if f.is_file())
 
     rules = list(rules)
+    guarded = [r for r in rules if r.guard_token]
+    if guarded:
+        users: dict[str, list[str]] = {r.guard_token: [] for r in guarded}  # type: ignore[misc]
+        for f in site.rglob("*.py"):
+            rel = f.relative_to(site).as_posix()
+            text = f.read_text(encoding="utf-8", errors="replace")
+            for r in guarded:
+                if r.guard_token in text and not any(fnmatch.fnmatchcase(rel, g) for g in r.guard_exempt):
+                    users[r.guard_token].append(rel)  # type: ignore[index]
+        rules = [r for r in rules if not r.guard_token or not users[r.guard_token]]
     for p in sorted(site.rglob("*")):
         if not (p.exists() or p.is_symlink()):
             continue  # inside a folder already removed
