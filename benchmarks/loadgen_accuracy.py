@@ -18,7 +18,9 @@ the bytes left; early by its encoding time, tens of microseconds, so the errors 
   content emission) / (output tokens - 1).
 * E2EL: true = that same end emission - request read.
 
-The table gives p50 and p99 of |error| in milliseconds. Whatever delays the bytes between the server's
+The table gives p50 and p99 of |error| in milliseconds. ``req path p50`` splits TTFT's error: the time from
+the client's send stamp to the fake reading the request (client write, kernel, and the fake's busy event
+loop), the rest of TTFT's error being the response path (fake's write -> client's stamp). Whatever delays the bytes between the server's
 write and the client's timestamp (the client's event loop being busy, the kernel, a CPU shared with other
 work) is error; the server reading a request late counts too (the fake's own CPU and schedule lateness are
 printed so a server-bound row can be told apart). Both clients run against the same fake server in the
@@ -57,7 +59,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "fakes"))
 
 from tasks import metrics as M  # noqa: E402
-from tasks.loadgen import make_client, run_level  # noqa: E402
+from tasks.loadgen import Clock, make_client, run_level  # noqa: E402
 from timed_openai_server import FakeServerProcess, FakeTiming  # noqa: E402
 
 __all__ = ["main", "errors_ours", "errors_vllm_bench"]
@@ -94,11 +96,13 @@ def _truth(e: dict[str, Any], end: str) -> dict[str, Any]:
     }
 
 
-def errors_ours(records: list[dict], prompts: list[str], log: list[dict], output_tokens: int) -> tuple[dict, int]:
+def errors_ours(records: list[dict], prompts: list[str], log: list[dict], output_tokens: int,
+                to_perf: Any = None) -> tuple[dict, int]:
     """Per-request errors of tunelab's records (matched to the fake's log by prompt head). Returns
-    ({'ttft': [...], 'itl': [...], 'tpot': [...], 'e2el': [...]}, number of ok requests)."""
+    ({'ttft': [...], 'itl': [...], 'tpot': [...], 'e2el': [...], 'req_path': [...]}, number of ok requests);
+    ``req_path`` = server read - client send stamp (needs ``to_perf``: the records' Clock.to_perf)."""
     by_head = {e["prompt_head"]: e for e in log if e.get("done") is not None}
-    errs: dict[str, list[float]] = {"ttft": [], "itl": [], "tpot": [], "e2el": []}
+    errs: dict[str, list[float]] = {"ttft": [], "itl": [], "tpot": [], "e2el": [], "req_path": []}
     ok = 0
     for i, (p, raw) in enumerate(zip(prompts, records)):
         e = by_head.get(p[:64])
@@ -110,6 +114,8 @@ def errors_ours(records: list[dict], prompts: list[str], log: list[dict], output
         ok += 1
         t = _truth(e, "done")
         errs["ttft"].append(row["ttft_s"] - t["ttft"])
+        if to_perf is not None:
+            errs["req_path"].append(e["recv"] - to_perf(raw["send_ts"]))
         errs["e2el"].append(row["e2el_s"] - t["e2el"])
         if row["tpot_s"] is not None and t["tpot"] is not None:
             errs["tpot"].append(row["tpot_s"] - t["tpot"])
@@ -123,10 +129,11 @@ def errors_vllm_bench(result: dict, log: list[dict]) -> tuple[dict, int]:
     """Per-request errors of a ``vllm bench serve --save-detailed`` result (matched to the fake's log by the
     request id the fake puts in the first token, ``<rid>``)."""
     by_rid = {e["rid"]: e for e in log if e.get("done") is not None}
-    errs: dict[str, list[float]] = {"ttft": [], "itl": [], "tpot": [], "e2el": []}
+    errs: dict[str, list[float]] = {"ttft": [], "itl": [], "tpot": [], "e2el": [], "req_path": []}
     ok = 0
-    for text, ttft, itl, lat, n_out, err in zip(result["generated_texts"], result["ttfts"], result["itls"],
-                                                result["latencies"], result["output_lens"], result["errors"]):
+    for text, ttft, itl, lat, n_out, err, st in zip(result["generated_texts"], result["ttfts"], result["itls"],
+                                                    result["latencies"], result["output_lens"], result["errors"],
+                                                    result["start_times"]):
         if err or not text or not text.startswith("<"):
             continue
         e = by_rid.get(int(text[1:text.index(">")]))
@@ -135,6 +142,7 @@ def errors_vllm_bench(result: dict, log: list[dict]) -> tuple[dict, int]:
         ok += 1
         t = _truth(e, "last_chunk")
         errs["ttft"].append(ttft - t["ttft"])
+        errs["req_path"].append(e["recv"] - st)  # vllm's start_time is its perf_counter: the same clock
         errs["e2el"].append(lat - t["e2el"])
         if n_out and n_out > 1 and t["tpot"] is not None:
             errs["tpot"].append((lat - ttft) / (n_out - 1) - t["tpot"])
@@ -145,7 +153,9 @@ def errors_vllm_bench(result: dict, log: list[dict]) -> tuple[dict, int]:
 
 def _fake_health(log: list[dict], wall_s: float, cpu0: float, cpu1: float) -> dict[str, Any]:
     late = [em - du for e in log for em, du in zip(e["emit_pre"], e["due"])]
+    write = [b - a for e in log for a, b in zip(e["emit_pre"], e["emit"])]
     return {"fake_late_p99_ms": _pct(late, 99) * 1e3 if late else None,
+            "truth_write_p50_ms": _pct(write, 50) * 1e3 if write else None,
             "fake_cpu_frac": (cpu1 - cpu0) / wall_s if wall_s > 0 else None}
 
 
@@ -167,7 +177,7 @@ async def _ours(fake: FakeServerProcess, c: int, n: int, out_tokens: int, tag: s
         wall = time.perf_counter() - t0
     stats = fake.stats()
     log = fake.log()["log"]
-    errs, ok = errors_ours(res.records, prompts, log, out_tokens)
+    errs, ok = errors_ours(res.records, prompts, log, out_tokens, Clock(res.clock_origin).to_perf)
     name = "tunelab" + ("" if transport == "raw" else f" ({transport})") + (f" x{processes}p" if processes > 1 else "")
     return {"client": name, "ok": ok, "n": n,
             **_summary(errs), "client_cpu_frac": res.client_cpu_frac, "loop_lag_p99_ms": res.loop_lag_p99_s * 1e3,
@@ -206,18 +216,22 @@ def _fmt(v: Any, nd: int = 2) -> str:
 
 def _table(rows: list[dict]) -> str:
     head = ("| tok/chunk | conc | client | ok/n | TTFT p50 | TTFT p99 | ITL p50 | ITL p99 | TPOT p50 | TPOT p99 "
-            "| E2EL p50 | E2EL p99 | cpu | lag99 | in-flight | fake late99 | flags |")
-    lines = [head, "|" + "---|" * 17]
+            "| E2EL p50 | E2EL p99 | req path p50 | cpu | lag99 | in-flight | fake cpu | fake late99 | flags |")
+    lines = [head, "|" + "---|" * 19]
     for r in rows:
         lines.append("| " + " | ".join([
             str(r["tokens_per_chunk"]), str(r["concurrency"]), r["client"], f"{r['ok']}/{r['n']}",
             *(_fmt(r[f"{m}_{q}_ms"]) for m in ("ttft", "itl", "tpot", "e2el") for q in ("p50", "p99")),
-            _fmt(r["client_cpu_frac"]), _fmt(r["loop_lag_p99_ms"], 1), str(r["max_in_flight"]),
-            _fmt(r["fake_late_p99_ms"], 1), r.get("flags", "")]) + " |")
+            _fmt(r["req_path_p50_ms"]), _fmt(r["client_cpu_frac"]), _fmt(r["loop_lag_p99_ms"], 1),
+            str(r["max_in_flight"]), _fmt(r["fake_cpu_frac"]), _fmt(r["fake_late_p99_ms"], 1),
+            r.get("flags", "")]) + " |")
     return "\n".join(lines)
 
 
 def _verdicts(rows: list[dict]) -> list[str]:
+    """Per level: is each of tunelab's six errors <= half of vllm bench's? An error at or below the truth's
+    own resolution (``floor``: the fake's median pre-write -> post-write time, i.e. how precisely the
+    emission instant is known, at least 0.05 ms) cannot be told apart from zero and counts as met."""
     out = []
     keys = [f"{m}_{q}_ms" for m in ("ttft", "itl", "tpot") for q in ("p50", "p99")]
     for r in rows:
@@ -227,10 +241,12 @@ def _verdicts(rows: list[dict]) -> list[str]:
                   and x["tokens_per_chunk"] == r["tokens_per_chunk"]), None)
         if v is None:
             continue
-        worse = [k for k in keys if r[k] is not None and v[k] is not None and r[k] > 0.5 * v[k]]
+        floor = max(0.05, r.get("truth_write_p50_ms") or 0.0, v.get("truth_write_p50_ms") or 0.0)
+        worse = [k for k in keys if r[k] is not None and v[k] is not None and r[k] > max(0.5 * v[k], floor)]
         ttft_ok = r["concurrency"] > 64 or (r["ttft_p50_ms"] is not None and r["ttft_p50_ms"] < 2.0)
         out.append(f"tok/chunk={r['tokens_per_chunk']} c={r['concurrency']}: "
-                   + ("<= half of vllm bench on all six" if not worse else "NOT <= half of vllm bench on " + ", ".join(worse))
+                   + ("<= half of vllm bench (or at the truth's floor) on all six" if not worse
+                      else "NOT <= half of vllm bench on " + ", ".join(worse))
                    + ("" if r["concurrency"] > 64 else ("; TTFT p50 < 2 ms" if ttft_ok else "; TTFT p50 >= 2 ms (target missed)")))
     return out
 

@@ -5,7 +5,8 @@ streams placeholder tokens on a fixed schedule so that the load generator's timi
 ground truth. It runs as a separate process (uvicorn serving a plain ASGI app, HTTP/1.1 via h11), so the
 client under test does not share its event loop.
 
-Timing (per request, from the moment uvicorn hands the parsed request to the app, ``recv``):
+Timing (per request, from ``recv``: the moment the fake's event loop read the request's bytes, stamped in
+the HTTP protocol's ``data_received`` before parsing, so the ASGI task's scheduling delay is not in it):
 
 * the first content chunk is due at ``recv + ttft_s``; chunk ``k`` at ``recv + ttft_s + k * tokens_per_chunk * itl_s``;
 * each chunk carries ``tokens_per_chunk`` tokens (the last one fewer when ``max_tokens`` is not a multiple);
@@ -111,7 +112,7 @@ def make_app(timing: FakeTiming, model: str = "fake-model") -> Any:
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
 
-    async def stream(send: Any, req: dict, chat: bool, t_recv: float) -> None:
+    async def stream(send: Any, req: dict, chat: bool, t_recv: float, recv_at_read: bool) -> None:
         if chat:
             prompt = " ".join(str(m.get("content", "")) for m in req.get("messages") or [])
         else:
@@ -126,9 +127,11 @@ def make_app(timing: FakeTiming, model: str = "fake-model") -> Any:
         rid = state["next_rid"]
         state["next_rid"] += 1
         entry: dict[str, Any] = {"rid": rid, "endpoint": "chat" if chat else "completions", "recv": t_recv,
+                                 "recv_at_read": recv_at_read,
                                  "prompt_head": prompt[:64], "prompt_len_chars": len(prompt),
                                  "prompt_sha1": hashlib.sha1(prompt.encode()).hexdigest(),
-                                 "chunk_tokens": [], "emit": [], "emit_pre": [], "role": None, "usage": None, "done": None, "done_pre": None,
+                                 "chunk_tokens": [], "emit": [], "emit_pre": [], "role": None, "usage": None,
+                                 "done": None, "done_pre": None,
                                  "due": [], "cut": False}
         state["log"].append(entry)
         oid = f"cmpl-fake-{rid}"
@@ -197,7 +200,8 @@ def make_app(timing: FakeTiming, model: str = "fake-model") -> Any:
                     return
         if scope["type"] != "http":
             return
-        t_recv = perf()  # the app is called as soon as the request line and headers are parsed
+        # When the fake's event loop read the request's bytes (stamped by _StampingH11 below), else now.
+        t_recv = scope.get("fake_recv") or perf()
         path, method = scope["path"], scope["method"]
         body = await read_body(receive)
         if path in ("/v1/completions", "/v1/chat/completions") and method == "POST":
@@ -209,7 +213,7 @@ def make_app(timing: FakeTiming, model: str = "fake-model") -> Any:
             state["in_flight"] += 1
             state["max_in_flight"] = max(state["max_in_flight"], state["in_flight"])
             try:
-                await stream(send, req, path.endswith("chat/completions"), t_recv)
+                await stream(send, req, path.endswith("chat/completions"), t_recv, "fake_recv" in scope)
             finally:
                 state["in_flight"] -= 1
         elif path == "/health":
@@ -329,6 +333,23 @@ class FakeServerProcess:
         self.stop()
 
 
+def _stamping_protocol() -> Any:
+    """uvicorn's h11 protocol with a ``perf_counter`` stamp taken on every read, before parsing; a request
+    parsed from that read gets it as ``scope['fake_recv']``."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class _StampingH11(H11Protocol):
+        def data_received(self, data: bytes) -> None:
+            t = time.perf_counter()
+            before = getattr(self, "scope", None)
+            super().data_received(data)
+            scope = getattr(self, "scope", None)
+            if scope is not None and scope is not before and "fake_recv" not in scope:
+                scope["fake_recv"] = t
+
+    return _StampingH11
+
+
 def main(argv: list[str] | None = None) -> None:
     """CLI: serve the fake on ``--port`` (or an inherited listening socket ``--fd``)."""
     import uvicorn
@@ -343,7 +364,7 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     app = make_app(FakeTiming(a.ttft_s, a.itl_s, a.tokens_per_chunk), a.model)
     kw: dict[str, Any] = {"fd": a.fd} if a.fd is not None else {"host": "127.0.0.1", "port": a.port}
-    uvicorn.run(app, http="h11", loop="asyncio", lifespan="on", log_level="warning", access_log=False,
+    uvicorn.run(app, http=_stamping_protocol(), loop="asyncio", lifespan="on", log_level="warning", access_log=False,
                 backlog=4096, timeout_keep_alive=120, **kw)
 
 
