@@ -34,6 +34,7 @@ __all__ = [
     "Plan",
     "Trial",
     "load_plan",
+    "requests_for_level",
     "config_key",
     "RESERVED_FLAGS",
 ]
@@ -82,6 +83,14 @@ class Workload(BaseModel):
         if self.shared_prefix_tokens >= self.prompt_tokens:
             raise ValueError("shared_prefix_tokens must be smaller than prompt_tokens")
         return self
+
+
+def requests_for_level(plan: "Plan", workload: Workload, load_kind: str, load_value: float) -> int:
+    """Measured requests per window: the workload's count, raised to ``requests_per_concurrency x c`` at a
+    concurrency level ``c`` (request-rate levels use the workload's count)."""
+    if load_kind == "concurrency" and plan.requests_per_concurrency:
+        return max(workload.num_requests, int(plan.requests_per_concurrency * load_value))
+    return workload.num_requests
 
 
 class SLO(BaseModel):
@@ -136,6 +145,11 @@ class Plan(BaseModel):
     )
     workloads: list[Workload] = Field(min_length=1)
     concurrency: list[int] = Field(default_factory=lambda: [1], description="Concurrency levels (max in-flight requests).")
+    requests_per_concurrency: int = Field(
+        0, ge=0,
+        description="At a concurrency level c, send max(workload.num_requests, requests_per_concurrency x c) "
+                    "measured requests, so high levels are really reached and low levels stay short; 0 = off.",
+    )
     request_rates: list[float] = Field(default_factory=list, description="Request rates (req/s) with random arrivals; empty = none.")
     burstiness: float = Field(1.0, gt=0, description="Gamma shape of inter-arrival gaps; 1.0 = Poisson (as vllm bench serve).")
     warmup_requests: int = Field(4, ge=0, description="Requests per load level sent before measuring, excluded from numbers.")
