@@ -334,18 +334,23 @@ class FakeServerProcess:
 
 
 def _stamping_protocol() -> Any:
-    """uvicorn's h11 protocol with a ``perf_counter`` stamp taken on every read, before parsing; a request
-    parsed from that read gets it as ``scope['fake_recv']``."""
+    """uvicorn's h11 protocol with a ``perf_counter`` stamp taken on every read, before parsing; the request
+    parsed from that read gets it as ``scope['fake_recv']`` — also when h11 parses it later (a request that
+    arrives on a keep-alive connection before the previous response cycle has closed is held, PAUSED,
+    until then: the bytes were still read, and the clock starts, at the read)."""
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class _StampingH11(H11Protocol):
         def data_received(self, data: bytes) -> None:
-            t = time.perf_counter()
-            before = getattr(self, "scope", None)
+            self._fake_read_t = time.perf_counter()
             super().data_received(data)
+
+        def handle_events(self) -> None:
+            before = getattr(self, "scope", None)
+            super().handle_events()
             scope = getattr(self, "scope", None)
             if scope is not None and scope is not before and "fake_recv" not in scope:
-                scope["fake_recv"] = t
+                scope["fake_recv"] = getattr(self, "_fake_read_t", None) or time.perf_counter()
 
     return _StampingH11
 
