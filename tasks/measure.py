@@ -36,7 +36,7 @@ from tasks import metrics as M
 from tasks import server_metrics as SM
 from tasks.arrivals import arrival_offsets
 from tasks.loadgen import PromptBuilder, make_client, run_level
-from tunelab.plan import Plan, Workload
+from tunelab.plan import Plan, Workload, requests_for_level
 
 __all__ = ["LoadLevel", "MeasureResult", "load_levels", "measure_server", "window_prompts", "progress_reporter",
            "LOOP_LAG_NOTE_S"]
@@ -188,7 +188,7 @@ async def _measure(
                     await run_level(client, model, wp, arrival_offsets_s=offs, **common)
                 for rep in range(plan.repeats):
                     s = _seed(plan.seed, w.name, lv, rep)
-                    prompts = await window_prompts(builder, w, w.num_requests, s)
+                    prompts = await window_prompts(builder, w, requests_for_level(plan, w, lv.kind, lv.value), s)
                     offs = (list(arrival_offsets(len(prompts), lv.value, plan.burstiness, seed=s))
                             if lv.kind == "rate" else None)
                     label = f"{w.name} {lv.label} repeat {rep + 1}/{plan.repeats}"
