@@ -1,0 +1,49 @@
+#!/bin/bash
+# On a GPU host, from the repository root, after gpu/host_setup.sh installed the bundles into $DEST:
+#   bash gpu/run_sweep.sh start PLAN     register the installed vLLM runtimes with tunelab (gpu-<version>),
+#                                        link the model, start `tunelab run PLAN` detached (survives this shell)
+#   bash gpu/run_sweep.sh wait SECONDS   wait until the sweep ends (or SECONDS pass), print progress
+#   bash gpu/run_sweep.sh collect        pack the warehouse export, logs and report into $OUT/evidence.tar.gz
+# Everything runs with the host's python3 + PYTHONPATH (orchestrator bundle + this repository).
+set -uo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+DEST=${DEST:-/tmp/tunelab-rt}
+PY=${PYTHON:-python3}
+export TUNELAB_HOME=${TUNELAB_HOME:-$REPO/.tunelab}
+ORCH=$(ls -d "$DEST"/orchestrator-*/site 2>/dev/null | head -1)
+export PYTHONPATH="$ORCH:$REPO"
+export DO_NOT_TRACK=1 PREFECT_SERVER_ANALYTICS_ENABLED=false PYTHONUNBUFFERED=1
+RUN=$DEST/sweep
+mkdir -p "$RUN" "$TUNELAB_HOME/models"
+
+case "${1:-}" in
+start)
+  PLAN=$2
+  $PY -m tunelab.offline_register "$DEST" || exit 1
+  [ -e "$TUNELAB_HOME/models/llama-1b" ] || ln -s "$DEST/model" "$TUNELAB_HOME/models/llama-1b"
+  $PY -m tunelab.cli runtime list
+  $PY -m tunelab.cli plan check "$PLAN" || exit 1
+  setsid nohup $PY -m tunelab.cli run "$PLAN" > "$RUN/sweep.log" 2>&1 < /dev/null &
+  echo $! > "$RUN/pid"
+  echo "sweep started (pid $(cat "$RUN/pid")), log $RUN/sweep.log"
+  ;;
+wait)
+  T=${2:-540}; t0=$(date +%s)
+  while kill -0 "$(cat "$RUN/pid")" 2>/dev/null && [ $(( $(date +%s) - t0 )) -lt "$T" ]; do sleep 5; done
+  grep -a -E "trial [0-9]+/|ready in|boot failed|: ok;|: boot_failed|: failed|loaded|Finished in state" "$RUN/sweep.log" | grep -av "Task run" | tail -40
+  kill -0 "$(cat "$RUN/pid")" 2>/dev/null && echo "STILL RUNNING" || echo "SWEEP DONE"
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader
+  ;;
+collect)
+  OUTD=${OUT:?set OUT}
+  E=$RUN/evidence; rm -rf "$E"; mkdir -p "$E/logs"
+  cp "$RUN/sweep.log" "$E/" 2>/dev/null
+  cp "$TUNELAB_HOME"/logs/*/*.log "$E/logs/" 2>/dev/null
+  [ -f "$TUNELAB_HOME/warehouse.duckdb" ] && $PY -m tunelab.cli export --out "$E/warehouse" 2>&1 | tail -3
+  cp -r "$TUNELAB_HOME/results" "$E/results" 2>/dev/null
+  $PY -m tunelab.cli runtime list > "$E/runtimes.txt" 2>&1
+  nvidia-smi > "$E/nvidia-smi.txt" 2>&1
+  tar -C "$RUN" -czf "$OUTD/evidence.tar.gz" evidence && ls -la "$OUTD"
+  ;;
+*) echo "usage: $0 start PLAN | wait SECONDS | collect"; exit 2;;
+esac
