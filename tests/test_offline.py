@@ -329,6 +329,8 @@ def test_guarded_prune_skipped_when_the_token_is_used(tmp_path):
     (site / "pycountry" / "locales" / "de").mkdir(parents=True)
     (site / "pycountry" / "locales" / "de" / "iso3166-1.mo").write_bytes(b"m" * 5)
     (site / "pycountry" / "__init__.py").write_text("LOCALES_DIR = 'locales'\n")
+    (site / "pycountry" / "tests").mkdir()
+    (site / "pycountry" / "tests" / "test_general.py").write_text("assert pycountry.LOCALES_DIR\n")
     assert [r.path for r in off.prune_site(site, off.DEFAULT_PRUNE, "3.12")] == ["pycountry/locales"]
     (site / "pycountry" / "locales" / "de").mkdir(parents=True)
     (site / "pycountry" / "locales" / "de" / "iso3166-1.mo").write_bytes(b"m" * 5)

@@ -234,7 +234,11 @@ DEFAULT_PRUNE: list[PruneRule] = [
     PruneRule(pattern="pycountry/locales", reason="gettext catalogs (.mo) for translated country/language "
               "names; pycountry only defines LOCALES_DIR, its lookups read pycountry/databases, and no carried "
               "module mentions LOCALES_DIR (checked at bundle time)",
-              guard_token="LOCALES_DIR", guard_exempt=["pycountry/__init__.py"]),
+              guard_token="LOCALES_DIR", guard_exempt=["pycountry/__init__.py", "pycountry/tests/*"]),
+    PruneRule(pattern="vllm/third_party/fmha_sm100", reason="SM100 (Blackwell) sparse-attention kernels and "
+              "CUTLASS headers, imported only, lazily, by vllm/models/minimax_m3 (MiniMax M3 models); "
+              "no other carried module mentions fmha_sm100 (checked at bundle time)",
+              guard_token="fmha_sm100", guard_exempt=["vllm/third_party/fmha_sm100/*", "vllm/models/minimax_m3/*"]),
     PruneRule(pattern="vllm/vllm-rs", reason="Rust frontend binary; vllm/envs.py resolves it only "
               "when VLLM_USE_RUST_FRONTEND=1 (default 0)",
               forbidden_env={"VLLM_USE_RUST_FRONTEND": "the vllm-rs binary was pruned from this bundle"}),
