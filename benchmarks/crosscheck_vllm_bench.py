@@ -71,7 +71,8 @@ async def _ours(base_url: str, key: str, model: str, c: int, n: int, in_len: int
     agg = M.aggregate(pd.DataFrame(rows), None, client_cpu_frac=res.client_cpu_frac, target=c)
     special = (probe.records[0]["prompt_tokens"] or 0) - hello_tokens
     lens = {int(r["prompt_tokens"]) - special for r in res.records if r["prompt_tokens"] is not None}
-    out = {f"{m}_p{q}_ms": (agg[f"{m}_p{q}_s"] or float("nan")) * 1e3 for m in METRICS for q in (50, 99)}
+    out = {f"{m}_p{q}_ms": float("nan") if agg[f"{m}_p{q}_s"] is None else agg[f"{m}_p{q}_s"] * 1e3
+           for m in METRICS for q in (50, 99)}
     out.update(output_tokens_per_s=agg["output_tokens_per_s"], completed=agg["completed"], failed=agg["failed"],
                client_cpu_frac=res.client_cpu_frac, client_bound=agg["client_bound"], prompt_lengths=sorted(lens),
                prompt_build_s=build_s, tokenize_calls=b.stats["tokenize_calls"], adjusted=b.stats["adjusted"],
@@ -152,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"c={c} tunelab A' done", flush=True)
                 for r in agreement(A, A2, V):
                     all_rows.append({"concurrency": c, **r})
-                health.append({"concurrency": c, **{k: A[k] for k in ("completed", "failed", "client_cpu_frac",
+                health.append({"concurrency": c, "loadavg_1min": round(os.getloadavg()[0], 2), **{k: A[k] for k in ("completed", "failed", "client_cpu_frac",
                               "client_bound", "prompt_lengths", "prompt_build_s", "tokenize_calls", "adjusted",
                               "special_tokens")}, "vllm_completed": V["completed"], "vllm_failed": V["failed"]})
     df = pd.DataFrame(all_rows)
