@@ -6,13 +6,16 @@ time, the server's usage and finish reason. Derived metrics (TTFT, ITL, TPOT, E2
 these elsewhere, in one place (``tasks.metrics``).
 
 Design choices, and why:
-- httpx with a hand-read SSE stream (raw bytes, split on newlines), not the openai client: per-chunk
-  pydantic parsing and text decoding would cost CPU on the same cores that time the stream. Every network
-  read is stamped once, as soon as the event loop gets it, before any parsing; a chunk costs one
-  ``json.loads``.
-- Connection limits are sized to the requested concurrency, so the pool never caps it; before a
-  concurrency window the pool is filled with that many open keep-alive connections, so TCP set-up is not
-  part of the first wave's TTFT.
+- The streaming requests go over a small HTTP/1.1 keep-alive transport of its own (:class:`RawPool`,
+  :func:`send_streaming_raw`): each network read is stamped in the protocol's ``data_received`` before it
+  is parsed, and its SSE events are handled right there (one ``json.loads`` each), with no task switch per
+  chunk. httpx's pure-Python stack (h11/httpcore/anyio) made the client itself the bottleneck from
+  concurrency 64 on a 2-core machine (docs/measurement.md has the numbers); it stays available
+  (``transport='httpx'``, :func:`send_streaming`) and serves every non-streaming call (/tokenize, /metrics).
+  Not the openai client: per-chunk pydantic parsing would cost CPU on the cores that time the stream.
+- Connections are opened on demand, so the pool never caps the requested concurrency; before a
+  concurrency window it is filled with that many open keep-alive connections, so TCP set-up is not part
+  of the first wave's TTFT.
 - Timestamps are ``time.perf_counter()`` mapped onto one ``time.time()`` origin (:class:`Clock`): monotonic
   and high-resolution, yet readable as epoch seconds. On Linux ``perf_counter`` is CLOCK_MONOTONIC, one
   clock for all processes, so several load processes share one origin exactly.
@@ -701,6 +704,7 @@ class LevelResult:
             (p99 / max, seconds): a direct bound on how stale a timestamp can be.
         clock_origin: the ``(epoch0, perf0)`` pair the timestamps were taken with (see :class:`Clock`).
         processes: number of load processes used.
+        per_process_cpu_frac: each load process's event-loop CPU fraction.
     """
 
     records: list[dict[str, Any]]
@@ -872,7 +876,9 @@ def _worker_main(conn: Any, spec: dict[str, Any]) -> None:
     """Entry point of a load process (multiprocessing 'spawn'): runs its shard, sends back the result."""
 
     async def main() -> Any:
-        async with make_client(spec["base_url"], spec["api_key"], spec["concurrency"] + 8) as client:
+        # Rate mode has no concurrency bound: size the (httpx) pool for every request of the shard.
+        size = spec["concurrency"] if spec["load_kind"] == "concurrency" else len(spec["prompts"])
+        async with make_client(spec["base_url"], spec["api_key"], size) as client:
             conn.send(("ready", None))
             t_start = conn.recv()
             pending = [0]
