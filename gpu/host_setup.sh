@@ -80,8 +80,9 @@ for name in sorted(os.listdir(os.path.join(dest, ".parts"))):
     os.unlink(arc)
     if rc != 0 or not os.path.isdir(site):
         print(f"[{name}] UNPACK FAILED rc={rc}"); continue
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "-j", "0", site], capture_output=True)  # no .pyc travel
     open(stamp, "w").write(m["archive_sha256"] + "\n")
-    print(f"[{name}] unpacked {m['archive_bytes']/2**20:.1f} MiB -> {site} in {time.time()-t:.1f} s")
+    print(f"[{name}] unpacked {m['archive_bytes']/2**20:.1f} MiB -> {site} and byte-compiled in {time.time()-t:.1f} s")
 EOF
 
 # 3. import check + runtime record with tunelab.offline (needs pydantic: from the orchestrator

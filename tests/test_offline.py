@@ -167,6 +167,7 @@ def test_install_bundle_end_to_end(tmp_path):
     assert "VLLM_USE_RUST_FRONTEND" not in env
     assert env["PYTHONPATH"].split(os.pathsep) == [str(site.resolve()), "/old"]
     assert not (tmp_path / "rt" / "synthetic" / arc.name).exists()  # joined archive removed
+    assert list((site / "fakepkg" / "__pycache__").glob("__init__.*.pyc"))  # byte-compiled once
     # second install: same archive hash, no unpack, check again
     (site / "fakepkg" / "marker").write_text("kept")
     install_bundle(parts_dir / "manifest.json", tmp_path / "rt", python=sys.executable)

@@ -999,6 +999,7 @@ def install_bundle(
     parts_dirs: list[Path] | None = None,
     python: str = sys.executable,
     keep_archive: bool = False,
+    compile_bytecode: bool = True,
 ) -> Path:
     """Install a bundle on this (air-gapped) host and write its runtime record.
 
@@ -1009,8 +1010,10 @@ def install_bundle(
     vLLM/tunelab will run under) imports the manifest's ``import_check`` modules with
     PYTHONPATH=site and the bundle's required env; a failed import raises BundleError with the
     tail of its stderr. Returns the path of ``dest/<name>/runtime.json`` (:class:`RuntimeRecord`).
-    Already installed (same archive sha256 recorded in ``dest/<name>/.archive_sha256``): skips
-    the unpack and only re-runs the check.
+    After unpacking, ``compile_bytecode`` runs ``python -m compileall -j 0`` over the site with the
+    host interpreter (bundles carry no .pyc; errors from files for other Python versions are
+    ignored). Already installed (same archive sha256 recorded in ``dest/<name>/.archive_sha256``):
+    skips the unpack and only re-runs the check.
     """
     mpath = Path(manifest_or_dir)
     m = BundleManifest.load(mpath)
@@ -1030,6 +1033,8 @@ def install_bundle(
             archive.unlink()
         if not site.is_dir():
             raise BundleError(f"{m.archive_name} did not contain {m.top_dir}/ as its top folder")
+        if compile_bytecode:  # bundles are packed without .pyc; compiling once saves every later import
+            subprocess.run([python, "-m", "compileall", "-q", "-j", "0", str(site)], capture_output=True)
         stamp.write_text(m.archive_sha256 + "\n")
         unpack_s = round(time.time() - t, 2)
     else:
