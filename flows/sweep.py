@@ -1,48 +1,297 @@
 """Flow ``tuning_sweep``: one plan execution, start to finish.
 
-    validate plan -> stop leftovers of earlier runs -> inventory GPUs
-      -> for each trial (interleaved A B A B): subflow ``trial`` -> bundle on disk
-      -> validate each bundle (great-expectations) -> load bundles into DuckDB -> report
+    validate plan -> stop leftovers of earlier runs -> inventory devices (GPUs; a CPU host has one, ``cpu0``)
+      -> create one Prefect global concurrency limit per device (idempotent, limit 1)
+      -> trials in plan order (interleaved A B A B), each as subflow ``trial`` on a free device,
+         holding that device's slot for boot .. teardown; trials on different GPUs run in parallel
+      -> validate each bundle (great-expectations) -> load bundles into DuckDB -> report (artifacts)
 
-Everything a trial produces is on disk (a bundle) before it is validated and loaded, so a failed load
-loses nothing: ``tunelab load`` picks the bundles up later.
+Devices and slots. A trial needs ``tensor-parallel-size x pipeline-parallel-size x data-parallel-size`` GPUs
+(1 when none is set; a CPU runtime always needs the one ``cpu0`` device). It takes the lowest-numbered free
+devices and, before it boots, one slot of each device's global concurrency limit
+``tunelab-<host>-gpu<index>`` (``-cpu0`` on CPU), acquired with ``strict=True``: a missing or misspelled
+limit is an error, never a run without a lock. The limits make two sweeps (two processes, two
+deployments) on one host share a GPU one trial at a time; inside one sweep the scheduler hands out devices
+itself. Trials start in plan order (first in, first out, no back-filling), so the interleaving of the plan
+is kept on any number of GPUs.
+
+Failures and cancellation. A failed trial never stops the sweep: a boot failure is a result, and anything a
+trial raises is recorded. SIGTERM (Prefect cancellation, a worker, ``kill``) becomes KeyboardInterrupt: a
+trial on the main thread (one device) tears down in its own ``finally`` and writes a ``cancelled`` bundle;
+with several devices the sweep stops every live server of this process, waits for the trial threads to
+write their bundles and marks the trials that were running as ``cancelled``. The bundles written so far
+are then loaded (best effort) and the interruption propagates.
+
+Everything a trial produces is on disk (a bundle) before it is validated and loaded, so a failed load loses
+nothing: ``tunelab load`` picks the bundles up later.
 """
 
 from __future__ import annotations
 
+import contextvars
 import datetime as dt
-import os
+import math
+import queue
+import re
 import secrets
 import signal
 import socket
+import threading
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import pandas as pd
 from prefect import flow, get_run_logger, task
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 import tunelab
-from flows.trial import run_trial
+from flows.trial import run_trial, trial_row_base
 from tasks.bundle import read_bundle, update_bundle_table, write_bundle
-from tasks.engine import stop_leftovers, _state_read
-from tasks.gpu import inventory
-from tasks.report import comparison_frame, comparison_markdown
+from tasks.engine import stop_leftovers, tracked_servers
+from tasks.gpu import Inventory, inventory
+from tasks import report as R
 from tunelab import paths
-from tunelab.plan import Plan, PlanError, load_plan
-from tunelab.runtime import RuntimeError_, load_runtime
+from tunelab.plan import Plan, PlanError, Trial, load_plan
+from tunelab.runtime import Runtime, RuntimeError_, load_runtime
 from warehouse.loader import load_pending
 
-__all__ = ["tuning_sweep", "preflight", "SweepSummary"]
+__all__ = [
+    "SLOT_LEASE_S",
+    "Device",
+    "SweepSummary",
+    "devices_from_inventory",
+    "ensure_slots",
+    "gpus_needed",
+    "load_task",
+    "preflight",
+    "run_on_devices",
+    "slot_name",
+    "trial_run_name",
+    "tuning_sweep",
+    "validate_task",
+]
+
+#: Lease of a held device slot, seconds. Prefect renews it in the background while the trial runs; a holder
+#: that dies (SIGKILL) blocks the device for about this long (70 s measured with 60). Prefect's minimum is 60.
+SLOT_LEASE_S = 60.0
+
+_PARALLEL_FLAGS = ("tensor-parallel-size", "pipeline-parallel-size", "data-parallel-size")
+_SHORT_FLAGS = {"tp": "tensor-parallel-size", "pp": "pipeline-parallel-size", "dp": "data-parallel-size"}
 
 
 class SweepSummary(dict):
-    """Returned by :func:`tuning_sweep`: sweep_id, db path, results folder, trial statuses, comparison."""
+    """Returned by :func:`tuning_sweep`: ``sweep_id``, ``db`` path, ``results`` folder, ``trials`` (one dict
+    per trial: trial_id, config, config_key, runtime, device, status, failure_class, boot_s, verdict),
+    ``comparison`` (records of ``tasks.report.comparison_frame``), ``quality`` (verdict counts),
+    ``report_markdown``, ``timings`` (per trial: queued/slot/start/end epoch seconds)."""
 
 
-def preflight(plan: Plan) -> dict[str, Any]:
-    """Everything that must hold before any server starts: runtimes exist, model folder exists.
+# -- devices ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Device:
+    """One schedulable device: a GPU (``kind='gpu'``, NVML index) or the host CPU (``kind='cpu'``, index 0).
+
+    ``baseline_mib`` is the GPU memory used at inventory time (MiB), the reference for the pre-boot check."""
+
+    kind: str
+    index: int
+    name: str = "cpu"
+    baseline_mib: float | None = None
+
+    @property
+    def label(self) -> str:
+        """``gpu0``, ``gpu1``, ... or ``cpu0``."""
+        return f"{self.kind}{self.index}"
+
+
+def devices_from_inventory(inv: Inventory, only: Sequence[int] | None = None) -> list[Device]:
+    """The GPUs of an inventory as devices (restricted to the NVML indices in ``only`` when given).
+
+    Raises:
+        ValueError: ``only`` names an index the inventory does not have.
+    """
+    if not inv.available:
+        return []
+    gpus = {g.index: g for g in inv.gpus}
+    if only is not None:
+        missing = [i for i in only if i not in gpus]
+        if missing:
+            raise ValueError(f"gpus: {missing} not on this host (NVML sees {sorted(gpus)}); fix the 'gpus' parameter")
+        gpus = {i: gpus[i] for i in only}
+    return [Device("gpu", g.index, g.name, g.memory_used_mib) for g in sorted(gpus.values(), key=lambda g: g.index)]
+
+
+def gpus_needed(trial: Trial) -> int:
+    """GPUs one boot of ``trial`` occupies: product of ``--tensor-parallel-size``, ``--pipeline-parallel-size``
+    and ``--data-parallel-size`` (also spelled ``tp``/``pp``/``dp``) in its engine args; 1 when none is set.
+
+    Raises:
+        PlanError: a value that is not a positive integer (names the flag).
+    """
+    n = 1
+    for raw, v in trial.engine_args.items():
+        flag = _SHORT_FLAGS.get(raw, raw)
+        if flag in _PARALLEL_FLAGS and v not in (None, False):
+            try:
+                k = int(v)
+            except (TypeError, ValueError):
+                k = 0
+            if k < 1 or str(k) != str(v).strip():
+                raise PlanError(f"engine_args.{raw}: {v!r} is not a positive integer number of GPUs")
+            n *= k
+    return n
+
+
+def slot_name(host: str, device: Device) -> str:
+    """Name of the global concurrency limit guarding ``device`` on ``host``: ``tunelab-<host>-gpu0``.
+    The host name is lower-cased with characters other than letters, digits, '-' and '.' replaced by '-'."""
+    h = re.sub(r"[^a-z0-9.-]+", "-", host.lower()).strip("-") or "host"
+    return f"tunelab-{h}-{device.label}"
+
+
+def ensure_slots(names: Sequence[str]) -> None:
+    """Create (or reset to limit 1) the global concurrency limit of each device, idempotently
+    (``upsert_global_concurrency_limit_by_name``; ``prefect gcl create`` fails when it exists).
+
+    Raises:
+        prefect errors when the API cannot be reached: a sweep without its locks does not start.
+    """
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        for n in names:
+            client.upsert_global_concurrency_limit_by_name(n, 1)
+
+
+def trial_run_name(trial: Trial, devices: Sequence[Device]) -> str:
+    """Flow run name of a trial in the UI: config label, config key, runtime, replicate and device(s),
+    e.g. ``enforce-eager [3f2a9c1b0d4e] cpu r0 @ cpu0``."""
+    dev = "+".join(d.label for d in devices) or "-"
+    return f"{trial.label} [{trial.config_key}] {trial.runtime} r{trial.replicate} @ {dev}"
+
+
+# -- the scheduler ------------------------------------------------------------------------------------------
+@dataclass
+class _Job:
+    index: int
+    trial: Trial
+    need: int
+    pool: str  # "gpu" | "cpu"
+    devices: list[Device] = field(default_factory=list)
+    queued_at: float = 0.0
+
+
+def run_on_devices(
+    jobs: Sequence[Any],
+    need: Callable[[Any], int],
+    devices: Sequence[Device],
+    run_one: Callable[[Any, list[Device]], Any],
+    *,
+    on_skip: Callable[[Any, str], Any] | None = None,
+    on_interrupt: Callable[[], None] | None = None,
+    usable: Callable[[Device], bool] = lambda d: True,
+) -> list[Any]:
+    """Run ``jobs`` in order on ``devices``, at most one job per device at a time.
+
+    Each job takes the ``need(job)`` lowest-numbered free usable devices; a job that needs more devices than
+    are usable is passed to ``on_skip(job, reason)`` instead. Jobs start strictly in order (a job waiting
+    for two devices is not overtaken), so an interleaved plan stays interleaved. With one device the jobs run
+    on the calling thread (a KeyboardInterrupt reaches the running trial directly); with several, each runs
+    in a worker thread that carries the caller's context variables (the Prefect flow run context, so trials
+    appear as subflows of the sweep).
+
+    ``usable(device)`` is checked whenever a device is handed out: a device whose teardown was not clean is
+    taken out of service for the rest of the sweep.
+
+    On KeyboardInterrupt/SystemExit in the calling thread with jobs in worker threads: ``on_interrupt()``
+    (stop the servers) is called, the running jobs are awaited and the interruption is re-raised with the
+    results so far in its ``results`` attribute.
+
+    Returns:
+        ``run_one``'s / ``on_skip``'s return values in job order (None for jobs never started).
+    """
+    results: list[Any] = [None] * len(jobs)
+    if not devices:
+        for i, job in enumerate(jobs):
+            results[i] = on_skip(job, "no device to run on") if on_skip else None
+        return results
+    order = {d: i for i, d in enumerate(devices)}
+    free = list(devices)
+    if len(devices) == 1:
+        for i, job in enumerate(jobs):
+            n = need(job)
+            if n > 1 or not usable(devices[0]):
+                why = (f"needs {n} devices, this host has 1" if n > 1 else
+                       f"{devices[0].label} is out of service (an earlier teardown was not clean)")
+                results[i] = on_skip(job, why) if on_skip else None
+                continue
+            results[i] = run_one(job, [devices[0]])
+        return results
+
+    # One thread per started job (registered before it starts), completions through a queue: an interruption
+    # of this thread at any point cannot lose track of a trial that runs.
+    done_q: queue.Queue = queue.Queue()
+    threads: list[threading.Thread] = []
+    errors: list[BaseException] = []
+    busy = [0]
+
+    def lane(i: int, job: Any, devs: list[Device]) -> None:
+        try:
+            results[i] = run_one(job, devs)
+        except BaseException as e:  # noqa: BLE001 - re-raised by the scheduler
+            errors.append(e)
+        finally:
+            done_q.put(devs)
+
+    def reap() -> None:
+        devs = done_q.get()
+        busy[0] -= 1
+        free.extend(devs)
+        free.sort(key=order.__getitem__)
+
+    def n_usable() -> int:
+        return len([d for d in devices if usable(d)])
+
+    try:
+        for i, job in enumerate(jobs):
+            n = need(job)
+            while n <= n_usable() and len([d for d in free if usable(d)]) < n:
+                reap()
+            if n > n_usable():
+                results[i] = on_skip(job, f"needs {n} devices, {n_usable()} usable") if on_skip else None
+                continue
+            devs = [d for d in free if usable(d)][:n]
+            for d in devs:
+                free.remove(d)
+            th = threading.Thread(target=contextvars.copy_context().run, args=(lane, i, job, devs),
+                                  name=f"tunelab-{'+'.join(d.label for d in devs)}")
+            threads.append(th)
+            busy[0] += 1
+            th.start()
+        while busy[0]:
+            reap()
+    except (KeyboardInterrupt, SystemExit) as e:
+        if on_interrupt:
+            on_interrupt()
+        for th in threads:  # the trials finish (their servers are stopped) and store their results
+            t_end = time.monotonic() + 2
+            while th.ident is None and time.monotonic() < t_end:  # interrupted inside start()
+                time.sleep(0.01)
+            if th.ident is not None:
+                th.join()
+        e.results = results  # type: ignore[attr-defined]
+        raise
+    if errors:
+        raise errors[0]
+    return results
+
+
+# -- tasks and helpers --------------------------------------------------------------------------------------
+def preflight(plan: Plan) -> dict[str, Runtime]:
+    """Everything that must hold before any server starts: runtimes exist, model folder exists, parallel
+    sizes are integers.
 
     Raises:
         PlanError: with the field and the fix.
@@ -59,6 +308,8 @@ def preflight(plan: Plan) -> dict[str, Any]:
             f"model: {plan.model!r} is not a model folder (no config.json); build the tiny one with "
             f"`tunelab model tiny {plan.model}` or point 'model' at a local model directory"
         )
+    for t in plan.trials():
+        gpus_needed(t)
     return runtimes
 
 
@@ -74,9 +325,24 @@ def _install_sigterm() -> None:
         pass
 
 
+def _stop_live_servers(log: Callable[..., Any]) -> None:
+    """Stop every server this process started and has not stopped yet (cancellation with trials in threads)."""
+    from tasks import engine
+
+    with engine._LIVE_LOCK:  # the engine's registry of live servers of this process
+        live = list(engine._LIVE.values())
+    for s in live:
+        try:
+            td = s.stop()
+            log(f"cancel: stopped server pid {s.proc.pid} ({'clean' if td.clean else td.detail})")
+        except Exception as e:  # keep stopping the others
+            log(f"cancel: could not stop server: {e}")
+
+
 @task(name="validate", cache_policy=NO_CACHE)
 def validate_task(bundle: Path, plan: Plan) -> str:
-    """Run the quality suites on one bundle and write the verdict and checks back into it."""
+    """Run the quality suites on one bundle and write the verdict and checks back into it.
+    Returns the verdict (pass | warn | fail | unvalidated); a trial that did not measure stays unvalidated."""
     from tasks.quality import validate_trial
 
     tables = read_bundle(bundle)
@@ -104,17 +370,63 @@ def load_task(db: Path, results: Path) -> int:
     return len([r for r in results_ if r.status == "loaded"])
 
 
-@flow(name="tuning_sweep", flow_run_name="sweep {plan_path}", log_prints=True)
-def tuning_sweep(plan_path: str, db: str | None = None, results: str | None = None) -> dict:
+def _artifact_key(*parts: str) -> str:
+    """Prefect artifact keys allow lower-case letters, digits and dashes only."""
+    return re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]+", "-", "-".join(parts).lower())).strip("-")[:200]
+
+
+def _status_of(bundle: Path) -> dict[str, Any]:
+    t = read_bundle(bundle, verify=False)["trial"].iloc[0]
+    return {k: (None if (isinstance(v, float) and math.isnan(v)) else v) for k, v in t.to_dict().items()}
+
+
+def _skip_bundle(trial: Trial, trial_id: str, runtime: Runtime, ctx: dict, reason: str, failure_class: str) -> Path:
+    """A bundle for a trial that was never booted (not enough devices, a device out of service)."""
+    row = trial_row_base(trial, trial_id, ctx["sweep"]["sweep_id"], runtime, ctx)
+    row.update(status="failed", failure_class=failure_class, failure_reason=reason,
+               finished_at=dt.datetime.now(dt.timezone.utc).isoformat())
+    return write_bundle(Path(ctx["results_dir"]), ctx["sweep"], row, {})
+
+
+def _mark_cancelled(bundle: Path | None, status: dict | None, logger: Any) -> None:
+    """A trial that was running in a worker thread when the sweep was cancelled ends as a failed boot or
+    measurement (its server was stopped under it): record it as ``cancelled``, keeping what it saw."""
+    if bundle is None:
+        return
+    try:
+        tdf = read_bundle(bundle)["trial"].copy()
+        if tdf["status"].iloc[0] == "cancelled":
+            return
+        seen = f"{tdf['status'].iloc[0]}: {tdf['failure_reason'].iloc[0] if 'failure_reason' in tdf else ''}"
+        tdf["status"] = "cancelled"
+        tdf["failure_reason"] = f"cancelled while running (the trial then saw {seen})"[:2000]
+        update_bundle_table(bundle, "trial", tdf)
+        if status is not None:
+            status["status"] = "cancelled"
+    except Exception as e:
+        logger.warning("could not mark %s cancelled: %s", bundle, e)
+
+
+# -- the flow ------------------------------------------------------------------------------------------------
+@flow(name="tuning_sweep", flow_run_name="sweep {plan_path}", log_prints=True, validate_parameters=False)
+def tuning_sweep(plan_path: str, db: str | None = None, results: str | None = None,
+                 gpus: list[int] | None = None, plots: bool = True) -> dict:
     """Run every trial of the plan, validate, load into DuckDB and report.
 
     Args:
         plan_path: the plan YAML.
         db: DuckDB file (default ``<tunelab home>/warehouse.duckdb``).
         results: results folder for bundles (default ``<tunelab home>/results``).
+        gpus: NVML indices of the GPUs this sweep may use (default: all GPUs NVML sees).
+        plots: write the latency-vs-throughput plot of the sweep next to its bundles and link it from the report.
+
+    Returns:
+        :class:`SweepSummary`.
 
     Raises:
         PlanError: before any server starts, for a bad plan, a missing runtime or model.
+        ValueError: ``gpus`` names a GPU the host does not have.
+        KeyboardInterrupt: cancellation (SIGTERM/Ctrl-C), after teardown and the cancelled bundles.
     """
     logger = get_run_logger()
     _install_sigterm()
@@ -124,11 +436,12 @@ def tuning_sweep(plan_path: str, db: str | None = None, results: str | None = No
     results_dir = Path(results) if results else paths.results_dir()
     started = dt.datetime.now(dt.timezone.utc)
     sweep_id = f"{started:%Y%m%dT%H%M%SZ}-{plan.name}-{secrets.token_hex(2)}"
+    host = socket.gethostname()
     sweep = {
         "sweep_id": sweep_id,
         "plan_name": plan.name,
         "plan_yaml": Path(plan_path).read_text(),
-        "host": socket.gethostname(),
+        "host": host,
         "started_at": started.isoformat(),
         "tunelab_version": tunelab.__version__,
         "source": "tunelab",
@@ -137,55 +450,210 @@ def tuning_sweep(plan_path: str, db: str | None = None, results: str | None = No
     if left:
         logger.warning("stopped %d leftover server(s) of an earlier run", len(left))
     inv = inventory()
-    gpu = inv.gpus[0] if inv.available and inv.gpus else None
+    gpu_devices = devices_from_inventory(inv, gpus)
+    cpu_device = Device("cpu", 0)
     if not inv.available:
         logger.info("%s; running on CPU", inv.reason)
     logs_dir = paths.logs_dir() / sweep_id
     logs_dir.mkdir(parents=True, exist_ok=True)
-    ctx = {
+    base_ctx = {
         "sweep": sweep,
         "results_dir": str(results_dir),
         "logs_dir": str(logs_dir),
-        "gpu_index": gpu.index if gpu else None,
-        "gpu_name": gpu.name if gpu else "cpu",
-        "gpu_baseline_mib": gpu.memory_used_mib if gpu else None,
         "driver_version": inv.driver_version,
         "cuda_version": inv.cuda_version,
     }
     trials = plan.trials()
-    logger.info("sweep %s: %d trial(s)", sweep_id, len(trials))
-    bundles: list[Path] = []
-    statuses = []
-    gpu_unusable = False
+    jobs = []
     for i, t in enumerate(trials):
-        trial_id = f"{sweep_id}/{t.runtime}/{t.config_key}/r{t.replicate}"
-        if gpu_unusable:
-            logger.error("skipping %s: the GPU is unusable after a server could not be stopped", trial_id)
-            continue
-        ctx["our_pids"] = [e["pid"] for e in _state_read()]
-        logger.info("trial %d/%d: %s [%s] on %s", i + 1, len(trials), t.label, t.config_key, t.runtime)
-        bundle = run_trial(t, trial_id, plan, runtimes[t.runtime], ctx)
-        bundles.append(bundle)
-        trow = read_bundle(bundle)["trial"].iloc[0]
-        statuses.append({"trial_id": trial_id, "config": t.label, "runtime": t.runtime,
-                         "status": trow["status"], "failure_class": trow.get("failure_class"),
-                         "boot_s": trow.get("boot_s")})
-        if trow.get("teardown_clean") is False or trow.get("teardown_clean") == False:  # noqa: E712
-            gpu_unusable = True
-    for b in bundles:
+        on_gpu = runtimes[t.runtime].device == "cuda"
+        jobs.append(_Job(i, t, gpus_needed(t) if on_gpu else 1, "gpu" if on_gpu else "cpu"))
+    pools = {"gpu": gpu_devices, "cpu": [cpu_device]}
+    used_pools = sorted({j.pool for j in jobs})
+    slot_names = {d: slot_name(host, d) for p in used_pools for d in pools[p]}
+    ensure_slots(list(slot_names.values()))
+    order = " ".join(f"{t.label}/r{t.replicate}" for t in trials)
+    logger.info("sweep %s: %d trial(s) on %s; order (%s): %s", sweep_id, len(trials),
+                ", ".join(f"{d.label} ({slot_names[d]})" for p in used_pools for d in pools[p]) or "no device",
+                plan.interleave, order)
+
+    progress_id = None
+    try:
+        from prefect.artifacts import create_progress_artifact
+
+        progress_id = create_progress_artifact(0.0, key=_artifact_key("sweep-progress", plan.name),
+                                               description=f"{sweep_id}: 0/{len(trials)} trials")
+    except Exception as e:  # artifacts are a view; never lose a sweep over them
+        logger.warning("could not create the progress artifact: %s", e)
+
+    lock = threading.Lock()
+    out_of_service: set[Device] = set()
+    done_count = [0]
+    statuses: list[dict | None] = [None] * len(jobs)
+    bundles: list[Path | None] = [None] * len(jobs)
+    timings: list[dict] = [dict(trial_index=j.index) for j in jobs]
+    in_flight: dict[int, str] = {}
+
+    def trial_id_of(job: _Job) -> str:
+        t = job.trial
+        return f"{sweep_id}/{t.runtime}/{t.config_key}/r{t.replicate}"
+
+    def record(job: _Job, bundle: Path | None, devs: list[Device], error: str | None = None) -> None:
+        st = {"trial_id": trial_id_of(job), "config": job.trial.label, "config_key": job.trial.config_key,
+              "runtime": job.trial.runtime, "replicate": job.trial.replicate,
+              "device": "+".join(d.label for d in devs) or "-", "status": "failed",
+              "failure_class": "orchestrator_error" if error else None, "failure_reason": error,
+              "boot_s": None, "compile_cache": None, "teardown_clean": None, "verdict": "unvalidated"}
+        if bundle is not None:
+            row = _status_of(bundle)
+            for k in ("status", "failure_class", "failure_reason", "boot_s", "compile_cache", "teardown_clean"):
+                st[k] = row.get(k)
+            if row.get("teardown_clean") is False:
+                with lock:
+                    out_of_service.update(devs)
+                logger.error("%s taken out of service: the teardown of %s was not clean",
+                             "+".join(d.label for d in devs), st["trial_id"])
+        with lock:
+            statuses[job.index] = st
+            bundles[job.index] = bundle
+            done_count[0] += 1
+            n = done_count[0]
+        if bundle is not None:
+            try:
+                from prefect.artifacts import create_table_artifact
+
+                create_table_artifact(R.trial_table(read_bundle(bundle, verify=False)),
+                                      key=_artifact_key("trial", plan.name, job.trial.runtime,
+                                                        job.trial.config_key, f"r{job.trial.replicate}"),
+                                      description=f"{trial_run_name(job.trial, devs)}: {st['status']}")
+            except Exception as e:
+                logger.warning("could not create the trial artifact: %s", e)
+        if progress_id is not None:
+            try:
+                from prefect.artifacts import update_progress_artifact
+
+                update_progress_artifact(progress_id, 100.0 * n / max(len(jobs), 1),
+                                         description=f"{sweep_id}: {n}/{len(jobs)} trials; last: "
+                                                     f"{job.trial.label} {st['status']}")
+            except Exception as e:
+                logger.warning("could not update the progress artifact: %s", e)
+
+    def run_one(job: _Job, devs: list[Device]) -> Path | None:
+        from prefect.concurrency.sync import concurrency
+
+        t = job.trial
+        trial_id = trial_id_of(job)
+        tim = timings[job.index]
+        tim["queued_at"] = time.time()
+        names = [slot_names[d] for d in devs]
         try:
-            validate_task(b, plan)
+            with concurrency(names, occupy=1, strict=True, lease_duration=SLOT_LEASE_S,
+                             raise_on_lease_renewal_failure=False):
+                tim["slot_at"] = time.time()
+                if tim["slot_at"] - tim["queued_at"] > 1:
+                    logger.info("%s: waited %.1f s for %s", trial_id, tim["slot_at"] - tim["queued_at"], names)
+                gpu = devs[0] if devs and devs[0].kind == "gpu" else None
+                ctx = dict(base_ctx, gpu_index=gpu.index if gpu else None,
+                           gpu_indices=[d.index for d in devs if d.kind == "gpu"],
+                           gpu_name=gpu.name if gpu else "cpu",
+                           gpu_baseline_mib=gpu.baseline_mib if gpu else None,
+                           our_pids=[e["pid"] for e in tracked_servers()], device=" ".join(names))
+                logger.info("trial %d/%d: %s [%s] on %s, %s", job.index + 1, len(jobs), t.label, t.config_key,
+                            t.runtime, "+".join(d.label for d in devs))
+                with lock:
+                    in_flight[job.index] = trial_id
+                name = trial_run_name(t, devs)
+                try:
+                    bundle = run_trial.with_options(flow_run_name=lambda: name)(
+                        t, trial_id, plan, runtimes[t.runtime], ctx)
+                finally:
+                    with lock:
+                        in_flight.pop(job.index, None)
+                    tim["end_at"] = time.time()
+        except Exception as e:  # a trial that raised is recorded; the sweep goes on
+            logger.error("trial %s could not run: %s: %s", trial_id, type(e).__name__, e)
+            record(job, None, devs, f"{type(e).__name__}: {e}"[:2000])
+            return None
+        record(job, bundle, devs)
+        return bundle
+
+    def on_skip(job: _Job, reason: str) -> Path:
+        t = job.trial
+        fc = "device_out_of_service" if "out of service" in reason else "not_enough_devices"
+        logger.error("skipping %s: %s", trial_id_of(job), reason)
+        b = _skip_bundle(t, trial_id_of(job), runtimes[t.runtime], base_ctx, reason, fc)
+        record(job, b, [])
+        return b
+
+    cancelled_jobs: set[int] = set()
+
+    def on_interrupt() -> None:
+        with lock:
+            cancelled_jobs.update(in_flight)
+        _stop_live_servers(logger.warning)
+
+    def by_pool() -> None:
+        # GPU trials and CPU-runtime trials use different devices; run each pool's jobs in plan order.
+        for p in used_pools:
+            pj = [j for j in jobs if j.pool == p]
+            if p == "gpu" and not gpu_devices:
+                for j in pj:
+                    on_skip(j, f"runtime {j.trial.runtime!r} needs a GPU; {inv.reason or 'none selected'}")
+                continue
+            run_on_devices(pj, lambda j: j.need, pools[p], run_one, on_skip=on_skip,
+                           on_interrupt=on_interrupt,
+                           usable=lambda d: d not in out_of_service)
+
+    try:
+        by_pool()
+    except (KeyboardInterrupt, SystemExit):
+        with lock:
+            running_then = set(cancelled_jobs) | set(in_flight)
+        logger.warning("sweep %s cancelled; %d trial(s) were running", sweep_id, len(running_then))
+        for i in running_then:
+            _mark_cancelled(bundles[i], statuses[i], logger)
+        try:
+            n = load_pending(db_path, results_dir, lock_timeout_s=10)
+            logger.warning("cancelled: loaded %d bundle(s); the rest stay on disk for `tunelab load`", len(n))
+        except Exception as e:
+            logger.warning("cancelled: bundles not loaded (%s); run `tunelab load`", e)
+        raise
+
+    for i, b in enumerate(bundles):
+        if b is None:
+            continue
+        try:
+            v = validate_task.with_options(task_run_name=f"validate {statuses[i]['config']} r{statuses[i]['replicate']}")(b, plan)
         except Exception as e:  # the verdict stays 'unvalidated'; never 'pass'
             logger.error("validation of %s could not run: %s", b, e)
+            continue
+        statuses[i]["verdict"] = v
     sweep["finished_at"] = dt.datetime.now(dt.timezone.utc).isoformat()
     loaded = load_task(db_path, results_dir)
     logger.info("loaded %d bundle(s) into %s", loaded, db_path)
-    comp = comparison_frame(db_path, sweep_id)
-    md = comparison_markdown(comp, sweep_id, statuses)
+    statuses_ = [s for s in statuses if s]
+    comp = R.comparison_frame(db_path, sweep_id)
+    quality = R.quality_summary(db_path, sweep_id)
+    plot_paths: list[Path] = []
+    if plots:
+        try:
+            from tasks.plots import latency_throughput_plot
+
+            p = latency_throughput_plot(db_path, sweep_id, results_dir / sweep_id / "plots")
+            plot_paths = [p] if p else []
+        except Exception as e:
+            logger.warning("could not draw the plots: %s", e)
+    md = R.sweep_markdown(comp, sweep_id, statuses_, quality, plots=plot_paths, interleave=plan.interleave)
     try:
-        create_markdown_artifact(md, key="sweep-report", description=f"tunelab sweep {sweep_id}")
-        create_table_artifact(pd.DataFrame(statuses).astype(str).to_dict("records"), key="sweep-trials")
+        from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+        create_markdown_artifact(md, key=_artifact_key("sweep-report", plan.name), description=f"tunelab sweep {sweep_id}")
+        create_table_artifact(pd.DataFrame(statuses_).astype(str).to_dict("records"),
+                              key=_artifact_key("sweep-trials", plan.name), description=f"trials of {sweep_id}")
     except Exception as e:  # artifacts are a view; never lose a sweep over them
         logger.warning("could not create artifacts: %s", e)
-    return SweepSummary(sweep_id=sweep_id, db=str(db_path), results=str(results_dir), trials=statuses,
-                        comparison=comp.to_dict("records"), report_markdown=md)
+    counts = quality["counts"]
+    logger.info("quality: %s", ", ".join(f"{k} {v}" for k, v in counts.items()))
+    return SweepSummary(sweep_id=sweep_id, db=str(db_path), results=str(results_dir), trials=statuses_,
+                        comparison=comp.to_dict("records"), quality=counts, report_markdown=md,
+                        timings=timings, plots=[str(p) for p in plot_paths])

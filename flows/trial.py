@@ -27,7 +27,7 @@ from tasks.measure import measure_server
 from tunelab.plan import Plan, Trial
 from tunelab.runtime import Runtime
 
-__all__ = ["run_trial", "trial_row_base", "TrialContext"]
+__all__ = ["run_trial", "trial_row_base", "TrialContext", "SERVER_ENV_DEFAULTS", "launch_env"]
 
 # Env var names whose values are secrets: redacted in the warehouse and logs.
 _SECRET_HINTS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
@@ -35,6 +35,26 @@ _SECRET_HINTS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 
 def _redact_env(env: dict[str, str]) -> dict[str, str]:
     return {k: ("***" if any(h in k.upper() for h in _SECRET_HINTS) else v) for k, v in env.items()}
+
+
+#: Set for every server unless the plan's env sets the variable itself. ``VLLM_SERVER_DEV_MODE=1`` enables
+#: ``POST /reset_prefix_cache`` (vllm/entrypoints/serve/dev), which ``tasks/measure.py`` calls after each
+#: measured window so every window starts with an empty prefix cache; without it only fresh prompts keep the
+#: cache cold. The dev routes have no API key check: tolerable because servers bind 127.0.0.1 and live for one
+#: trial; a plan sets ``VLLM_SERVER_DEV_MODE: "0"`` to opt out. Recorded with the trial's env (``trials.env``);
+#: not part of ``config_key`` (it does not change the engine).
+SERVER_ENV_DEFAULTS = {"VLLM_SERVER_DEV_MODE": "1"}
+
+
+def launch_env(trial: Trial, runtime: Runtime | None = None, gpu_indices: list[int] | None = None) -> dict[str, str]:
+    """Environment variables a trial's server gets on top of the runtime's: :data:`SERVER_ENV_DEFAULTS`, then
+    ``CUDA_VISIBLE_DEVICES`` for a trial on several GPUs (tensor/pipeline/data parallel; the engine sets it for
+    one GPU), then the plan's env (which wins)."""
+    env = dict(SERVER_ENV_DEFAULTS)
+    if gpu_indices and len(gpu_indices) > 1 and (runtime is None or runtime.device == "cuda"):
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_indices)
+    env.update(trial.env)
+    return env
 
 
 def _now() -> str:
@@ -66,7 +86,7 @@ def trial_row_base(trial: Trial, trial_id: str, sweep_id: str, runtime: Runtime,
         "gpu_index": ctx.get("gpu_index"),
         "model": trial.model_id,
         "engine_args": dict(trial.engine_args),
-        "env": _redact_env(dict(trial.env)),
+        "env": _redact_env(launch_env(trial, runtime, ctx.get("gpu_indices"))),
         "status": "failed",
         "quality_verdict": "unvalidated",
         "started_at": _now(),
@@ -79,6 +99,8 @@ def clean_gpu_task(gpu_index: int | None, baseline_mib: float | None, our_pids: 
     if gpu_index is None:
         return {"gpu_clean_at_boot": None, "detail": "no GPU"}
     chk = check_clean(gpu_index, baseline_mib or 0.0, set(our_pids))
+    if not getattr(chk, "available", True):  # NVML unreadable: unknown, never "clean"
+        return {"gpu_clean_at_boot": None, "detail": f"GPU {gpu_index} could not be checked: {chk.detail}"}
     return {
         "gpu_clean_at_boot": chk.clean,
         "foreign_gpu_processes": len(chk.foreign_pids),
@@ -152,12 +174,13 @@ def _phases_frame(report: Any) -> pd.DataFrame:
     return df.drop_duplicates("phase", keep="first")
 
 
-def _boot_once(trial: Trial, runtime: Runtime, plan: Plan, log_path: Path, trial_id: str, gpu_index) -> EngineServer:
+def _boot_once(trial: Trial, runtime: Runtime, plan: Plan, log_path: Path, trial_id: str, gpu_index,
+               gpu_indices: list[int] | None = None) -> EngineServer:
     return EngineServer(
         runtime=runtime,
         model=trial.model,
         serve_args=trial.serve_args(),
-        env=dict(trial.env),
+        env=launch_env(trial, runtime, gpu_indices),
         log_path=log_path,
         boot_timeout_s=plan.boot_timeout_s,
         trial_id=trial_id,
@@ -182,7 +205,7 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: di
     row["log_path"] = str(log_path)
     row["load_avg_1m"] = host_load_avg()
     gpu_index = ctx.get("gpu_index")
-    server = _boot_once(trial, runtime, plan, log_path, trial_id, gpu_index)
+    server = _boot_once(trial, runtime, plan, log_path, trial_id, gpu_index, ctx.get("gpu_indices"))
     interrupted: BaseException | None = None
     try:
         gpu_state = clean_gpu_task(gpu_index, ctx.get("gpu_baseline_mib"), ctx.get("our_pids", []))
@@ -212,7 +235,8 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: di
                 logger.warning("boot failed (%s): %s", row["failure_class"], row["failure_reason"])
                 if plan.eager_diagnosis and fail.failure_class != "invalid_config" \
                         and not trial.engine_args.get("enforce-eager"):
-                    row["eager_diagnosis"] = _eager_diagnosis(trial, runtime, plan, log_path, trial_id, gpu_index)
+                    row["eager_diagnosis"] = _eager_diagnosis(trial, runtime, plan, log_path, trial_id, gpu_index,
+                                                             ctx.get("gpu_indices"))
             except Exception as e:  # measurement failure: record, keep the sweep going
                 row["status"] = "failed"
                 row["failure_class"] = "measurement_error"
@@ -244,12 +268,13 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: di
     return bundle
 
 
-def _eager_diagnosis(trial: Trial, runtime: Runtime, plan: Plan, log_path: Path, trial_id: str, gpu_index) -> str:
+def _eager_diagnosis(trial: Trial, runtime: Runtime, plan: Plan, log_path: Path, trial_id: str, gpu_index,
+                     gpu_indices: list[int] | None = None) -> str:
     """The seeds' diagnostic: boot the failed config once more with only --enforce-eager added.
     Eager boots -> the failure is in CUDA graph capture / torch.compile; eager fails too -> memory sizing
     (weights, KV cache, context length, concurrency) or configuration."""
     eager_log = log_path.with_name(log_path.stem + ".eager.log")
-    s = _boot_once(trial.with_eager(), runtime, plan, eager_log, trial_id + "/eager", gpu_index)
+    s = _boot_once(trial.with_eager(), runtime, plan, eager_log, trial_id + "/eager", gpu_index, gpu_indices)
     try:
         with s:
             return f"eager boots ({s.boot.boot_s:.1f} s): graph capture / compile problem"

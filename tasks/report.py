@@ -1,5 +1,8 @@
 """Reports of a sweep: the comparison table (per config, workload and load level) as a DataFrame, a rich
-table for the terminal and markdown for a Prefect artifact. The SQL is ``warehouse/queries/sweep_comparison.sql``."""
+table for the terminal and markdown for a Prefect artifact; the quality summary of a sweep (how many trials
+pass / warn / fail / are unvalidated, and why, from ``quality_checks``); the per-trial table shown in the
+Prefect UI while a sweep runs; and the markdown of an A/B comparison (``warehouse.compare``).
+The comparison SQL is ``warehouse/queries/sweep_comparison.sql``."""
 
 from __future__ import annotations
 
@@ -9,7 +12,22 @@ from typing import Any
 import duckdb
 import pandas as pd
 
-__all__ = ["comparison_frame", "comparison_markdown", "print_comparison"]
+__all__ = [
+    "VERDICT_ORDER",
+    "ab_markdown",
+    "comparison_frame",
+    "comparison_markdown",
+    "latest_sweep_id",
+    "print_comparison",
+    "quality_markdown",
+    "quality_summary",
+    "regressions_markdown",
+    "sweep_markdown",
+    "trial_table",
+]
+
+#: Quality verdicts in the order reports list them (tasks/quality.py defines them).
+VERDICT_ORDER = ("pass", "warn", "fail", "unvalidated")
 
 _SQL = Path(__file__).resolve().parent.parent / "warehouse" / "queries" / "sweep_comparison.sql"
 
@@ -84,3 +102,198 @@ def print_comparison(df: pd.DataFrame, title: str = "comparison") -> None:
     for r in rows:
         t.add_row(*r.values())
     Console(width=200).print(t)
+
+
+def _md_table(rows: list[dict[str, Any]]) -> list[str]:
+    if not rows:
+        return ["_none_"]
+    cols = list(rows[0])
+    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        out.append("| " + " | ".join(str(r[c]).replace("|", "\\|").replace("\n", " ") for c in cols) + " |")
+    return out
+
+
+def latest_sweep_id(db_path: Path) -> str | None:
+    """The most recently started sweep in the warehouse, or None when it has none."""
+    con = duckdb.connect(str(db_path), read_only=True)
+    try:
+        row = con.execute("SELECT sweep_id FROM sweeps ORDER BY started_at DESC LIMIT 1").fetchall()
+    finally:
+        con.close()
+    return row[0][0] if row else None
+
+
+def trial_table(tables: dict[str, pd.DataFrame]) -> list[dict[str, str]]:
+    """The table a person sees for one trial in the Prefect UI: one row per measured window (workload x load
+    level x repeat) with throughput and latency percentiles in ms, preceded by the trial's facts; a trial
+    without measurements gives one row with its status and failure. Input: the tables of one result bundle
+    (``tasks.bundle.read_bundle``)."""
+    t = tables["trial"].iloc[0]
+
+    def g(k: str) -> Any:
+        v = t.get(k)
+        return None if v is None or (isinstance(v, float) and pd.isna(v)) else v
+
+    base = {
+        "config": str(g("config_label")), "runtime": str(g("runtime_name")), "vllm": str(g("vllm_version")),
+        "gpu": f"{g('gpu_name')}{'' if g('gpu_index') is None else ' #' + str(int(g('gpu_index')))}",
+        "status": str(g("status")), "boot s": "-" if g("boot_s") is None else f"{g('boot_s'):.1f}",
+        "compile cache": str(g("compile_cache") or "-"),
+    }
+    meas = tables.get("measurements")
+    if meas is None or meas.empty:
+        return [{**base, "failure": f"{g('failure_class') or ''} {str(g('failure_reason') or '')[:300]}".strip()}]
+    rows = []
+
+    def ms(x: Any) -> str:
+        return "-" if x is None or pd.isna(x) else f"{x * 1000:.1f}"
+
+    for _, m in meas.sort_values(["workload", "load_kind", "load_value", "repeat"]).iterrows():
+        rows.append({
+            **base,
+            "workload": str(m["workload"]),
+            "load": f"c={int(m['load_value'])}" if m["load_kind"] == "concurrency" else f"{m['load_value']:g} req/s",
+            "repeat": int(m["repeat"]),
+            "output tok/s": "-" if pd.isna(m.get("output_tokens_per_s")) else f"{m['output_tokens_per_s']:.1f}",
+            "TTFT p50 ms": ms(m.get("ttft_p50_s")), "TPOT p50 ms": ms(m.get("tpot_p50_s")),
+            "ITL p50 ms": ms(m.get("itl_p50_s")), "E2EL p95 ms": ms(m.get("e2el_p95_s")),
+            "completed": int(m.get("completed") or 0), "failed": int(m.get("failed") or 0),
+        })
+    return rows
+
+
+def quality_summary(db_path: Path, sweep_id: str) -> dict[str, Any]:
+    """How many trials of a sweep pass / warn / fail / are unvalidated, and why.
+
+    Returns a dict: ``counts`` ({verdict: trials}, every verdict of :data:`VERDICT_ORDER` present, 0 if none),
+    ``reasons`` (DataFrame: verdict, severity, suite, expectation, trials, example observed / threshold /
+    detail: one row per quality check that failed in at least one trial, from ``quality_checks``),
+    ``unvalidated`` (DataFrame: trial_id, config, status, failure_class, failure_reason: why a trial was
+    not validated: it did not measure, or validation itself could not run).
+    Opens the DuckDB file read-only."""
+    con = duckdb.connect(str(db_path), read_only=True)
+    try:
+        counts = dict(con.execute(
+            "SELECT coalesce(quality_verdict, 'unvalidated'), count(*) FROM trials WHERE sweep_id = ? GROUP BY 1",
+            [sweep_id]).fetchall())
+        reasons = con.execute(
+            """SELECT t.quality_verdict AS verdict, q.severity, q.suite, q.expectation,
+                      count(DISTINCT q.trial_id) AS trials,
+                      any_value(q.observed) AS observed, any_value(q.threshold) AS threshold,
+                      any_value(q.detail) AS detail
+               FROM quality_checks q JOIN trials t USING (trial_id)
+               WHERE t.sweep_id = ? AND q.success = false
+               GROUP BY ALL ORDER BY q.severity, trials DESC, q.expectation""", [sweep_id]).fetchdf()
+        unval = con.execute(
+            """SELECT trial_id, config_label AS config, status, failure_class, failure_reason
+               FROM trials WHERE sweep_id = ? AND coalesce(quality_verdict, 'unvalidated') = 'unvalidated'
+               ORDER BY trial_id""", [sweep_id]).fetchdf()
+    finally:
+        con.close()
+    full = {v: int(counts.pop(v, 0)) for v in VERDICT_ORDER}
+    full.update({k: int(v) for k, v in counts.items()})
+    return {"counts": full, "reasons": reasons, "unvalidated": unval}
+
+
+def quality_markdown(q: dict[str, Any]) -> str:
+    """Markdown of :func:`quality_summary`: the counts, the failed checks and the unvalidated trials."""
+    c = q["counts"]
+    lines = ["## Quality", "", " | ".join(f"**{k}** {v}" for k, v in c.items()), ""]
+    if len(q["reasons"]):
+        lines += ["Checks that did not pass (severity fail decides `fail`, warn decides `warn`; see docs/quality.md):", ""]
+        lines += _md_table([{
+            "severity": r.severity, "suite": r.suite, "check": r.expectation, "trials": int(r.trials),
+            "observed": "" if pd.isna(r.observed) else str(r.observed)[:80],
+            "threshold": "" if pd.isna(r.threshold) else str(r.threshold)[:80],
+            "detail": "" if pd.isna(r.detail) else str(r.detail)[:160],
+        } for r in q["reasons"].itertuples(index=False)])
+        lines.append("")
+    if len(q["unvalidated"]):
+        lines += ["Unvalidated trials (not measured, or validation could not run):", ""]
+        lines += _md_table([{
+            "trial": f"`{r.trial_id.split('/', 1)[-1]}`", "config": r.config, "status": r.status,
+            "why": f"{'' if pd.isna(r.failure_class) else r.failure_class} "
+                   f"{'' if pd.isna(r.failure_reason) else str(r.failure_reason)[:160]}".strip(),
+        } for r in q["unvalidated"].itertuples(index=False)])
+        lines.append("")
+    return "\n".join(lines)
+
+
+def sweep_markdown(df: pd.DataFrame, sweep_id: str, statuses: list[dict] | None, quality: dict[str, Any] | None,
+                   plots: list[Path] | None = None, interleave: str | None = None) -> str:
+    """The sweep report (a Prefect markdown artifact): trials with device, status, boot time, compile cache
+    and verdict, in the order they ran; the quality summary; the comparison table; links to the plots."""
+    lines = [f"# tunelab sweep `{sweep_id}`", ""]
+    if statuses:
+        if interleave:
+            lines += [f"Trials in run order ({interleave}; replicates = boots per config):", ""]
+        lines += _md_table([{
+            "#": i + 1, "config": s["config"], "key": f"`{s.get('config_key', '')}`", "runtime": s["runtime"],
+            "boot": f"r{s.get('replicate', '')}", "device": s.get("device", ""), "status": s["status"],
+            "failure": s.get("failure_class") or "",
+            "boot s": "" if s.get("boot_s") is None or pd.isna(s.get("boot_s")) else f"{s['boot_s']:.1f}",
+            "compile cache": s.get("compile_cache") or "", "verdict": s.get("verdict") or "",
+        } for i, s in enumerate(statuses)])
+        lines.append("")
+    if quality is not None:
+        lines += [quality_markdown(quality), ""]
+    body = comparison_markdown(df, sweep_id).split("\n", 2)[2]  # without its title
+    lines.append(body)
+    if plots:
+        lines += ["", "## Plots", ""] + [f"- [{p.name}]({Path(p).resolve().as_uri()}) (`{p}`)" for p in plots]
+    return "\n".join(lines)
+
+
+def _sel(sel: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sel.items())
+
+
+def ab_markdown(df: pd.DataFrame, baseline: dict, candidate: dict, title: str | None = None) -> str:
+    """Markdown of ``warehouse.compare.compare``'s result: one row per workload and load level with both
+    means, the relative difference and its confidence interval, the boots per side and the verdict; then the
+    method and the trials left out."""
+    metric = df["metric"].iloc[0] if len(df) else "?"
+    lines = [f"# {title or 'A/B comparison'}: `{metric}`", "",
+             f"- baseline: `{_sel(baseline)}`", f"- candidate: `{_sel(candidate)}`", ""]
+    if df.empty:
+        lines.append("_no measurements match both selectors_")
+    else:
+        def pct(x: Any) -> str:
+            return "-" if pd.isna(x) else f"{x * 100:+.1f}%"
+
+        by_config = "config_key" in df.columns and (df["config_key"].astype(str) != "").any()
+        lines += _md_table([{
+            **({"config": f"{r.config_label} `{r.config_key}`"} if by_config else {}),
+            "workload": r.workload,
+            "load": f"c={int(r.load_value)}" if r.load_kind == "concurrency" else f"{r.load_value:g} req/s",
+            "baseline": "-" if pd.isna(r.baseline_mean) else f"{r.baseline_mean:.4g}",
+            "candidate": "-" if pd.isna(r.candidate_mean) else f"{r.candidate_mean:.4g}",
+            "change": pct(r.rel_diff), "CI": f"[{pct(r.rel_ci_low)}, {pct(r.rel_ci_high)}]",
+            "boots": f"{r.baseline_boots} vs {r.candidate_boots}", "verdict": f"**{r.verdict}**",
+            "why": r.reason,
+        } for r in df.itertuples(index=False)])
+    lines += ["", f"Method: {df.attrs.get('method', '')}"]
+    ex = df.attrs.get("excluded")
+    if ex is not None and len(ex):
+        lines += ["", "Trials left out:", ""] + _md_table(ex.to_dict("records"))
+    return "\n".join(lines)
+
+
+def regressions_markdown(df: pd.DataFrame, only_flagged: bool = True) -> str:
+    """Markdown of ``warehouse.compare.regressions``: the points flagged ``regression`` or
+    ``violation_unconfirmed`` (all points with ``only_flagged=False``), with the method."""
+    lines = ["## Regressions along vLLM versions", ""]
+    d = df[df["status"].isin(["regression", "violation_unconfirmed"])] if only_flagged else df
+    if d.empty:
+        lines.append(f"_none flagged over {df[['config_key', 'workload', 'load_kind', 'load_value']].drop_duplicates().shape[0]} "
+                     f"series and {len(df)} points_")
+    else:
+        lines += _md_table([{
+            "config": r.config_key, "gpu": r.gpu_name, "workload": r.workload,
+            "load": f"{r.load_kind}={r.load_value:g}", "version": r.point, "baseline": r.baseline_point,
+            "change": "-" if pd.isna(r.rel_change) else f"{r.rel_change * 100:+.1f}%", "boots": r.boots,
+            "status": f"**{r.status}**",
+        } for r in d.itertuples(index=False)])
+    lines += ["", f"Method: {df.attrs.get('method', '')}"]
+    return "\n".join(lines)

@@ -6,7 +6,9 @@
     tunelab plan check PLAN                     validate a plan, print its trials and config keys
     tunelab run PLAN                            a sweep now (Prefect ephemeral unless PREFECT_API_URL is set)
     tunelab load                                load bundles not yet in the warehouse
-    tunelab report [--sweep ID]                 the comparison table of a sweep (default: the latest)
+    tunelab report [--sweep ID] [--plots DIR]   the comparison table of a sweep (default: the latest), PNG plots
+    tunelab compare --baseline SEL --candidate SEL   A/B with noise bands + regressions (Prefect flow `compare`)
+    tunelab serve                               serve the nightly sweep and weekly comparison deployments locally
 """
 
 from __future__ import annotations
@@ -156,8 +158,10 @@ def load(
 def report(
     sweep: Optional[str] = typer.Option(None, help="Sweep id (default: the latest)."),
     db: Optional[Path] = typer.Option(None, help="DuckDB file."),
+    plots: Optional[Path] = typer.Option(None, "--plots", help="Also write PNG plots into this folder: latency vs "
+                                         "throughput of the sweep, output tokens/s across vLLM versions."),
 ) -> None:
-    """Print the comparison table of a sweep from the warehouse."""
+    """Print the comparison table of a sweep from the warehouse (and write plots with --plots DIR)."""
     import duckdb
 
     from tasks.report import comparison_frame, print_comparison
@@ -173,7 +177,112 @@ def report(
             _fail("the warehouse has no sweeps yet")
         sweep = row[0][0]
     print_comparison(comparison_frame(dbp, sweep), title=f"sweep {sweep}")
+    if plots is not None:
+        from tasks.plots import write_plots
 
+        for p in write_plots(Path(dbp), sweep, plots):
+            console.print(f"plot: {p}")
+
+
+@app.command("compare")
+def compare_cmd(
+    baseline: str = typer.Option(..., "--baseline", help="Selector, e.g. 'version=0.31.0' or 'runtime=cpu,config=enforce-eager'. "
+                                 "Keys: runtime, version, config, key, sweep, gpu (or trial_facts column names); "
+                                 "version/sweep may be 'latest' or 'previous'; a|b = either."),
+    candidate: str = typer.Option(..., "--candidate", help="Selector of the candidate trials (same syntax)."),
+    metric: str = typer.Option("output_tokens_per_s", help="measurements column, e.g. output_tokens_per_s, ttft_p99_s."),
+    db: Optional[Path] = typer.Option(None, help="DuckDB file."),
+    per_config: Optional[bool] = typer.Option(None, "--per-config/--pooled",
+                                              help="Compare config by config (default unless a selector names a config)."),
+    min_boots: int = typer.Option(2, help="Boots per side needed for a verdict (the boot is the unit of replication)."),
+) -> None:
+    """A/B comparison of two selections of trials (Welch interval across boots) and regressions along vLLM
+    versions; runs the Prefect flow `compare` (markdown artifact) and prints the report."""
+    from flows.compare import parse_selector
+
+    try:
+        b, c = parse_selector(baseline), parse_selector(candidate)
+    except ValueError as e:
+        _fail(str(e))
+    from tunelab import prefect_env
+
+    prefect_env.configure()
+    from flows.compare import compare as compare_flow
+
+    try:
+        out = compare_flow(b, c, metric=metric, db=str(db) if db else None, per_config=per_config, min_boots=min_boots)
+    except ValueError as e:
+        _fail(str(e))
+    from rich.markdown import Markdown
+
+    Console(width=200).print(Markdown(out["markdown"]))
+
+
+@app.command("serve")
+def serve_cmd(
+    plan: Path = typer.Option(Path("experiments/demo.yaml"), help="Plan of the nightly sweep."),
+    nightly_cron: str = typer.Option("0 2 * * *", help="Cron of the nightly sweep (UTC)."),
+    weekly_cron: str = typer.Option("0 6 * * 1", help="Cron of the weekly cross-version comparison (UTC)."),
+    paused: bool = typer.Option(False, help="Create the schedules paused (run only on demand)."),
+) -> None:
+    """Serve the deployments of deployments/prefect.yaml from this process (flow.serve; no work pool needed):
+    `tuning-sweep/nightly` and `compare/weekly-versions`. Needs PREFECT_API_URL of a running Prefect server
+    (`prefect server start`); runs start in child processes; Ctrl-C stops serving (schedules are paused)."""
+    import os
+
+    from tunelab import prefect_env
+
+    if not os.environ.get("PREFECT_API_URL"):
+        _fail("PREFECT_API_URL is not set: start a server (`prefect server start --host 127.0.0.1`) and export "
+              "PREFECT_API_URL=http://127.0.0.1:4200/api; an ephemeral server would vanish with this command")
+    prefect_env.configure()
+    import prefect
+
+    from flows.compare import compare as compare_flow
+    from flows.sweep import tuning_sweep
+
+    sweep_dep = tuning_sweep.to_deployment(
+        name="nightly", cron=nightly_cron, paused=paused, parameters={"plan_path": str(plan)},
+        tags=["tunelab", "sweep"], description=f"nightly tuning sweep of {plan}")
+    cmp_dep = compare_flow.to_deployment(
+        name="weekly-versions", cron=weekly_cron, paused=paused,
+        parameters={"baseline": {"vllm_version": "previous"}, "candidate": {"vllm_version": "latest"}},
+        tags=["tunelab", "compare"], description="weekly comparison of the two newest vLLM versions, config by config")
+    prefect.serve(sweep_dep, cmp_dep)
+
+
+@app.command("export")
+def export(
+    out: Path = typer.Option(..., help="Folder to write: one Parquet file per warehouse table."),
+    db: Optional[Path] = typer.Option(None, help="DuckDB file."),
+    sweep: Optional[list[str]] = typer.Option(None, help="Only these sweep ids (repeatable); default all."),
+) -> None:
+    """Export warehouse tables as Parquet files (``<table>.parquet``). Query them without a database, e.g.
+    ``duckdb -c "SELECT * FROM 'OUT/measurements.parquet'"``, or rebuild a warehouse with
+    ``CREATE TABLE t AS FROM 'OUT/t.parquet'`` per table (then `tunelab report` works on it)."""
+    import duckdb
+
+    dbp = db or paths.db_path()
+    if not Path(dbp).exists():
+        _fail(f"no warehouse at {dbp}")
+    out.mkdir(parents=True, exist_ok=True)
+    con = duckdb.connect(str(dbp), read_only=True)
+    try:
+        tables = [r[0] for r in con.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE' ORDER BY 1").fetchall()]
+        for t in tables:
+            cols = [r[0] for r in con.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = ?", [t]).fetchall()]
+            where = ""
+            if sweep and "sweep_id" in cols:
+                where = " WHERE sweep_id IN (" + ",".join("'" + s.replace("'", "''") + "'" for s in sweep) + ")"
+            elif sweep and "trial_id" in cols:
+                where = (" WHERE trial_id IN (SELECT trial_id FROM trials WHERE sweep_id IN ("
+                         + ",".join("'" + s.replace("'", "''") + "'" for s in sweep) + "))")
+            con.execute(f"COPY (SELECT * FROM {t}{where}) TO '{out / (t + '.parquet')}' (FORMAT parquet)")
+    finally:
+        con.close()
+    console.print(f"exported {len(tables)} table(s) of {dbp} to {out}")
 
 def main() -> None:  # pragma: no cover
     app()

@@ -1,0 +1,157 @@
+"""Plots from the warehouse, saved as PNG (matplotlib, Agg backend: no display needed).
+
+- :func:`latency_throughput_plot`: for one sweep, latency against output throughput per config, one point per
+  load level (concurrency or request rate), one panel per workload. The curve a capacity planner reads: how
+  much latency each config pays for more tokens/s. Values are means over boots and repeats (the numbers of
+  ``warehouse/queries/sweep_comparison.sql``).
+- :func:`version_plot`: a metric across vLLM versions, one line per (config, workload, load level), versions in
+  PEP 440 order (``trials.vllm_version_key``, never the raw string), error bars = boot-to-boot standard
+  deviation (repeats are averaged per boot first: the boot is the unit of replication, as in
+  ``warehouse/compare.py``).
+- :func:`write_plots`: both, into a folder; the paths are linked from the report.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+
+__all__ = ["latency_throughput_plot", "version_plot", "write_plots"]
+
+_LATENCIES = ("ttft_p50_s", "tpot_p50_s", "itl_p50_s", "e2el_p95_s")
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _safe(s: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in s)[:80]
+
+
+def latency_throughput_plot(db_path: Path, sweep_id: str, out_dir: Path, latency: str = "ttft_p50_s") -> Path | None:
+    """Latency (ms) against output tokens/s for each config of sweep ``sweep_id``; one panel per workload.
+
+    Args:
+        db_path: the DuckDB warehouse (opened read-only).
+        sweep_id: the sweep.
+        out_dir: folder for the PNG (created).
+        latency: one of ``ttft_p50_s``, ``tpot_p50_s``, ``itl_p50_s``, ``e2el_p95_s`` (plotted in ms).
+
+    Returns:
+        The PNG path (``latency_throughput_<sweep>.png``), or None when the sweep has no measurements.
+
+    Raises:
+        ValueError: unknown ``latency``.
+    """
+    if latency not in _LATENCIES:
+        raise ValueError(f"latency {latency!r}: use one of {list(_LATENCIES)}")
+    from tasks.report import comparison_frame
+
+    df = comparison_frame(Path(db_path), sweep_id)
+    if df.empty:
+        return None
+    plt = _plt()
+    workloads = sorted(df["workload"].unique())
+    fig, axes = plt.subplots(1, len(workloads), figsize=(6 * len(workloads), 4.5), squeeze=False)
+    for ax, w in zip(axes[0], workloads):
+        d = df[df["workload"] == w]
+        for (rt, cfg), g in d.groupby(["runtime", "config"], sort=True):
+            for kind, gk in g.groupby("load_kind"):
+                gk = gk.sort_values("load_value")
+                ax.plot(gk["output_tokens_per_s"], gk[latency] * 1000, marker="o" if kind == "concurrency" else "s",
+                        label=f"{cfg} ({rt}, {kind})")
+                for _, r in gk.iterrows():
+                    lab = f"c={int(r['load_value'])}" if kind == "concurrency" else f"{r['load_value']:g}/s"
+                    ax.annotate(lab, (r["output_tokens_per_s"], r[latency] * 1000), fontsize=7,
+                                textcoords="offset points", xytext=(3, 3))
+        ax.set_title(w)
+        ax.set_xlabel("output tokens/s (mean over boots and repeats)")
+        ax.set_ylabel(f"{latency.removesuffix('_s').replace('_', ' ').upper()} (ms)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"latency vs throughput, sweep {sweep_id}", fontsize=9)
+    fig.tight_layout()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"latency_throughput_{_safe(sweep_id)}.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def version_plot(db_path: Path, out_dir: Path, metric: str = "output_tokens_per_s",
+                 config_key: str | None = None, workload: str | None = None,
+                 quality: tuple[str, ...] = ("pass", "warn")) -> Path | None:
+    """``metric`` across vLLM versions for every config (or one ``config_key``) and workload.
+
+    Only trials with ``status='ok'`` and a verdict in ``quality`` count. Returns the PNG path
+    (``version_<metric>.png``) or None when no trial qualifies.
+
+    Raises:
+        ValueError: ``metric`` is not a comparable ``measurements`` column (``warehouse.compare.metric_direction``).
+    """
+    from warehouse.compare import metric_direction
+
+    direction = metric_direction(metric)  # validates the column name before it goes into SQL
+    con = duckdb.connect(str(db_path), read_only=True)
+    try:
+        where, params = ["f.status = 'ok'", f"f.quality_verdict IN ({', '.join('?' for _ in quality)})"], list(quality)
+        if config_key:
+            where.append("f.config_key = ?")
+            params.append(config_key)
+        if workload:
+            where.append("m.workload = ?")
+            params.append(workload)
+        df = con.execute(
+            f"""SELECT f.config_key, any_value(f.config_label) AS config_label, m.workload, m.load_kind,
+                       m.load_value, f.vllm_version, f.vllm_version_key, f.trial_id, avg(m.{metric}) AS boot_value
+                FROM measurements m JOIN trial_facts f ON f.trial_id = m.trial_id
+                WHERE {' AND '.join(where)} AND m.{metric} IS NOT NULL AND f.vllm_version_key IS NOT NULL
+                GROUP BY f.config_key, m.workload, m.load_kind, m.load_value, f.vllm_version, f.vllm_version_key,
+                         f.trial_id""", params).fetchdf()
+    finally:
+        con.close()
+    if df.empty:
+        return None
+    pts = (df.groupby(["config_key", "config_label", "workload", "load_kind", "load_value", "vllm_version_key",
+                       "vllm_version"], dropna=False)["boot_value"]
+             .agg(["mean", "std", "count"]).reset_index().sort_values("vllm_version_key"))
+    versions = pts[["vllm_version_key", "vllm_version"]].drop_duplicates().sort_values("vllm_version_key")
+    xpos = {k: i for i, k in enumerate(versions["vllm_version_key"])}
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(xpos) + 4), 4.5))
+    for (ck, lab, w, lk, lv), g in pts.groupby(["config_key", "config_label", "workload", "load_kind", "load_value"]):
+        load = f"c={int(lv)}" if lk == "concurrency" else f"{lv:g} req/s"
+        ax.errorbar([xpos[k] for k in g["vllm_version_key"]], g["mean"], yerr=g["std"].fillna(0), marker="o",
+                    capsize=3, label=f"{lab} [{ck[:6]}] {w} {load}")
+    ax.set_xticks(range(len(xpos)), list(versions["vllm_version"]), rotation=30, ha="right")
+    ax.set_xlabel("vLLM version (PEP 440 order)")
+    ax.set_ylabel(f"{metric} ({'higher' if direction > 0 else 'lower'} is better)")
+    ax.set_title(f"{metric} across vLLM versions (mean of boot means; bars = boot SD)", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"version_{_safe(metric)}.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_plots(db_path: Path, sweep_id: str | None, out_dir: Path, metric: str = "output_tokens_per_s") -> list[Path]:
+    """The latency-vs-throughput plot of ``sweep_id`` (skipped when None) and ``metric`` across vLLM versions;
+    returns the paths written (a plot with no data is not written)."""
+    paths = []
+    if sweep_id:
+        paths.append(latency_throughput_plot(db_path, sweep_id, out_dir))
+    paths.append(version_plot(db_path, out_dir, metric))
+    return [p for p in paths if p is not None]

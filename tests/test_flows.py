@@ -1,0 +1,485 @@
+"""The sweep as a Prefect product, against a real local Prefect server started by this module.
+
+Fast tests (no vLLM): the device scheduler, slot names, GPU counts of parallel configs, the real
+``tuning_sweep`` flow with a FAKE trial body (no server: sleeps and writes a synthetic bundle) on a FAKE
+two-GPU inventory, two sweeps at once on one device, the ``compare`` flow on a synthetic warehouse.
+Runtime tests (``-m runtime``, real CPU vLLM; 3 boots in all): two real sweeps started at once on one device,
+and SIGTERM in the middle of a measurement.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import duckdb
+import httpx
+import pandas as pd
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def prefect_server(tmp_path_factory):
+    """A real `prefect server start` on a free port with its own PREFECT_HOME; stopped (and checked gone) after."""
+    home = tmp_path_factory.mktemp("prefect-home")
+    port = _free_port()
+    env = dict(os.environ, PREFECT_HOME=str(home), DO_NOT_TRACK="1", PREFECT_SERVER_ANALYTICS_ENABLED="false")
+    env.pop("PREFECT_API_URL", None)
+    proc = subprocess.Popen([str(REPO / ".venv" / "bin" / "prefect"), "server", "start", "--host", "127.0.0.1",
+                             "--port", str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    url = f"http://127.0.0.1:{port}/api"
+    t0 = time.monotonic()
+    while True:
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        assert proc.poll() is None, "prefect server exited during start"
+        assert time.monotonic() - t0 < 120, "prefect server not healthy after 120 s"
+        time.sleep(0.5)
+    old = {k: os.environ.get(k) for k in ("PREFECT_API_URL",)}
+    os.environ["PREFECT_API_URL"] = url
+    # Prefect caches its settings per context; a fresh settings context picks the URL up.
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings({PREFECT_API_URL: url}):
+        yield url
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
+# -- pure parts --------------------------------------------------------------------------------------------
+def test_gpus_needed_and_slot_names():
+    from flows.sweep import Device, gpus_needed, slot_name
+    from tunelab.plan import PlanError, Trial
+
+    def t(**args):
+        return Trial(runtime="r", model="m", model_id="m", engine_args=args, env={})
+
+    assert gpus_needed(t()) == 1
+    assert gpus_needed(t(**{"tensor-parallel-size": 2})) == 2
+    assert gpus_needed(t(**{"tensor-parallel-size": 2, "pipeline-parallel-size": 2})) == 4
+    assert gpus_needed(t(tp=2, **{"data-parallel-size": 3})) == 6
+    with pytest.raises(PlanError, match="tensor-parallel-size"):
+        gpus_needed(t(**{"tensor-parallel-size": "two"}))
+    assert slot_name("GPU_Host.example", Device("gpu", 3)) == "tunelab-gpu-host.example-gpu3"
+    assert slot_name("box", Device("cpu", 0)) == "tunelab-box-cpu0"
+
+
+def test_devices_from_inventory():
+    from flows.sweep import devices_from_inventory
+    from tasks.gpu import GpuInfo, Inventory
+
+    inv = Inventory(True, gpus=[GpuInfo(1, "H200", "u1", 1000, 5), GpuInfo(0, "H200", "u0", 1000, 7)])
+    assert [d.label for d in devices_from_inventory(inv)] == ["gpu0", "gpu1"]
+    assert [d.baseline_mib for d in devices_from_inventory(inv, [1])] == [5]
+    with pytest.raises(ValueError, match="gpus"):
+        devices_from_inventory(inv, [2])
+    assert devices_from_inventory(Inventory(False, reason="no GPU")) == []
+
+
+def _intervals_overlap(a, b) -> bool:
+    return a[0] < b[1] and b[0] < a[1]
+
+
+def test_scheduler_parallel_in_order_and_multi_device():
+    from flows.sweep import Device, run_on_devices
+
+    devs = [Device("gpu", 0), Device("gpu", 1)]
+    need = {0: 1, 1: 1, 2: 1, 3: 2, 4: 1, 5: 3}
+    log = []
+    lock = threading.Lock()
+
+    def run_one(job, ds):
+        t0 = time.monotonic()
+        time.sleep(0.3)
+        with lock:
+            log.append((job, [d.label for d in ds], t0, time.monotonic()))
+        return job * 10
+
+    skipped = []
+    res = run_on_devices(list(need), need.__getitem__, devs, run_one, on_skip=lambda j, r: skipped.append((j, r)) or -1)
+    assert res == [0, 10, 20, 30, 40, -1]
+    assert skipped and skipped[0][0] == 5 and "needs 3" in skipped[0][1]
+    by = {j: (ds, a, b) for j, ds, a, b in log}
+    assert _intervals_overlap(by[0][1:], by[1][1:])            # two GPUs: two trials at once
+    assert by[3][0] == ["gpu0", "gpu1"]                         # the 2-GPU trial holds both
+    for j in (0, 1, 2, 4):                                      # ... and overlaps no other trial
+        assert not _intervals_overlap(by[3][1:], by[j][1:])
+    starts = sorted(by, key=lambda j: by[j][1])
+    assert starts == [0, 1, 2, 3, 4]                            # started in plan order
+    for d in ("gpu0", "gpu1"):                                  # one trial per device at a time
+        iv = sorted((a, b) for j, (ds, a, b) in by.items() if d in ds)
+        assert all(x[1] <= y[0] for x, y in zip(iv, iv[1:]))
+
+
+def test_scheduler_takes_out_of_service_device_away():
+    from flows.sweep import Device, run_on_devices
+
+    devs = [Device("gpu", 0), Device("gpu", 1)]
+    bad: set = set()
+    used = []
+
+    def run_one(job, ds):
+        used.append((job, ds[0].label))
+        if job == 0:
+            bad.add(ds[0])  # teardown not clean on gpu0
+        time.sleep(0.05)
+        return job
+
+    skipped = []
+    run_on_devices([0, 1, 2, 3], lambda j: 1, devs, run_one, on_skip=lambda j, r: skipped.append(j),
+                   usable=lambda d: d not in bad)
+    assert [d for j, d in used if j >= 2] == ["gpu1", "gpu1"]
+    assert not skipped
+
+
+def test_scheduler_interrupt_stops_and_reraises():
+    from flows.sweep import Device, run_on_devices
+
+    devs = [Device("gpu", 0), Device("gpu", 1)]
+    stopped = threading.Event()
+
+    def run_one(job, ds):
+        if job == 1:  # both devices busy: cancel (the main thread is starting job 1 or waiting for job 2)
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        stopped.wait(5)  # a trial runs until its server is stopped
+        return f"bundle{job}"
+
+    with pytest.raises(KeyboardInterrupt) as ei:
+        run_on_devices([0, 1, 2], lambda j: 1, devs, run_one, on_interrupt=stopped.set)
+    assert stopped.is_set()
+    assert ei.value.results[:2] == ["bundle0", "bundle1"] and ei.value.results[2] is None
+
+
+# -- the real flow with a FAKE trial body on a FAKE two-GPU inventory -----------------------------------------
+_FAKE_LOG: list[dict] = []
+
+
+def _fake_trial_flow():
+    from prefect import flow
+
+    from flows.trial import trial_row_base
+    from tasks.bundle import write_bundle
+    from warehouse.synthetic import synthetic_trial
+
+    @flow(name="trial", validate_parameters=False)
+    def fake_trial(trial, trial_id, plan, runtime, ctx):
+        """FAKE trial: no server. Sleeps like a short trial and writes a synthetic bundle."""
+        t0 = time.time()
+        time.sleep(3.0)
+        row = trial_row_base(trial, trial_id, ctx["sweep"]["sweep_id"], runtime, ctx)
+        syn = synthetic_trial(sweep_id=ctx["sweep"]["sweep_id"], config_key=trial.config_key,
+                              replicate=trial.replicate, requests_per_repeat=6,
+                              chunk_offsets=4)
+        tables = {k: v.assign(trial_id=trial_id) for k, v in syn.tables.items() if k != "quality_checks"}
+        row.update(status="ok", boot_s=0.5, teardown_s=0.1, teardown_clean=True,
+                   finished_at=dt.datetime.now(dt.timezone.utc).isoformat())
+        _FAKE_LOG.append({"trial_id": trial_id, "gpus": ctx["gpu_indices"], "device": ctx["device"],
+                          "env": row["env"], "t0": t0, "t1": time.time()})
+        return write_bundle(Path(ctx["results_dir"]), ctx["sweep"], row, tables)
+
+    return fake_trial
+
+
+@pytest.fixture
+def fake_host(monkeypatch, tmp_path):
+    import flows.sweep as S
+    from tasks.gpu import GpuInfo, Inventory
+    from tunelab.runtime import Runtime
+
+    n_gpus = {"n": 2}
+    rt = Runtime(name="gpu-fake", device="cuda", python=sys.executable, versions={"vllm": "0.32.0"})
+    monkeypatch.setattr(S, "run_trial", _fake_trial_flow())
+    monkeypatch.setattr(S, "inventory", lambda: Inventory(True, driver_version="fake", cuda_version="12.9", gpus=[
+        GpuInfo(i, "FAKE H200", f"GPU-fake-{i}", 143771.0, 500.0) for i in range(n_gpus["n"])]))
+    monkeypatch.setattr(S, "preflight", lambda plan: {"gpu-fake": rt})
+    _FAKE_LOG.clear()
+    return n_gpus
+
+
+def _write_plan(path: Path, name: str, engine_args: dict) -> Path:
+    import yaml
+
+    path.write_text(yaml.safe_dump({
+        "name": name, "model": "fake-model", "runtime": "gpu-fake", "engine_args": engine_args,
+        "workloads": [{"name": "chat", "prompt_tokens": 16, "output_tokens": 8, "num_requests": 6}],
+        "concurrency": [4], "repeats": 3}))
+    return path
+
+
+def test_sweep_on_two_fake_gpus(prefect_server, fake_host, tmp_path):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
+
+    from flows.sweep import tuning_sweep
+
+    plan = _write_plan(tmp_path / "plan.yaml", "fake-two-gpus",
+                       {"data-parallel-size": [1, 2], "max-model-len": [128, 256]})
+    out = tuning_sweep(str(plan), db=str(tmp_path / "wh.duckdb"), results=str(tmp_path / "results"), plots=True)
+    log = {e["trial_id"]: e for e in _FAKE_LOG}
+    assert len(log) == 4 and [t["status"] for t in out["trials"]] == ["ok"] * 4
+    order = [t["trial_id"] for t in out["trials"]]
+    one, two = [log[i] for i in order[:2]], [log[i] for i in order[2:]]
+    assert sorted(e["gpus"][0] for e in one) == [0, 1] and all(len(e["gpus"]) == 1 for e in one)
+    assert _intervals_overlap((one[0]["t0"], one[0]["t1"]), (one[1]["t0"], one[1]["t1"]))
+    for e in two:  # data-parallel 2: both GPUs, visible to the server, alone on them
+        assert e["gpus"] == [0, 1] and e["env"]["CUDA_VISIBLE_DEVICES"] == "0,1"
+        assert all(not _intervals_overlap((e["t0"], e["t1"]), (o["t0"], o["t1"])) for o in _FAKE_LOG if o is not e)
+    assert all(e["env"]["VLLM_SERVER_DEV_MODE"] == "1" for e in _FAKE_LOG)
+    # warehouse rows, verdicts and the report
+    con = duckdb.connect(out["db"], read_only=True)
+    rows = con.execute("SELECT trial_id, gpu_index, status, quality_verdict FROM trials ORDER BY trial_id").fetchall()
+    con.close()
+    assert len(rows) == 4 and all(r[2] == "ok" and r[3] in ("pass", "warn", "fail", "unvalidated") for r in rows)
+    assert sum(out["quality"].values()) == 4
+    assert "## Quality" in out["report_markdown"] and "data-parallel-size=2" in out["report_markdown"]
+    assert out["plots"] and Path(out["plots"][0]).read_bytes()[:4] == b"\x89PNG"
+    host_slots = [f"tunelab-{socket.gethostname().lower()}-gpu{i}" for i in (0, 1)]
+    with get_client(sync_client=True) as c:
+        for n in host_slots:
+            lim = c.read_global_concurrency_limit_by_name(n)
+            assert lim.limit == 1 and lim.active_slots == 0
+        parent = c.read_flow_runs(flow_run_filter=FlowRunFilter(name={"any_": ["sweep " + str(plan)]}))
+        assert parent
+        kids = c.read_flow_runs(flow_run_filter=FlowRunFilter(
+            parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[parent[0].id])))
+        names = sorted(k.name for k in kids)
+        assert len(names) == 4 and any("@ gpu0+gpu1" in n for n in names) and any(n.endswith("@ gpu1") for n in names)
+        arts = c.read_artifacts()
+        keys = {a.key for a in arts}
+        assert "sweep-report-fake-two-gpus" in keys and "sweep-trials-fake-two-gpus" in keys
+        assert len([k for k in keys if k and k.startswith("trial-fake-two-gpus-")]) == 4
+        prog = [a for a in arts if a.key == "sweep-progress-fake-two-gpus"]
+        assert prog and float(prog[0].data) == 100.0
+
+
+def test_two_fake_sweeps_at_once_share_one_gpu(prefect_server, fake_host, tmp_path):
+    from flows.sweep import tuning_sweep
+
+    fake_host["n"] = 1
+    errors = []
+
+    def go(i):
+        plan = _write_plan(tmp_path / f"p{i}.yaml", f"fake-share-{i}", {"max-model-len": [128, 256]})
+        try:
+            tuning_sweep(str(plan), db=str(tmp_path / f"wh{i}.duckdb"), results=str(tmp_path / f"res{i}"), plots=False)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    import contextvars
+
+    # Each thread carries this context: Prefect's settings (the test server's URL) live in a context variable.
+    ts = [threading.Thread(target=contextvars.copy_context().run, args=(go, i)) for i in range(2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(300)
+    assert not errors, errors
+    assert len(_FAKE_LOG) == 4
+    iv = sorted((e["t0"], e["t1"]) for e in _FAKE_LOG)
+    assert all(a[1] <= b[0] for a, b in zip(iv, iv[1:])), iv  # never two trials on gpu0 at once
+
+
+def test_ensure_slots_is_idempotent(prefect_server):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitUpdate
+
+    from flows.sweep import ensure_slots
+
+    ensure_slots(["tunelab-test-gpu7"])
+    with get_client(sync_client=True) as c:
+        c.update_global_concurrency_limit("tunelab-test-gpu7", GlobalConcurrencyLimitUpdate(limit=3))
+    ensure_slots(["tunelab-test-gpu7"])
+    with get_client(sync_client=True) as c:
+        assert c.read_global_concurrency_limit_by_name("tunelab-test-gpu7").limit == 1
+
+
+# -- compare ---------------------------------------------------------------------------------------------------
+def _synthetic_warehouse(path: Path, results: Path) -> None:
+    import numpy as np
+
+    from tasks.bundle import write_bundle
+    from warehouse.loader import load_pending
+    from warehouse.synthetic import synthetic_trial
+
+    rng = np.random.default_rng(7)
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    for vi, version in enumerate(["0.9.2", "0.10.0"]):  # string order would put 0.9.2 last
+        for key, effect in (("cfgfast", 0.3 if version == "0.10.0" else 0.0), ("cfgsame", 0.0)):
+            for rep in range(3):
+                s = synthetic_trial(sweep_id=f"s{vi}", config_key=key, replicate=rep, vllm_version=version,
+                                    runtime_name=f"rt-{version}", effect_rel=effect, boot_sd_rel=0.01,
+                                    repeat_sd_rel=0.01, started_at=t0 + dt.timedelta(days=vi), rng=rng)
+                write_bundle(results, s.sweep, s.trial, s.tables)
+    load_pending(path, results)
+
+
+def test_parse_selector():
+    from flows.compare import parse_selector
+
+    assert parse_selector("runtime=cpu,version=0.32.0|0.31.0") == {"runtime_name": "cpu",
+                                                                   "vllm_version": ["0.32.0", "0.31.0"]}
+    assert parse_selector("config=enforce-eager VLLM_USE_FASTOKENS=1") == {
+        "config_label": "enforce-eager VLLM_USE_FASTOKENS=1"}
+    with pytest.raises(ValueError, match="no '='"):
+        parse_selector("cpu")
+    with pytest.raises(ValueError, match="unknown"):
+        parse_selector("colour=red")
+
+
+def test_compare_flow_versions_config_by_config(prefect_server, tmp_path):
+    from prefect.client.orchestration import get_client
+
+    from flows.compare import compare
+
+    db = tmp_path / "wh.duckdb"
+    _synthetic_warehouse(db, tmp_path / "results")
+    out = compare({"vllm_version": "previous"}, {"vllm_version": "latest"}, db=str(db),
+                  artifact_key="ab-test-versions")
+    assert out["baseline"] == {"vllm_version": "0.9.2"} and out["candidate"] == {"vllm_version": "0.10.0"}
+    by = {r["config_key"]: r for r in out["rows"]}
+    assert set(by) == {"cfgfast", "cfgsame"}
+    assert by["cfgfast"]["verdict"] == "better" and 0.2 < by["cfgfast"]["rel_diff"] < 0.4
+    assert by["cfgsame"]["verdict"] in ("no_significant_change", "better", "worse")
+    assert by["cfgsame"]["baseline_boots"] == 3 and by["cfgsame"]["candidate_boots"] == 3
+    with get_client(sync_client=True) as c:
+        arts = [a for a in c.read_artifacts() if a.key == "ab-test-versions"]
+    assert arts and "cfgfast" in arts[0].data and "**better**" in arts[0].data
+
+
+def test_compare_cli(prefect_server, tmp_path):
+    db = tmp_path / "wh.duckdb"
+    _synthetic_warehouse(db, tmp_path / "results")
+    env = dict(os.environ, PREFECT_API_URL=prefect_server, COLUMNS="220")
+    r = subprocess.run([sys.executable, "-m", "tunelab.cli", "compare", "--baseline", "version=0.9.2",
+                        "--candidate", "version=latest", "--db", str(db)], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "better" in r.stdout and "cfgfast" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "tunelab.cli", "compare", "--baseline", "colour=red",
+                        "--candidate", "version=latest", "--db", str(db)], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "colour" in r.stderr
+
+
+# -- real CPU runtime ------------------------------------------------------------------------------------------
+def _plan_file(tmp: Path, name: str, model: Path, **over) -> Path:
+    import yaml
+
+    d = yaml.safe_load((REPO / "tests" / "plans" / "one_trial.yaml").read_text())
+    d.update(name=name, model=str(model), **over)
+    p = tmp / f"{name}.yaml"
+    p.write_text(yaml.safe_dump(d))
+    return p
+
+
+def _ps_args() -> str:
+    return subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+
+
+def _trial_rows(db: Path) -> list[dict]:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        df = con.execute("SELECT * FROM trials").fetchdf()
+    finally:
+        con.close()
+    return df.to_dict("records")
+
+
+@pytest.mark.runtime
+def test_two_real_sweeps_at_once_never_overlap(prefect_server, cpu_runtime, tiny_model, tmp_path):
+    """Two `tunelab run` processes at once on this host's one device: the slot serialises their trials."""
+    from prefect.client.orchestration import get_client
+
+    procs = []
+    for i in range(2):
+        plan = _plan_file(tmp_path, f"it-share-{i}", tiny_model)
+        env = dict(os.environ, PREFECT_API_URL=prefect_server, TUNELAB_DB=str(tmp_path / f"wh{i}.duckdb"),
+                   TUNELAB_RESULTS=str(tmp_path / f"res{i}"))
+        procs.append(subprocess.Popen([sys.executable, "-m", "tunelab.cli", "run", str(plan)], cwd=REPO, env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outs = [p.communicate(timeout=900)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), "\n".join(o[-3000:] for o in outs)
+    rows = [_trial_rows(tmp_path / f"wh{i}.duckdb") for i in range(2)]
+    assert [len(r) for r in rows] == [1, 1]
+    a, b = rows[0][0], rows[1][0]
+    assert a["status"] == b["status"] == "ok"
+    ia, ib = (a["started_at"], a["finished_at"]), (b["started_at"], b["finished_at"])
+    assert not _intervals_overlap(ia, ib), (ia, ib)
+    for r in (a, b):
+        assert r["compile_cache"] in ("cold", "warm") and r["quality_verdict"] in ("pass", "warn", "fail")
+        assert json.loads(r["env"])["VLLM_SERVER_DEV_MODE"] == "1"
+        log = Path(r["log_path"]).read_text(errors="replace")
+        assert "/reset_prefix_cache" in log and '"POST /reset_prefix_cache HTTP/1.1" 200' in log
+        argv = r["command"].split()
+        served = argv[argv.index("--served-model-name") + 1]
+        assert served not in _ps_args()
+    state = json.loads((REPO / ".tunelab" / "state" / "servers.json").read_text())
+    assert not [e for e in state if e["trial_id"] in (a["trial_id"], b["trial_id"])]
+    with get_client(sync_client=True) as c:
+        keys = {x.key for x in c.read_artifacts()}
+        reports = [x for x in c.read_artifacts() if x.key == "sweep-report-it-share-0"]
+    assert {"sweep-report-it-share-0", "sweep-report-it-share-1", "sweep-progress-it-share-0"} <= keys
+    assert reports and "## Quality" in reports[0].data and "output tok/s" in reports[0].data
+
+
+@pytest.mark.runtime
+def test_sigterm_while_measuring_leaves_a_cancelled_trial_and_no_process(prefect_server, cpu_runtime, tiny_model,
+                                                                          tmp_path):
+    plan = _plan_file(tmp_path, "it-cancel", tiny_model, repeats=3,
+                      workloads=[{"name": "long", "prompt_tokens": 32, "output_tokens": 64, "num_requests": 40}])
+    db, res = tmp_path / "wh.duckdb", tmp_path / "res"
+    env = dict(os.environ, PREFECT_API_URL=prefect_server, TUNELAB_DB=str(db), TUNELAB_RESULTS=str(res))
+    p = subprocess.Popen([sys.executable, "-m", "tunelab.cli", "run", str(plan)], cwd=REPO, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen = []
+    t0 = time.monotonic()
+    for line in p.stdout:
+        seen.append(line)
+        if "repeat 1/3:" in line and "requests" in line:  # a measured window is under way
+            p.send_signal(signal.SIGTERM)
+            break
+        assert time.monotonic() - t0 < 600, "no measurement started"
+    rest = p.communicate(timeout=120)[0]
+    assert p.returncode != 0, "".join(seen)[-2000:] + rest[-2000:]
+    from tasks.bundle import list_bundles, read_bundle
+
+    bundles = list_bundles(res)
+    assert len(bundles) == 1
+    trow = read_bundle(bundles[0])["trial"].iloc[0]
+    assert trow["status"] == "cancelled" and trow["teardown_clean"]
+    rows = _trial_rows(db)  # loaded on the way out
+    assert len(rows) == 1 and rows[0]["status"] == "cancelled"
+    argv = trow["command"].split()
+    served = argv[argv.index("--served-model-name") + 1]
+    assert served not in _ps_args()
+    state = json.loads((REPO / ".tunelab" / "state" / "servers.json").read_text())
+    assert not [e for e in state if e["trial_id"] == trow["trial_id"]]
