@@ -159,10 +159,16 @@ def ensure_slots(names: Sequence[str]) -> None:
         prefect errors when the API cannot be reached: a sweep without its locks does not start.
     """
     from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectAlreadyExists
 
     with get_client(sync_client=True) as client:
         for n in names:
-            client.upsert_global_concurrency_limit_by_name(n, 1)
+            try:
+                client.upsert_global_concurrency_limit_by_name(n, 1)
+            except ObjectAlreadyExists:
+                # The upsert is read-then-create, not atomic: another sweep created it in between. Once more
+                # (now an update to limit 1 if needed).
+                client.upsert_global_concurrency_limit_by_name(n, 1)
 
 
 def trial_run_name(trial: Trial, devices: Sequence[Device]) -> str:

@@ -322,6 +322,32 @@ def test_ensure_slots_is_idempotent(prefect_server):
         assert c.read_global_concurrency_limit_by_name("tunelab-test-gpu7").limit == 1
 
 
+def test_ensure_slots_concurrently_creates_once(prefect_server):
+    """Two sweeps starting at once both create the device's limit: the read-then-create upsert must not fail."""
+    import contextvars
+
+    from prefect.client.orchestration import get_client
+
+    from flows.sweep import ensure_slots
+
+    errors = []
+
+    def go():
+        try:
+            ensure_slots(["tunelab-race-gpu0"])
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    ts = [threading.Thread(target=contextvars.copy_context().run, args=(go,)) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    assert not errors, errors
+    with get_client(sync_client=True) as c:
+        assert [x.name for x in c.read_global_concurrency_limits(limit=200)].count("tunelab-race-gpu0") == 1
+
+
 # -- compare ---------------------------------------------------------------------------------------------------
 def _synthetic_warehouse(path: Path, results: Path) -> None:
     import numpy as np

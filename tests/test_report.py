@@ -1,0 +1,144 @@
+"""Reports from a synthetic warehouse: quality summary, per-trial table, sweep markdown, A/B markdown, plots and
+`tunelab report --plots`. No server, no Prefect API."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SWEEP = "20260101T000000Z-syn-0001"
+
+
+@pytest.fixture(scope="module")
+def warehouse(tmp_path_factory) -> Path:
+    """One sweep, 2 configs x 2 boots at two load levels, plus a boot failure, with known verdicts and checks;
+    and a second sweep on another vLLM version for the version plot."""
+    from tasks.bundle import write_bundle
+    from warehouse.loader import load_pending
+    from warehouse.synthetic import synthetic_trial
+
+    tmp = tmp_path_factory.mktemp("wh")
+    res, db = tmp / "results", tmp / "wh.duckdb"
+    rng = np.random.default_rng(3)
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    verdicts = {("a", 0): "pass", ("a", 1): "warn", ("b", 0): "fail", ("b", 1): "pass"}
+    for (key, rep), verdict in verdicts.items():
+        s = synthetic_trial(sweep_id=SWEEP, config_key=key, replicate=rep, config_label=f"cfg-{key}",
+                            loads=(("concurrency", 1.0), ("concurrency", 4.0)), effect_rel=0.2 if key == "b" else 0,
+                            quality_verdict=verdict, started_at=t0, rng=rng)
+        tid = s.trial["trial_id"]
+        checks = [{"trial_id": tid, "suite": "requests", "expectation": "no_failed_requests", "success": True,
+                   "severity": "fail", "observed": "0", "threshold": "0"}]
+        if verdict == "warn":
+            checks.append({"trial_id": tid, "suite": "measurements", "expectation": "repeat_cv_small",
+                           "success": False, "severity": "warn", "observed": "0.31", "threshold": "<= 0.1",
+                           "detail": "failing: chat/concurrency/4/1"})
+        if verdict == "fail":
+            checks.append({"trial_id": tid, "suite": "requests", "expectation": "output_length_exact",
+                           "success": False, "severity": "fail", "observed": "7", "threshold": "== 8"})
+        s.tables["quality_checks"] = pd.DataFrame(checks)
+        write_bundle(res, s.sweep, s.trial, s.tables)
+    bad = synthetic_trial(sweep_id=SWEEP, config_key="c", config_label="cfg-c", started_at=t0, rng=rng,
+                          status="boot_failed", quality_verdict="unvalidated")
+    bad.trial.update(failure_class="oom_kv_cache", failure_reason="No available memory for the cache blocks")
+    write_bundle(res, bad.sweep, bad.trial, {})
+    for key in ("a", "b"):
+        for rep in range(2):
+            s = synthetic_trial(sweep_id="20260108T000000Z-syn-0002", config_key=key, replicate=rep,
+                                config_label=f"cfg-{key}", vllm_version="0.33.0", started_at=t0 + dt.timedelta(days=7),
+                                rng=rng)
+            write_bundle(res, s.sweep, s.trial, s.tables)
+    load_pending(db, res)
+    return db
+
+
+def test_quality_summary_counts_and_reasons(warehouse):
+    from tasks.report import quality_markdown, quality_summary
+
+    q = quality_summary(warehouse, SWEEP)
+    assert q["counts"] == {"pass": 2, "warn": 1, "fail": 1, "unvalidated": 1}
+    reasons = q["reasons"].set_index("expectation")
+    assert set(reasons.index) == {"repeat_cv_small", "output_length_exact"}
+    assert reasons.loc["output_length_exact", "severity"] == "fail" and reasons.loc["repeat_cv_small", "trials"] == 1
+    assert list(q["unvalidated"]["failure_class"]) == ["oom_kv_cache"]
+    md = quality_markdown(q)
+    assert "**fail** 1" in md and "output_length_exact" in md and "oom_kv_cache" in md
+
+
+def test_sweep_markdown_has_trials_quality_comparison_and_plots(warehouse, tmp_path):
+    from tasks.report import comparison_frame, quality_summary, sweep_markdown
+
+    comp = comparison_frame(warehouse, SWEEP)
+    statuses = [{"trial_id": f"{SWEEP}/a/r0", "config": "cfg-a", "config_key": "a", "runtime": "synthetic",
+                 "replicate": 0, "device": "gpu1", "status": "ok", "boot_s": 30.2, "compile_cache": "warm",
+                 "verdict": "pass"}]
+    png = tmp_path / "x.png"
+    md = sweep_markdown(comp, SWEEP, statuses, quality_summary(warehouse, SWEEP), plots=[png], interleave="shuffle")
+    assert "shuffle" in md and "| gpu1 |" in md and "## Quality" in md and "c=4" in md
+    assert png.resolve().as_uri() in md
+    assert md.count("cfg-b") >= 2  # two load levels of config b in the comparison
+
+
+def test_trial_table_rows(warehouse):
+    from tasks.bundle import list_bundles, read_bundle
+    from tasks.report import trial_table
+
+    res = warehouse.parent / "results"
+    by_key = {}
+    for b in list_bundles(res):
+        t = read_bundle(b)
+        by_key[t["trial"]["trial_id"].iloc[0]] = t
+    rows = trial_table(by_key[f"{SWEEP}/a/r0"])
+    assert len(rows) == 2 * 3  # 2 load levels x 3 repeats
+    assert {r["load"] for r in rows} == {"c=1", "c=4"} and all(float(r["output tok/s"]) > 0 for r in rows)
+    failed = trial_table(by_key[f"{SWEEP}/c/r0"])
+    assert len(failed) == 1 and failed[0]["status"] == "boot_failed" and "oom_kv_cache" in failed[0]["failure"]
+
+
+def test_ab_markdown_from_compare(warehouse):
+    from tasks.report import ab_markdown
+    from warehouse.compare import compare
+    from warehouse.migrate import connect
+
+    con = connect(warehouse, read_only=True)
+    try:
+        df = compare(con, {"config_key": "a", "sweep_id": SWEEP}, {"config_key": "b", "sweep_id": SWEEP},
+                     quality=("pass", "warn", "fail"))
+    finally:
+        con.close()
+    md = ab_markdown(df, {"config_key": "a"}, {"config_key": "b"})
+    assert "`config_key=a`" in md and "c=4" in md and "2 vs 2" in md
+    assert any(v in md for v in ("**better**", "**no_significant_change**", "**worse**"))
+
+
+def test_plots_are_pngs(warehouse, tmp_path):
+    from tasks.plots import latency_throughput_plot, version_plot
+
+    p = latency_throughput_plot(warehouse, SWEEP, tmp_path)
+    assert p and p.read_bytes()[:4] == b"\x89PNG" and p.stat().st_size > 5000
+    v = version_plot(warehouse, tmp_path, "ttft_p50_s", quality=("pass", "warn", "fail"))
+    assert v and v.name == "version_ttft_p50_s.png" and v.read_bytes()[:4] == b"\x89PNG"
+    assert latency_throughput_plot(warehouse, "no-such-sweep", tmp_path) is None
+    with pytest.raises(ValueError, match="latency"):
+        latency_throughput_plot(warehouse, SWEEP, tmp_path, latency="ttft")
+    with pytest.raises(ValueError, match="not comparable"):
+        version_plot(warehouse, tmp_path, "trial_id; DROP TABLE trials")
+
+
+def test_report_cli_writes_plots(warehouse, tmp_path):
+    out = tmp_path / "plots"
+    r = subprocess.run([sys.executable, "-m", "tunelab.cli", "report", "--sweep", SWEEP, "--db", str(warehouse),
+                        "--plots", str(out)], cwd=REPO, env=dict(os.environ, COLUMNS="200"),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    names = sorted(p.name for p in out.glob("*.png"))
+    assert names == [f"latency_throughput_{SWEEP}.png", "version_output_tokens_per_s.png"]
+    assert "cfg-a" in r.stdout and str(out) in r.stdout.replace("\n", "")
