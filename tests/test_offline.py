@@ -258,14 +258,14 @@ def test_walk_closure_stops_at_host_and_excluded_and_follows_extras():
         _item("transformers", "4.57.6", "huggingface-hub<1.0"),
         _item("anyio", "4.16.0"), _item("typing-extensions", "4.16.0"), _item("h11", "0.16.0"),
     ]
-    carried, host, excluded = off.walk_closure(
+    carried, host, excluded, kept = off.walk_closure(
         ["fastapi[standard]<0.137", "xgrammar>=0.2.1"], items, target_marker_environment(),
         exclude=["fastapi-cli"], host_provided=["anyio", "typing-extensions", "h11", "transformers", "jinja2"],
         root_owner="vllm")
     assert carried == {"fastapi": "0.136.3", "starlette": "1.10.0", "pydantic": "2.14.4", "pydantic-core": "2.50.5",
                        "uvicorn": "0.54.0", "httptools": "0.9.0", "xgrammar": "0.2.5.post1",
                        "apache-tvm-ffi": "0.1.9"}
-    assert [e.split(" ")[0] for e in excluded] == ["fastapi-cli[standard];"]
+    assert [e.split(" ")[0] for e in excluded] == ["fastapi-cli[standard];"] and kept == []
     assert host["typing-extensions"].required_by == ["pydantic", "pydantic-core"]
     assert SpecifierSetEq(host["typing-extensions"].specifier, ">=4.16.0,>=4.14")
     # image (transformers 5.17.0) does not meet xgrammar's <5 pin: reported, not hidden
@@ -338,3 +338,21 @@ def test_guarded_prune_skipped_when_the_token_is_used(tmp_path):
     (site / "user.py").write_text("import gettext, pycountry\ngettext.translation('x', pycountry.LOCALES_DIR)\n")
     assert off.prune_site(site, off.DEFAULT_PRUNE, "3.12") == []
     assert (site / "pycountry" / "locales" / "de" / "iso3166-1.mo").is_file()
+
+
+def test_walk_closure_keeps_an_excluded_package_that_a_carried_one_imports():
+    """fastapi 0.16x requires opentelemetry-api unconditionally (and imports it at module level)."""
+    items = [
+        _item("fastapi", "0.165.0", "opentelemetry-api>=1.44.0", "opentelemetry-sdk>=1.44; extra == 'standard'",
+              "opentelemetry-exporter-otlp-proto-http>=1.44; extra == 'standard'"),
+        _item("opentelemetry-api", "1.45.2", "importlib-metadata>=6"),
+        _item("importlib-metadata", "8.0.0"),
+        _item("opentelemetry-sdk", "1.45.2"), _item("opentelemetry-exporter-otlp-proto-http", "1.45.2"),
+    ]
+    carried, _, excluded, kept = off.walk_closure(
+        ["fastapi[standard]", "opentelemetry-api>=1.27"], items, target_marker_environment(),
+        exclude=["opentelemetry-*"], host_provided=[], root_owner="vllm")
+    assert set(carried) == {"fastapi", "opentelemetry-api", "importlib-metadata"}
+    assert kept == ["opentelemetry-api (required by fastapi)"]
+    assert sorted(e.split(">")[0] for e in excluded) == [
+        "opentelemetry-api", "opentelemetry-exporter-otlp-proto-http", "opentelemetry-sdk"]

@@ -124,13 +124,15 @@ FORMAT_VERSION = 1
 #: needed by vLLM 0.25.1 serving a Llama text model on an H200 (measured: import, boot, serve with
 #: CUDA graphs, eager and fastokens); ``anthropic`` is never imported by vLLM's source. mcp,
 #: opentelemetry-*, fastapi-cli (and, through it, fastapi-cloud-cli) and email-validator were
-#: carried as an unused fallback in that run: the import succeeded without them.
+#: carried as an unused fallback in that run: the import succeeded without them. Entries are
+#: names or fnmatch patterns. An excluded name is still carried when a carried package other than
+#: vLLM requires it without an extra (fastapi >= 0.16x imports opentelemetry-api at module level).
 DEFAULT_EXCLUDE: list[str] = [
     "flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache", "tilelang", "pynvvideocodec",
     "humming-kernels", "nvidia-cutlass-dsl", "quack-kernels", "tokenspeed-mla", "fastsafetensors",
     "torchcodec", "nvidia-cudnn-frontend", "anthropic",
     "mcp", "opentelemetry-sdk", "opentelemetry-api", "opentelemetry-exporter-otlp",
-    "opentelemetry-semantic-conventions-ai", "fastapi-cli", "email-validator",
+    "opentelemetry-semantic-conventions-ai", "opentelemetry-*", "fastapi-cli", "email-validator",
     "fastar",  # fastapi[standard] extra for `fastapi deploy` archives; fastapi itself never imports it
 ]
 
@@ -271,6 +273,9 @@ class BundleManifest(BaseModel):
         default_factory=list, description="'vllm/file.py: pkg, ...' for each vllm module that imports an excluded "
         "package at column 0: that module cannot be imported on the host. Expected for optional backends (e.g. "
         "vllm/v1/attention/backends/flashinfer.py); a hit in a module on the serve path would be a bug")
+    kept_despite_exclude: list[str] = Field(
+        default_factory=list, description="excluded names carried anyway: 'name (required by X)' where a carried "
+        "package other than vLLM requires them without an extra")
     created_at: str = Field(default_factory=lambda: _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
 
     def save(self, path: Path) -> Path:
@@ -675,21 +680,27 @@ def _pip_resolve(roots: list[str], constraints: list[str], python_version: str, 
 
 
 def walk_closure(roots: list[str], items: list[dict], env: dict[str, str], exclude: Iterable[str],
-                  host_provided: Iterable[str], root_owner: str) -> tuple[dict[str, str], dict[str, HostRequirement], list[str]]:
+                  host_provided: Iterable[str], root_owner: str
+                  ) -> tuple[dict[str, str], dict[str, HostRequirement], list[str], list[str]]:
     """Walk pip's resolution from ``roots``, stopping at host-provided and excluded names.
 
     ``items`` is the ``install`` list of a pip installation report (format 1: each item has
     ``metadata.name``, ``metadata.version``, ``metadata.requires_dist``). Markers are evaluated
     for ``env`` with the extras requested along the way. ``root_owner`` is recorded as the
-    requirer of the roots. Raises BundleError for a requirement absent from the resolution.
-    Returns (carried name -> version, host name -> HostRequirement, excluded requirement strings).
+    requirer of the roots. ``exclude`` holds names or fnmatch patterns; an excluded name is
+    dropped when the root owner requires it or when it is reached through an extra, but carried
+    when another carried package requires it unconditionally (its import would fail otherwise).
+    Raises BundleError for a requirement absent from the resolution.
+    Returns (carried name -> version, host name -> HostRequirement, excluded requirement strings,
+    'name (required by X)' for excluded names carried anyway).
     """
     by_name = {normalize_name(i["metadata"]["name"]): i for i in items}
-    ex = {normalize_name(n) for n in exclude}
+    ex = [normalize_name(n) for n in exclude]
     host = {normalize_name(n) for n in host_provided}
     carried: dict[str, str] = {}
     hostreq: dict[str, HostRequirement] = {}
     excluded: list[str] = []
+    kept: list[str] = []
     extras_of: dict[str, set[str]] = {}
     queue: list[tuple[str, str]] = [(root_owner, r) for r in roots]
     seen: set[tuple[str, frozenset[str]]] = set()
@@ -697,9 +708,14 @@ def walk_closure(roots: list[str], items: list[dict], env: dict[str, str], exclu
         owner, s = queue.pop(0)
         req = Requirement(s)
         name = normalize_name(req.name)
-        if name in ex:
-            excluded.append(f"{s} (from {owner})")
-            continue
+        if any(fnmatch.fnmatchcase(name, pat) for pat in ex):
+            via_extra = req.marker is not None and "extra" in str(req.marker)
+            if owner == root_owner or via_extra:
+                excluded.append(f"{s} (from {owner})")
+                continue
+            note = f"{name} (required by {owner})"
+            if note not in kept:
+                kept.append(note)
         if name in host:
             h = hostreq.setdefault(name, HostRequirement(name=name, image_version=H200_IMAGE_VERSIONS.get(name)))
             if str(req.specifier):
@@ -729,7 +745,7 @@ def walk_closure(roots: list[str], items: list[dict], env: dict[str, str], exclu
                 h.image_ok = SpecifierSet(h.specifier).contains(Version(h.image_version), prereleases=True)
             except InvalidVersion:
                 h.image_ok = None
-    return carried, hostreq, excluded
+    return carried, hostreq, excluded, kept
 
 
 def _download_and_install(pins: dict[str, str], python_version: str, platform: str, wheel_dir: Path,
@@ -782,7 +798,7 @@ def _pack(site: Path, out_dir: Path, name: str, part_size_mib: int, xz_preset: s
 
 def _finish(kind, name, vllm_version, python_version, platform, site, out_dir, part_size_mib, xz_preset,
             xz_threads, carried, excluded, hostreq, pruned, required_env, forbidden_env, import_check,
-            scan_hits) -> BundleManifest:
+            scan_hits, kept=()) -> BundleManifest:
     unpacked = _du(site)
     parts, sha, total = _pack(site, out_dir, name, part_size_mib, xz_preset, xz_threads)
     m = BundleManifest(
@@ -790,7 +806,8 @@ def _finish(kind, name, vllm_version, python_version, platform, site, out_dir, p
         archive_name=f"{name}.tar.xz", archive_sha256=sha, archive_bytes=total, unpacked_bytes=unpacked,
         parts=parts, wheels=[f"{n}=={v}" for n, v in sorted(carried.items())], excluded=sorted(set(excluded)),
         host_provided=sorted(hostreq.values(), key=lambda h: h.name), pruned=pruned, required_env=required_env,
-        forbidden_env=forbidden_env, import_check=import_check, excluded_imported_at_module_level=scan_hits)
+        forbidden_env=forbidden_env, import_check=import_check, excluded_imported_at_module_level=scan_hits,
+        kept_despite_exclude=list(kept))
     m.save(out_dir / "manifest.json")
     return m
 
@@ -853,7 +870,7 @@ def bundle_runtime(
         torch_pin = [r for r in split.host if normalize_name(Requirement(r).name) == "torch"]
         items = _pip_resolve(roots, [re.sub(r"\s*;.*", "", t) for t in torch_pin], python_version, platform,
                              tmpd / "resolve", log)
-        carried, hostreq, excluded = walk_closure(roots, items, env, exclude, reuse_host, "vllm")
+        carried, hostreq, excluded, kept = walk_closure(roots, items, env, exclude, reuse_host, "vllm")
         # vLLM's own direct host/excluded requirements
         for s in split.host:
             r = Requirement(s)
@@ -883,7 +900,7 @@ def bundle_runtime(
             required_env["VLLM_USE_FLASHINFER_SAMPLER"] = "0"
         return _finish("vllm-runtime", name, version, python_version, platform, site, out_dir, part_size_mib,
                        xz_preset, xz_threads, carried, excluded, hostreq, pruned, required_env, forbidden,
-                       ["vllm", "vllm.entrypoints.openai.api_server", "vllm.entrypoints.cli.main"], scan)
+                       ["vllm", "vllm.entrypoints.openai.api_server", "vllm.entrypoints.cli.main"], scan, kept)
 
 
 #: import names of excluded distributions whose module name differs from the dist name
@@ -939,7 +956,7 @@ def bundle_orchestrator(
         log = out_dir / "build.log"
         log.write_text("")
         items = _pip_resolve(split.bundle + split.host, [], python_version, platform, tmpd / "resolve", log)
-        carried, hostreq, excluded = walk_closure(split.bundle, items, env, [], host_provided, "tunelab")
+        carried, hostreq, excluded, kept = walk_closure(split.bundle, items, env, [], host_provided, "tunelab")
         for s in split.host:
             r = Requirement(s)
             n = normalize_name(r.name)
