@@ -38,7 +38,7 @@ import signal
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -185,8 +185,6 @@ class _Job:
     trial: Trial
     need: int
     pool: str  # "gpu" | "cpu"
-    devices: list[Device] = field(default_factory=list)
-    queued_at: float = 0.0
 
 
 def run_on_devices(
@@ -329,6 +327,27 @@ def _install_sigterm() -> None:
         signal.signal(signal.SIGTERM, _raise)
     except ValueError:  # not the main thread (e.g. inside a test harness): nothing to do
         pass
+
+
+def _trial_subflow(name: str) -> Any:
+    """The ``trial`` subflow (``flows.trial.run_trial``) under a descriptive run name, with tunelab's SIGTERM
+    handler in force while it runs.
+
+    Why the handler again: Prefect's engine installs its own SIGTERM bridge for every (sub)flow run scope,
+    replacing tunelab's, and that bridge raises ``TerminationSignal``, which an asyncio task of the load
+    generator swallows like any other exception: measured, a SIGTERM in the middle of a measurement was
+    ignored and the trial ran to the end. ``KeyboardInterrupt`` is re-raised by asyncio and ends the
+    measurement, so the trial tears down and records ``cancelled``. Prefect restores its own handler when
+    the subflow ends."""
+    inner = getattr(run_trial, "fn", run_trial)
+
+    @flow(name="trial", flow_run_name=lambda: name, log_prints=True, validate_parameters=False)
+    def trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: dict) -> Path:
+        _install_sigterm()
+        return inner(trial, trial_id, plan, runtime, ctx)
+
+    trial.__doc__ = getattr(inner, "__doc__", None)
+    return trial
 
 
 def _stop_live_servers(log: Callable[..., Any]) -> None:
@@ -570,8 +589,7 @@ def tuning_sweep(plan_path: str, db: str | None = None, results: str | None = No
                     in_flight[job.index] = trial_id
                 name = trial_run_name(t, devs)
                 try:
-                    bundle = run_trial.with_options(flow_run_name=lambda: name)(
-                        t, trial_id, plan, runtimes[t.runtime], ctx)
+                    bundle = _trial_subflow(name)(t, trial_id, plan, runtimes[t.runtime], ctx)
                 finally:
                     with lock:
                         in_flight.pop(job.index, None)

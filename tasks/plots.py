@@ -16,7 +16,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import duckdb
-import pandas as pd
 
 __all__ = ["latency_throughput_plot", "version_plot", "write_plots"]
 

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import duckdb
 import httpx
-import pandas as pd
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -461,7 +460,8 @@ def test_two_real_sweeps_at_once_never_overlap(prefect_server, cpu_runtime, tiny
     ia, ib = (a["started_at"], a["finished_at"]), (b["started_at"], b["finished_at"])
     assert not _intervals_overlap(ia, ib), (ia, ib)
     for r in (a, b):
-        assert r["compile_cache"] in ("cold", "warm") and r["quality_verdict"] in ("pass", "warn", "fail")
+        # --enforce-eager: no torch.compile, so the boot log shows no compilation and compile_cache is NULL
+        assert r["compile_cache"] is None and r["quality_verdict"] in ("pass", "warn", "fail")
         assert json.loads(r["env"])["VLLM_SERVER_DEV_MODE"] == "1"
         log = Path(r["log_path"]).read_text(errors="replace")
         assert "/reset_prefix_cache" in log and '"POST /reset_prefix_cache HTTP/1.1" 200' in log
