@@ -80,17 +80,17 @@ async def _ours(base_url: str, key: str, model: str, c: int, n: int, in_len: int
     return out
 
 
-def _vllm_bench(runtime_dir: Path, base_url: str, key: str, model: str, tokenizer: Path, c: int, n: int,
+def _vllm_bench(rt, base_url: str, key: str, model: str, tokenizer: Path, c: int, n: int,
                 in_len: int, out_len: int, workdir: Path, seed: int) -> dict:
     name = f"vb-c{c}.json"
-    argv = [str(runtime_dir / "venv" / "bin" / "python"), "-m", "vllm.entrypoints.cli.main", "bench", "serve",
+    # The runtime's own interpreter and env (a venv on CPU, host python + PYTHONPATH for an offline GPU bundle).
+    argv = [*rt.bench_command(),
             "--backend", "vllm", "--base-url", base_url, "--model", model, "--tokenizer", str(tokenizer),
             "--dataset-name", "random", "--random-input-len", str(in_len), "--random-output-len", str(out_len),
             "--num-prompts", str(n), "--max-concurrency", str(c), "--ignore-eos", "--seed", str(seed),
             "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99", "--disable-tqdm",
             "--save-result", "--result-dir", str(workdir), "--result-filename", name]
-    env = {**os.environ, "OPENAI_API_KEY": key, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    env.pop("PYTHONPATH", None)
+    env = rt.launch_env({"OPENAI_API_KEY": key})
     p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1800)
     if p.returncode != 0:
         raise RuntimeError(f"vllm bench serve failed ({p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}")
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
                         a.output_len)
                 A = asyncio.run(_ours(*args, seed=1000 + c))
                 print(f"c={c} tunelab A done", flush=True)
-                V = _vllm_bench(a.runtime_dir, server.base_url, server.api_key, server.served_model_name,
+                V = _vllm_bench(rt, server.base_url, server.api_key, server.served_model_name,
                                 a.model, c, a.num_prompts, a.input_len, a.output_len, Path(td), seed=c)
                 print(f"c={c} vllm bench done", flush=True)
                 A2 = asyncio.run(_ours(*args, seed=2000 + c))

@@ -1,0 +1,35 @@
+"""The boot-log parser and failure classifier on real H200 logs recorded by tunelab's own GPU sweeps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tasks.bootlog import classify_boot_failure, parse_boot_log
+
+F = Path(__file__).resolve().parent / "fixtures" / "bootlogs"
+
+
+@pytest.mark.parametrize(
+    "name, expected, retryable",
+    [
+        ("gpu_h200_0.25.1_real_oom_kv_cache.log", "oom_kv_cache", False),
+        ("gpu_h200_0.25.1_real_oom_kv_cache_eager.log", "oom_kv_cache", False),
+        ("gpu_h200_0.25.1_real_invalid_max_model_len.log", "invalid_config", False),
+    ],
+)
+def test_real_failures_are_classified(name, expected, retryable):
+    text = (F / name).read_text(errors="replace")
+    f = classify_boot_failure(text, returncode=1, timed_out=False)
+    assert f.failure_class == expected, f.reason
+    assert f.retryable is retryable
+
+
+def test_real_eager_boot_has_no_compile_or_graph_phase():
+    r = parse_boot_log((F / "gpu_h200_0.25.1_real_eager.log").read_text(errors="replace"))
+    names = {p.phase for p in r.phases}
+    assert r.vllm_version == "0.25.1"
+    assert "graph_capture" not in names and "torch_compile" not in names
+    assert r.effective_config.get("enforce_eager") is True
+    assert r.kv_cache_tokens and r.kv_cache_tokens > 1_000_000  # ~125 GiB of KV cache on an H200
