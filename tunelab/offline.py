@@ -63,7 +63,6 @@ import email.parser
 import fnmatch
 import hashlib
 import json
-import lzma
 import os
 import re
 import shutil
@@ -77,7 +76,6 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import BinaryIO, Literal
 
-from packaging.markers import Marker
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
