@@ -284,6 +284,22 @@ def export(
         con.close()
     console.print(f"exported {len(tables)} table(s) of {dbp} to {out}")
 
+@app.command("evidence-report")
+def evidence_report_cmd(
+    run_dir: Path = typer.Argument(..., help="Folder with warehouse/*.parquet (from `tunelab export`)."),
+    baseline: str = typer.Option("default", help="Config label every other config is compared with."),
+) -> None:
+    """Write RUN_DIR/report.md (+ PNG) from exported Parquet: trials, boot phases, failures, comparison table,
+    A/B verdicts with boot-level confidence intervals."""
+    from tunelab.evidence import evidence_report
+
+    try:
+        out = evidence_report(run_dir, baseline_label=baseline)
+    except FileNotFoundError as e:
+        _fail(str(e))
+    console.print(f"report: {out}")
+
+
 def main() -> None:  # pragma: no cover
     app()
 
