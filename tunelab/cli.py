@@ -73,6 +73,50 @@ def runtime_list() -> None:
     console.print(t)
 
 
+@runtime_app.command("bundle")
+def runtime_bundle(
+    out: Path = typer.Argument(..., help="Folder for manifest.json + parts (keep it out of git)."),
+    vllm: Optional[str] = typer.Option(None, "--vllm", help="e.g. vllm==0.25.1 (CUDA wheel); omit with --orchestrator."),
+    orchestrator: bool = typer.Option(False, "--orchestrator", help="Bundle tunelab's own dependencies instead."),
+    python_version: str = typer.Option("3.12", help="The GPU host's Python (major.minor)."),
+    platform: str = typer.Option("manylinux_2_31_x86_64", help="The GPU host's platform tag."),
+    part_size_mib: int = typer.Option(60, help="Largest part, MiB (what one transfer may carry)."),
+    no_fastokens: bool = typer.Option(False, help="Do not add fastokens (e.g. for a vLLM that lacks VLLM_USE_FASTOKENS)."),
+) -> None:
+    """On a machine with PyPI access: pack a CUDA vLLM runtime (or the orchestrator) for an air-gapped GPU host
+    as xz parts + manifest. See docs/gpu_hosts.md."""
+    from tunelab import offline
+
+    if orchestrator == bool(vllm):
+        _fail("give exactly one of --vllm SPEC or --orchestrator")
+    if orchestrator:
+        m = offline.bundle_orchestrator(out, python_version=python_version, platform=platform, part_size_mib=part_size_mib)
+    else:
+        m = offline.bundle_runtime(vllm, out, python_version=python_version, platform=platform,
+                                   extra=[] if no_fastokens else ["fastokens"], part_size_mib=part_size_mib)
+    console.print(f"bundle {m.name}: {len(m.parts)} part(s) in {out}")
+
+
+@runtime_app.command("install")
+def runtime_install(
+    bundle: Path = typer.Argument(..., help="Folder with manifest.json and all parts."),
+    dest: Path = typer.Option(Path("/tmp/tunelab-rt"), help="Where to unpack on this host."),
+    name: Optional[str] = typer.Option(None, help="Runtime name (default gpu-<vLLM version>)."),
+) -> None:
+    """On the GPU host: verify the parts, unpack, import-check with this host's python, and register the runtime
+    so plans can say `runtime: gpu-<version>`."""
+    from tunelab import offline
+    from tunelab.offline_register import register_offline
+
+    rec = offline.install_bundle(bundle, dest)
+    r = offline.load_runtime_record(rec)
+    if r.kind != "vllm-runtime":
+        console.print(f"installed {r.name}: put {r.pythonpath} on PYTHONPATH to run tunelab with it")
+        return
+    rt = register_offline(rec, name)
+    console.print(f"runtime {rt.name}: {rt.versions}")
+
+
 @model_app.command("tiny")
 def model_tiny(
     path: Path = typer.Argument(Path(".tunelab/models/tiny-llama"), help="Output folder."),
