@@ -172,8 +172,14 @@ def test_scheduler_interrupt_stops_and_reraises():
         stopped.wait(5)  # a trial runs until its server is stopped
         return f"bundle{job}"
 
-    with pytest.raises(KeyboardInterrupt) as ei:
-        run_on_devices([0, 1, 2], lambda j: 1, devs, run_one, on_interrupt=stopped.set)
+    # Other tests in the session (in-process servers, Prefect engines) may leave their own SIGINT handler
+    # installed; this test is about Ctrl-C as Python delivers it by default.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt) as ei:
+            run_on_devices([0, 1, 2], lambda j: 1, devs, run_one, on_interrupt=stopped.set)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert stopped.is_set()
     assert ei.value.results[:2] == ["bundle0", "bundle1"] and ei.value.results[2] is None
 
