@@ -28,6 +28,7 @@ nothing: ``tunelab load`` picks the bundles up later.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import datetime as dt
 import math
@@ -169,6 +170,50 @@ def ensure_slots(names: Sequence[str]) -> None:
                 # The upsert is read-then-create, not atomic: another sweep created it in between. Once more
                 # (now an update to limit 1 if needed).
                 client.upsert_global_concurrency_limit_by_name(n, 1)
+
+
+def prefect_slots_enabled() -> bool:
+    """Whether trials also hold Prefect global concurrency slots: only against a real Prefect server
+    (``PREFECT_API_URL`` set). Prefect keeps slot leases in the server process's memory; an ephemeral server
+    dies with its sweep, so a sweep killed while holding a slot leaves ``active_slots = 1`` in the shared
+    database that no later ephemeral server can ever expire (seen: a second sweep then waited forever).
+    The host-level device locks (:func:`device_locks`) guard the devices in every mode."""
+    import os
+
+    return bool(os.environ.get("PREFECT_API_URL"))
+
+
+@contextlib.contextmanager
+def device_locks(names: Sequence[str], log: Callable[[str], None] | None = None, poll_s: float = 1.0):
+    """Hold an exclusive host-level lock for each device name (``fcntl.flock`` on
+    ``<tunelab home>/state/locks/<name>.lock``), in sorted order so two sweeps cannot deadlock. The OS
+    releases a lock when its process dies, also on SIGKILL: a crashed sweep never blocks a device."""
+    import fcntl
+
+    d = paths.state_dir() / "locks"
+    d.mkdir(parents=True, exist_ok=True)
+    files = []
+    try:
+        for n in sorted(set(names)):
+            f = open(d / f"{n}.lock", "a+")
+            files.append(f)
+            waited = 0.0
+            while True:
+                try:
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if log and waited == 0.0:
+                        log(f"waiting for device {n}: another sweep on this host holds it")
+                    time.sleep(poll_s)
+                    waited += poll_s
+        yield
+    finally:
+        for f in files:
+            try:
+                fcntl.flock(f, fcntl.LOCK_UN)
+            finally:
+                f.close()
 
 
 def trial_run_name(trial: Trial, devices: Sequence[Device]) -> str:
@@ -496,7 +541,12 @@ def tuning_sweep(plan_path: str, db: str | None = None, results: str | None = No
     pools = {"gpu": gpu_devices, "cpu": [cpu_device]}
     used_pools = sorted({j.pool for j in jobs})
     slot_names = {d: slot_name(host, d) for p in used_pools for d in pools[p]}
-    ensure_slots(list(slot_names.values()))
+    use_slots = prefect_slots_enabled()
+    if use_slots:
+        ensure_slots(list(slot_names.values()))
+    else:
+        logger.info("Prefect runs ephemeral: devices are guarded by host-level locks only (no global concurrency "
+                    "slots: an ephemeral server cannot expire the lease of a killed sweep)")
     order = " ".join(f"{t.label}/r{t.replicate}" for t in trials)
     logger.info("sweep %s: %d trial(s) on %s; order (%s): %s", sweep_id, len(trials),
                 ", ".join(f"{d.label} ({slot_names[d]})" for p in used_pools for d in pools[p]) or "no device",
@@ -572,8 +622,9 @@ def tuning_sweep(plan_path: str, db: str | None = None, results: str | None = No
         tim["queued_at"] = time.time()
         names = [slot_names[d] for d in devs]
         try:
-            with concurrency(names, occupy=1, strict=True, lease_duration=SLOT_LEASE_S,
-                             raise_on_lease_renewal_failure=False):
+            slots = (concurrency(names, occupy=1, strict=True, lease_duration=SLOT_LEASE_S,
+                                 raise_on_lease_renewal_failure=False) if use_slots else contextlib.nullcontext())
+            with device_locks(names, log=logger.info), slots:
                 tim["slot_at"] = time.time()
                 if tim["slot_at"] - tim["queued_at"] > 1:
                     logger.info("%s: waited %.1f s for %s", trial_id, tim["slot_at"] - tim["queued_at"], names)
