@@ -10,9 +10,11 @@ Devices and slots. A trial needs ``tensor-parallel-size x pipeline-parallel-size
 (1 when none is set; a CPU runtime always needs the one ``cpu0`` device). It takes the lowest-numbered free
 devices and, before it boots, one slot of each device's global concurrency limit
 ``tunelab-<host>-gpu<index>`` (``-cpu0`` on CPU), acquired with ``strict=True``: a missing or misspelled
-limit is an error, never a run without a lock. The limits make two sweeps (two processes, two
-deployments) on one host share a GPU one trial at a time; inside one sweep the scheduler hands out devices
-itself. Trials start in plan order (first in, first out, no back-filling), so the interleaving of the plan
+limit is an error, never a run without a lock. Under every slot, and alone in ephemeral mode, a host-level
+file lock per device (``device_locks``) makes two sweeps (two processes, two deployments) on one host share
+a GPU one trial at a time, and is released by the OS when a sweep is killed; Prefect slots are taken only
+against a real server (``PREFECT_API_URL``), whose lease expiry frees the slot of a killed sweep and shows
+the slots in the UI. Inside one sweep the scheduler hands out devices itself. Trials start in plan order (first in, first out, no back-filling), so the interleaving of the plan
 is kept on any number of GPUs.
 
 Failures and cancellation. A failed trial never stops the sweep: a boot failure is a result, and anything a
