@@ -160,3 +160,22 @@ def test_variants_change_one_thing_at_a_time(tmp_path):
 def test_variant_for_unknown_runtime_is_an_error(tmp_path):
     with pytest.raises(PlanError, match=r"variants\[3\]\.runtimes: 'a' is not one of"):
         load_plan(write(tmp_path, VARIANTS.replace("runtimes: [a, b]", "runtime: c")))
+
+
+def test_plan_name_cannot_escape_folders(tmp_path):
+    with pytest.raises(PlanError, match=r"name: Value error, use letters"):
+        load_plan(write(tmp_path, GOOD.replace("name: t", 'name: "../../escape"')))
+
+
+def test_workload_longer_than_context_is_rejected(tmp_path):
+    with pytest.raises(PlanError, match=r"exceeds max-model-len 2048"):
+        load_plan(write(tmp_path, GOOD.replace("prompt_tokens: 32", "prompt_tokens: 5000")))
+
+
+def test_runtime_list_hints_runtimes_and_non_utf8_is_named(tmp_path):
+    with pytest.raises(PlanError, match="use `runtimes: \\[a, b\\]`"):
+        load_plan(write(tmp_path, GOOD + "runtime: [cpu, cpu2]\n"))
+    p = tmp_path / "latin1.yaml"
+    p.write_bytes("name: t\nmodel: caf\xe9\n".encode("latin-1"))
+    with pytest.raises(PlanError, match="not UTF-8"):
+        load_plan(p)

@@ -134,8 +134,12 @@ def model_tiny(
 
 
 @plan_app.command("check")
-def plan_check(plan: Path = typer.Argument(..., help="Plan YAML.")) -> None:
-    """Validate a plan and print the trials it expands into, with their config keys."""
+def plan_check(
+    plan: Path = typer.Argument(..., help="Plan YAML."),
+    strict: bool = typer.Option(False, help="Also fail (exit 2) when the runtime or model is missing on this machine."),
+) -> None:
+    """Validate a plan and print the trials it expands into, with their config keys; say whether its runtimes
+    and model exist on this machine."""
     from tunelab.plan import PlanError, load_plan
 
     try:
@@ -151,6 +155,30 @@ def plan_check(plan: Path = typer.Argument(..., help="Plan YAML.")) -> None:
     levels = [f"c={c}" for c in p.concurrency] + [f"{r:g} req/s" for r in p.request_rates]
     console.print(f"workloads: {', '.join(w.name for w in p.workloads)}; load levels: {', '.join(levels)}; "
                   f"repeats {p.repeats}, warm-up {p.warmup_requests} requests")
+    # The plan is valid; can it run on THIS machine? (A GPU plan checked on a laptop is still a valid plan.)
+    problems = _readiness(p)
+    if problems:
+        for msg in problems:
+            err.print(f"[yellow]not runnable here:[/] {msg}", highlight=False)
+        if strict:
+            raise typer.Exit(2)
+    else:
+        console.print("runnable here: runtimes and model found")
+
+
+def _readiness(p) -> list[str]:
+    """What keeps a valid plan from running on this machine (missing runtime or model folder)."""
+    from tunelab.runtime import RuntimeError_, load_runtime
+
+    out = []
+    for name in p.runtime_names():
+        try:
+            load_runtime(name)
+        except RuntimeError_ as e:
+            out.append(f"runtime: {e}")
+    if not (Path(p.model) / "config.json").exists():
+        out.append(f"model: {p.model!r} is not a model folder (no config.json)")
+    return out
 
 
 @app.command("run")
@@ -184,6 +212,11 @@ def run(
     console.print(f"warehouse: {summary['db']}  bundles: {summary['results']}")
     if bad:
         console.print(f"[yellow]{len(bad)} trial(s) not ok:[/] " + ", ".join(f"{t['config']} ({t['status']}: {t['failure_class']})" for t in bad))
+    if summary["trials"] and len(bad) == len(summary["trials"]):
+        # Every trial failed: a scheduler (cron, CI) must be able to see it. A sweep with some deliberate
+        # boot failures still exits 0; its failures are results in the warehouse.
+        err.print("[red]no trial of this sweep succeeded[/]")
+        raise typer.Exit(1)
 
 
 @app.command("load")
@@ -194,8 +227,19 @@ def load(
     """Load every result bundle that is not yet in the warehouse (safe to repeat)."""
     from warehouse.loader import load_pending
 
-    res = load_pending(db or paths.db_path(), results or paths.results_dir())
-    console.print(f"{len(res)} bundle(s) processed")
+    from warehouse.loader import WarehouseLocked
+
+    try:
+        res = load_pending(db or paths.db_path(), results or paths.results_dir())
+    except WarehouseLocked as e:
+        _fail(str(e))
+    by = {k: [r for r in res if r.status == k] for k in ("loaded", "skipped", "failed")}
+    console.print(f"{len(by['loaded'])} bundle(s) loaded, {len(by['failed'])} failed "
+                  f"(bundles already in the warehouse are skipped)")
+    for r in by["failed"]:
+        err.print(f"[red]not loaded:[/] {r.bundle_dir}: {r.error}", highlight=False)
+    if by["failed"]:
+        raise typer.Exit(1)
 
 
 @app.command("report")
@@ -213,14 +257,26 @@ def report(
     dbp = db or paths.db_path()
     if not Path(dbp).exists():
         _fail(f"no warehouse at {dbp}: run a sweep first (tunelab run PLAN)")
-    if sweep is None:
+    try:
         con = duckdb.connect(str(dbp), read_only=True)
-        row = con.execute("SELECT sweep_id FROM sweeps ORDER BY started_at DESC LIMIT 1").fetchall()
+    except duckdb.IOException as e:
+        _fail(f"cannot open {dbp}: {e}. Another process writes to it (a running sweep or load); try again when it ends")
+    try:
+        if sweep is None:
+            row = con.execute("SELECT sweep_id FROM sweeps ORDER BY started_at DESC LIMIT 1").fetchall()
+            if not row:
+                _fail("the warehouse has no sweeps yet")
+            sweep = row[0][0]
+        elif not con.execute("SELECT 1 FROM sweeps WHERE sweep_id = ?", [sweep]).fetchall():
+            known = [r[0] for r in con.execute("SELECT sweep_id FROM sweeps ORDER BY started_at DESC LIMIT 5").fetchall()]
+            _fail(f"no sweep {sweep!r} in {dbp}; latest: {', '.join(known) or 'none'}")
+        failed = con.execute("SELECT config_label, replicate, status, failure_class, substr(failure_reason, 1, 160) "
+                             "FROM trials WHERE sweep_id = ? AND status <> 'ok' ORDER BY started_at", [sweep]).fetchall()
+    finally:
         con.close()
-        if not row:
-            _fail("the warehouse has no sweeps yet")
-        sweep = row[0][0]
     print_comparison(comparison_frame(dbp, sweep), title=f"sweep {sweep}")
+    for label, rep, status, cls, why in failed:
+        console.print(f"[yellow]{label} r{rep}: {status}[/] ({cls}): {why}", highlight=False)
     if plots is not None:
         from tasks.plots import write_plots
 

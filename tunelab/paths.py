@@ -1,6 +1,7 @@
 """Where tunelab keeps its state: one home folder, overridable with ``TUNELAB_HOME``.
 
-Default: ``./.tunelab`` in the current directory (the repository root when run from the README).
+Default: the nearest ``.tunelab`` folder of the current directory or its parents, else the source checkout's
+``.tunelab`` (the repository root when set up with the README), else ``./.tunelab``.
 Layout::
 
     runtimes/<name>/          one vLLM installation (venv + runtime.json)
@@ -20,9 +21,24 @@ from pathlib import Path
 __all__ = ["home", "runtimes_dir", "models_dir", "results_dir", "logs_dir", "state_dir", "db_path", "prefect_home"]
 
 
+def _default_home() -> Path:
+    # Like git: the nearest existing .tunelab in this folder or a parent; else, for a source checkout (the
+    # README's set-up), the checkout's .tunelab, so commands work from any sub-folder; else ./.tunelab.
+    cwd = Path.cwd().resolve()
+    for d in (cwd, *cwd.parents):
+        if (d / ".tunelab").is_dir():
+            return d / ".tunelab"
+    checkout = Path(__file__).resolve().parent.parent
+    if (checkout / "pyproject.toml").exists():
+        return checkout / ".tunelab"
+    return cwd / ".tunelab"
+
+
 def home() -> Path:
-    """The tunelab home folder (created on first use)."""
-    p = Path(os.environ.get("TUNELAB_HOME", ".tunelab")).resolve()
+    """The tunelab home folder: ``TUNELAB_HOME`` if set, else the nearest ``.tunelab`` of the current folder
+    or its parents, else the source checkout's ``.tunelab`` (created on first use)."""
+    env = os.environ.get("TUNELAB_HOME")
+    p = Path(env).resolve() if env else _default_home()
     p.mkdir(parents=True, exist_ok=True)
     return p
 

