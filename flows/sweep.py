@@ -732,5 +732,6 @@ def tuning_sweep(plan_path: str, db: str | None = None, results: str | None = No
     counts = quality["counts"]
     logger.info("quality: %s", ", ".join(f"{k} {v}" for k, v in counts.items()))
     return SweepSummary(sweep_id=sweep_id, db=str(db_path), results=str(results_dir), trials=statuses_,
-                        comparison=comp.to_dict("records"), quality=counts, report_markdown=md,
+                        comparison=comp.to_dict("records"), left_out=comp.attrs.get("left_out", []),
+                        quality=counts, report_markdown=md,
                         timings=timings, plots=[str(p) for p in plot_paths])

@@ -55,6 +55,11 @@ def latency_throughput_plot(db_path: Path, sweep_id: str, out_dir: Path, latency
     from tasks.report import comparison_frame
 
     df = comparison_frame(Path(db_path), sweep_id)
+    caveat = ""
+    if df.empty:
+        # No trial passed its quality gate: still draw what was measured, and say so in the title.
+        df = comparison_frame(Path(db_path), sweep_id, all_quality=True)
+        caveat = " (no trial passed its quality gate: all measured trials shown)"
     if df.empty:
         return None
     plt = _plt()
@@ -76,7 +81,7 @@ def latency_throughput_plot(db_path: Path, sweep_id: str, out_dir: Path, latency
         ax.set_ylabel(f"{latency.removesuffix('_s').replace('_', ' ').upper()} (ms)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle(f"latency vs throughput, sweep {sweep_id}", fontsize=9)
+    fig.suptitle(f"latency vs throughput, sweep {sweep_id}{caveat}", fontsize=9)
     fig.tight_layout()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -16,6 +16,7 @@ __all__ = [
     "VERDICT_ORDER",
     "ab_markdown",
     "comparison_frame",
+    "left_out_lines",
     "comparison_markdown",
     "latest_sweep_id",
     "print_comparison",
@@ -32,14 +33,26 @@ VERDICT_ORDER = ("pass", "warn", "fail", "unvalidated")
 _SQL = Path(__file__).resolve().parent.parent / "warehouse" / "queries" / "sweep_comparison.sql"
 
 
-def comparison_frame(db_path: Path, sweep_id: str) -> pd.DataFrame:
+def comparison_frame(db_path: Path, sweep_id: str, all_quality: bool = False) -> pd.DataFrame:
     """One row per (runtime, config, workload, load level) of the sweep; latencies in seconds.
+
+    By default only trials whose quality verdict is pass or warn are used (issue: a measurement that failed
+    its quality gate is not a number to compare); the trials left out are in ``df.attrs["left_out"]`` (list of
+    dicts: config, replicate, verdict, failed checks). ``all_quality=True`` uses every measured trial.
     Opens the DuckDB file read-only (the sweep's writer has already closed it)."""
     con = duckdb.connect(str(db_path), read_only=True)
     try:
-        return con.execute(_SQL.read_text(), {"sweep_id": sweep_id}).df()
+        df = con.execute(_SQL.read_text(), {"sweep_id": sweep_id, "all_quality": all_quality}).df()
+        left = [] if all_quality else con.execute("""
+            SELECT t.config_label, t.replicate, t.quality_verdict,
+                   string_agg(DISTINCT q.expectation, ', ') FILTER (WHERE q.success = false AND q.severity = 'fail')
+            FROM trials t LEFT JOIN quality_checks q USING (trial_id)
+            WHERE t.sweep_id = ? AND t.status = 'ok' AND coalesce(t.quality_verdict, 'unvalidated') NOT IN ('pass', 'warn')
+            GROUP BY ALL ORDER BY 1, 2""", [sweep_id]).fetchall()
     finally:
         con.close()
+    df.attrs["left_out"] = [{"config": c, "replicate": r, "verdict": v, "failed_checks": f} for c, r, v, f in left]
+    return df
 
 
 def _fmt_row(r: pd.Series) -> dict[str, str]:
@@ -87,14 +100,23 @@ def comparison_markdown(df: pd.DataFrame, sweep_id: str, statuses: list[dict] | 
     return "\n".join(lines)
 
 
-def print_comparison(df: pd.DataFrame, title: str = "comparison") -> None:
-    """Print the comparison as a rich table."""
+def left_out_lines(left_out: list[dict]) -> list[str]:
+    """One line per trial left out of a comparison by its quality verdict, with the failed checks."""
+    return [f"left out: {x['config']} r{x['replicate']} (quality {x['verdict']}: {x['failed_checks'] or 'not validated'}); "
+            "`tunelab report --all-quality` includes it" for x in left_out]
+
+
+def print_comparison(df: pd.DataFrame, title: str = "comparison", left_out: list[dict] | None = None) -> None:
+    """Print the comparison as a rich table, then the trials left out by their quality verdict."""
     from rich.console import Console
     from rich.table import Table
 
+    left_out = df.attrs.get("left_out", []) if left_out is None else left_out
+    for line in left_out_lines(left_out):
+        Console(width=200).print(line, highlight=False)
     t = Table(title=title)
     if df.empty:
-        Console().print("(no measurements)")
+        Console().print("(no measurements)" if not left_out else "(no measurement passed its quality gate)")
         return
     rows = [_fmt_row(r) for _, r in df.iterrows()]
     for c in rows[0]:
@@ -239,6 +261,8 @@ def sweep_markdown(df: pd.DataFrame, sweep_id: str, statuses: list[dict] | None,
     if quality is not None:
         lines += [quality_markdown(quality), ""]
     body = comparison_markdown(df, sweep_id).split("\n", 2)[2]  # without its title
+    if df.attrs.get("left_out"):
+        body = "\n".join(f"- {x}" for x in left_out_lines(df.attrs["left_out"])) + "\n\n" + body
     lines.append(body)
     if plots:
         lines += ["", "## Plots", ""] + [f"- [{p.name}]({Path(p).resolve().as_uri()}) (`{p}`)" for p in plots]

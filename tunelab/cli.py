@@ -207,7 +207,8 @@ def run(
     summary = tuning_sweep(str(plan), db=str(db) if db else None, results=str(results) if results else None)
     import pandas as pd
 
-    print_comparison(pd.DataFrame(summary["comparison"]), title=f"sweep {summary['sweep_id']}")
+    print_comparison(pd.DataFrame(summary["comparison"]), title=f"sweep {summary['sweep_id']}",
+                     left_out=summary.get("left_out", []))
     bad = [t for t in summary["trials"] if t["status"] != "ok"]
     console.print(f"warehouse: {summary['db']}  bundles: {summary['results']}")
     if bad:
@@ -248,6 +249,8 @@ def report(
     db: Optional[Path] = typer.Option(None, help="DuckDB file."),
     plots: Optional[Path] = typer.Option(None, "--plots", help="Also write PNG plots into this folder: latency vs "
                                          "throughput of the sweep, output tokens/s across vLLM versions."),
+    all_quality: bool = typer.Option(False, "--all-quality", help="Include trials whose quality verdict is fail "
+                                     "or unvalidated (by default only pass and warn are compared)."),
 ) -> None:
     """Print the comparison table of a sweep from the warehouse (and write plots with --plots DIR)."""
     import duckdb
@@ -274,7 +277,7 @@ def report(
                              "FROM trials WHERE sweep_id = ? AND status <> 'ok' ORDER BY started_at", [sweep]).fetchall()
     finally:
         con.close()
-    print_comparison(comparison_frame(dbp, sweep), title=f"sweep {sweep}")
+    print_comparison(comparison_frame(dbp, sweep, all_quality=all_quality), title=f"sweep {sweep}")
     for label, rep, status, cls, why in failed:
         console.print(f"[yellow]{label} r{rep}: {status}[/] ({cls}): {why}", highlight=False)
     if plots is not None:

@@ -1,5 +1,6 @@
 -- Question: in one sweep, how does each engine config (and runtime) do per workload and load level?
--- Parameter: $sweep_id. One row per (runtime, config, workload, load level): means over boots and repeats,
+-- Parameters: $sweep_id; $all_quality (false: only trials whose quality verdict is pass or warn, as every
+-- comparison does by default; true: every measured trial). One row per (runtime, config, workload, load level): means over boots and repeats,
 -- the repeat-to-repeat coefficient of variation (noise), how many boots/repeats, and the quality verdicts.
 -- Run: duckdb .tunelab/warehouse.duckdb -c "SET VARIABLE sweep_id = '...';" then replace $sweep_id by
 -- getvariable('sweep_id'), or from Python: con.execute(sql, {"sweep_id": "..."}).
@@ -25,5 +26,6 @@ SELECT
 FROM measurements m
 JOIN trials t USING (trial_id)
 WHERE t.sweep_id = $sweep_id
+  AND (t.quality_verdict IN ('pass', 'warn') OR $all_quality)
 GROUP BY ALL
 ORDER BY m.workload, m.load_kind, m.load_value, runtime, config;
