@@ -179,3 +179,10 @@ def test_runtime_list_hints_runtimes_and_non_utf8_is_named(tmp_path):
     p.write_bytes("name: t\nmodel: caf\xe9\n".encode("latin-1"))
     with pytest.raises(PlanError, match="not UTF-8"):
         load_plan(p)
+
+
+def test_variants_are_validated_like_the_matrix(tmp_path):
+    with pytest.raises(PlanError, match=r"set by tunelab for every boot"):
+        load_plan(write(tmp_path, VARIANTS.replace("{engine_args: {enforce-eager: true}}", "{engine_args: {port: 1}}")))
+    with pytest.raises(PlanError, match=r"not a valid environment variable name"):
+        load_plan(write(tmp_path, VARIANTS.replace("VLLM_USE_FASTOKENS: 1", "BAD-NAME: 1")))

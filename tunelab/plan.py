@@ -55,6 +55,34 @@ def _norm_flag(name: str) -> str:
     return name.strip().lstrip("-").replace("_", "-").lower()
 
 
+def _check_engine_args(v: dict) -> dict:
+    """Normalise flag names and reject what is not a ``vllm serve`` flag a plan may set (shared by the plan's
+    matrix and its variants)."""
+    out = {}
+    for raw, val in v.items():
+        flag = _norm_flag(raw)
+        if not _FLAG_RE.match(flag):
+            raise ValueError(f"engine arg {raw!r} is not a vllm serve flag name (use e.g. 'enforce-eager')")
+        if flag in RESERVED_FLAGS:
+            raise ValueError(
+                f"engine arg {raw!r} is set by tunelab for every boot (one of {sorted(RESERVED_FLAGS)}); remove it"
+            )
+        if isinstance(val, list) and not val:
+            raise ValueError(f"engine arg {raw!r} has an empty list: give at least one value")
+        out[flag] = val
+    return out
+
+
+def _check_env(v: dict) -> dict:
+    """Reject invalid environment variable names and empty matrix axes."""
+    for k, val in v.items():
+        if not _ENV_RE.match(k):
+            raise ValueError(f"env var name {k!r} is not a valid environment variable name")
+        if isinstance(val, list) and not val:
+            raise ValueError(f"env var {k!r} has an empty list: give at least one value")
+    return v
+
+
 class Workload(BaseModel):
     """One request pattern: exact prompt length, fixed output length, how many requests per repeat."""
 
@@ -113,16 +141,8 @@ class Variant(BaseModel):
     env: dict[str, Scalar] = Field(default_factory=dict, description="Environment variables to add or override.")
     runtimes: list[str] | None = Field(None, description="Only on these runtimes (default: all of the plan's).")
 
-    @field_validator("engine_args")
-    @classmethod
-    def _flags(cls, v: dict) -> dict:
-        out = {}
-        for raw, val in v.items():
-            flag = _norm_flag(raw)
-            if not _FLAG_RE.match(flag) or flag in RESERVED_FLAGS:
-                raise ValueError(f"engine arg {raw!r} is not a flag a plan may set")
-            out[flag] = val
-        return out
+    _flags = field_validator("engine_args")(classmethod(lambda cls, v: _check_engine_args(v)))
+    _env = field_validator("env")(classmethod(lambda cls, v: _check_env(v)))
 
 
 class Plan(BaseModel):
@@ -179,32 +199,8 @@ class Plan(BaseModel):
             raise ValueError("use letters, digits, '_', '.', '-' (it becomes part of folder names), e.g. 'nightly-h200'")
         return v
 
-    @field_validator("engine_args")
-    @classmethod
-    def _flags_ok(cls, v: dict) -> dict:
-        out = {}
-        for raw, val in v.items():
-            flag = _norm_flag(raw)
-            if not _FLAG_RE.match(flag):
-                raise ValueError(f"engine arg {raw!r} is not a vllm serve flag name (use e.g. 'enforce-eager')")
-            if flag in RESERVED_FLAGS:
-                raise ValueError(
-                    f"engine arg {raw!r} is set by tunelab for every boot (one of {sorted(RESERVED_FLAGS)}); remove it"
-                )
-            if isinstance(val, list) and not val:
-                raise ValueError(f"engine arg {raw!r} has an empty list: give at least one value")
-            out[flag] = val
-        return out
-
-    @field_validator("env")
-    @classmethod
-    def _env_ok(cls, v: dict) -> dict:
-        for k, val in v.items():
-            if not _ENV_RE.match(k):
-                raise ValueError(f"env var name {k!r} is not a valid environment variable name")
-            if isinstance(val, list) and not val:
-                raise ValueError(f"env var {k!r} has an empty list: give at least one value")
-        return v
+    _flags_ok = field_validator("engine_args")(classmethod(lambda cls, v: _check_engine_args(v)))
+    _env_ok = field_validator("env")(classmethod(lambda cls, v: _check_env(v)))
 
     @field_validator("concurrency")
     @classmethod
