@@ -251,8 +251,8 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: di
         row["teardown_s"] = td.get("total_s")
         row["teardown_clean"] = bool(td.get("clean", True))
         if not td.get("clean", True):
+            # The sweep reads teardown_clean from the bundle and takes the device out of service.
             row["failure_reason"] = ((row.get("failure_reason") or "") + f"; teardown: {td.get('detail')}").strip("; ")
-            ctx.setdefault("unusable_gpus", set()).add(gpu_index)
         row["command"] = server.redacted_command()
         text, report = _boot_report(log_path)
         row["vllm_version"] = row.get("vllm_version") or getattr(report, "vllm_version", None)
