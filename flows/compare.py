@@ -101,7 +101,7 @@ def compare_frames(con: duckdb.DuckDBPyConnection, baseline: dict, candidate: di
 
     Returns:
         The rows of ``compare`` with ``config_key`` and ``config_label`` columns in front; ``attrs`` keep
-        ``method`` and ``excluded`` (all configs together).
+        ``method``, ``excluded`` and ``not_applied`` (all configs together).
 
     Raises:
         ValueError: see ``warehouse.compare.compare`` and :func:`resolve_selector`.
@@ -124,12 +124,13 @@ def compare_frames(con: duckdb.DuckDBPyConnection, baseline: dict, candidate: di
                                 "GROUP BY f.config_key", params).fetchall())
 
     kb, kc = keys(b), keys(c)
-    frames, excluded, method = [], [], ""
+    frames, excluded, not_applied, method = [], [], [], ""
     for key in sorted(set(kb) & set(kc)):
         df = ab_compare(con, {**b, "config_key": key}, {**c, "config_key": key}, metric, **kwargs)
         df.insert(0, "config_label", kb[key])
         df.insert(0, "config_key", key)
         excluded.append(df.attrs.get("excluded"))
+        not_applied.append(df.attrs.get("not_applied"))
         method = df.attrs.get("method", method)
         df.attrs = {}  # pandas compares attrs on concat; a DataFrame in attrs cannot be compared
         frames.append(df)
@@ -140,6 +141,8 @@ def compare_frames(con: duckdb.DuckDBPyConnection, baseline: dict, candidate: di
     out.attrs["method"] = (method or "") + "; compared config by config (same config_key on both sides)"
     ex = [e for e in excluded if e is not None and len(e)]
     out.attrs["excluded"] = pd.concat(ex, ignore_index=True) if ex else pd.DataFrame(columns=["side", "trial_id", "reason"])
+    na = [e for e in not_applied if e is not None and len(e)]
+    out.attrs["not_applied"] = pd.concat(na, ignore_index=True) if na else pd.DataFrame(columns=["side", "trial_id", "env"])
     out.attrs["baseline"], out.attrs["candidate"] = b, c
     out.attrs["only_baseline"] = sorted(set(kb) - set(kc))
     out.attrs["only_candidate"] = sorted(set(kc) - set(kb))

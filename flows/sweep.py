@@ -56,7 +56,7 @@ from tasks.engine import stop_leftovers, tracked_servers
 from tasks.gpu import Inventory, inventory
 from tasks import report as R
 from tunelab import paths
-from tunelab.plan import Plan, PlanError, Trial, load_plan
+from tunelab.plan import Plan, PlanError, Trial, load_plan, unknown_env_warnings
 from tunelab.runtime import Runtime, RuntimeError_, load_runtime
 from warehouse.loader import load_pending
 
@@ -504,6 +504,8 @@ def tuning_sweep(plan_path: str, db: str | None = None, results: str | None = No
     _install_sigterm()
     plan = load_plan(plan_path)
     runtimes = preflight(plan)
+    for msg in unknown_env_warnings(plan, runtimes):
+        logger.warning(msg)
     db_path = Path(db) if db else paths.db_path()
     results_dir = Path(results) if results else paths.results_dir()
     started = dt.datetime.now(dt.timezone.utc)

@@ -23,7 +23,8 @@ start)
   [ -e "$TUNELAB_HOME/models/llama-1b" ] || ln -s "$DEST/model" "$TUNELAB_HOME/models/llama-1b"
   $PY -m tunelab.cli runtime list
   $PY -m tunelab.cli plan check "$PLAN" || exit 1
-  setsid nohup $PY -m tunelab.cli run "$PLAN" > "$RUN/sweep.log" 2>&1 < /dev/null &
+  # append: a second sweep on the same host keeps the first one's log
+  setsid nohup $PY -m tunelab.cli run "$PLAN" >> "$RUN/sweep.log" 2>&1 < /dev/null &
   echo $! > "$RUN/pid"
   echo "sweep started (pid $(cat "$RUN/pid")), log $RUN/sweep.log"
   ;;

@@ -6,6 +6,8 @@ The comparison SQL is ``warehouse/queries/sweep_comparison.sql``."""
 
 from __future__ import annotations
 
+import json
+
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +57,14 @@ def comparison_frame(db_path: Path, sweep_id: str, all_quality: bool = False) ->
     return df
 
 
+def _config_cell(r: pd.Series) -> str:
+    """The config label, marked when vLLM reported one of its env vars as unknown on some boot."""
+    na = r.get("env_not_applied")
+    if isinstance(na, str) and na:
+        return f"{r['config']} (not applied: {', '.join(json.loads(na))})"
+    return str(r["config"])
+
+
 def _fmt_row(r: pd.Series) -> dict[str, str]:
     def ms(x: Any) -> str:
         return "-" if pd.isna(x) else f"{x * 1000:.1f}"
@@ -62,7 +72,7 @@ def _fmt_row(r: pd.Series) -> dict[str, str]:
     cv = r.get("output_tps_cv")
     return {
         "runtime": str(r["runtime"]),
-        "config": str(r["config"]),
+        "config": _config_cell(r),
         "workload": str(r["workload"]),
         "load": f"c={int(r['load_value'])}" if r["load_kind"] == "concurrency" else f"{r['load_value']:g} req/s",
         "boots x repeats": f"{int(r['boots'])}x{int(r['repeats'] // max(r['boots'], 1))}",
@@ -301,6 +311,10 @@ def ab_markdown(df: pd.DataFrame, baseline: dict, candidate: dict, title: str | 
     ex = df.attrs.get("excluded")
     if ex is not None and len(ex):
         lines += ["", "Trials left out:", ""] + _md_table(ex.to_dict("records"))
+    na = df.attrs.get("not_applied")
+    if na is not None and len(na):
+        lines += ["", "Boots whose vLLM reported these env vars as unknown (not applied; from the boot log):", ""]
+        lines += _md_table(na.to_dict("records"))
     return "\n".join(lines)
 
 

@@ -142,3 +142,16 @@ def test_report_cli_writes_plots(warehouse, tmp_path):
     names = sorted(p.name for p in out.glob("*.png"))
     assert names == [f"latency_throughput_{SWEEP}.png", "version_output_tokens_per_s.png"]
     assert "cfg-a" in r.stdout and str(out) in r.stdout.replace("\n", "")
+
+
+def test_config_cell_marks_env_not_applied():
+    from tasks.report import _fmt_row
+
+    row = pd.Series({"runtime": "gpu-0.21.0", "config": "VLLM_USE_FASTOKENS=1", "workload": "w",
+                     "load_kind": "concurrency", "load_value": 1.0, "boots": 2, "repeats": 4,
+                     "output_tokens_per_s": 1.0, "output_tps_cv": 0.1, "ttft_p50_s": 0.01, "tpot_p50_s": 0.01,
+                     "itl_p50_s": 0.01, "e2el_p95_s": 0.1, "failed_requests": 0, "quality": "pass",
+                     "env_not_applied": '["VLLM_USE_FASTOKENS"]'})
+    assert _fmt_row(row)["config"] == "VLLM_USE_FASTOKENS=1 (not applied: VLLM_USE_FASTOKENS)"
+    assert _fmt_row(row.drop("env_not_applied"))["config"] == "VLLM_USE_FASTOKENS=1"
+    assert _fmt_row(pd.Series({**row.to_dict(), "env_not_applied": None}))["config"] == "VLLM_USE_FASTOKENS=1"

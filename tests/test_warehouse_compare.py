@@ -160,3 +160,30 @@ def test_latency_regression_direction(con):
     _series(con, [0, 0, 0, 0, 0, -0.2, -0.2], seed=4)  # slower -> TTFT up
     out = regressions(con, "ttft_p50_s", threshold_rel=0.05)
     assert list(out.point[out.regression_start]) == ["0.11.0"]
+
+
+def test_env_var_not_applied_on_every_candidate_boot_gives_not_applied(con):
+    # A/A in truth (effect 0): the candidate asked for VLLM_USE_FASTOKENS=1 but its vLLM reported the variable
+    # as unknown on every boot, so whatever the numbers say, the comparison did not test the setting.
+    add_pair(con, effect=0.0, seed=3)
+    con.execute("""UPDATE trials SET env_not_applied = '["VLLM_USE_FASTOKENS"]' WHERE config_key = 'B'""")
+    df = compare(con, {"config_key": "A"}, {"config_key": "B"})
+    r = df.iloc[0]
+    assert r.verdict == "not_applied"
+    assert "candidate: VLLM_USE_FASTOKENS not applied on any boot" in r.reason
+    assert "no_significant_change" in r.reason  # the numeric verdict is kept in the reason
+    na = df.attrs["not_applied"]
+    assert list(na.side) == ["candidate"] * 3 and set(na.env) == {"VLLM_USE_FASTOKENS"}
+    # on the baseline side it is named as the baseline's
+    rb = compare(con, {"config_key": "B"}, {"config_key": "A"}).iloc[0]
+    assert rb.verdict == "not_applied" and rb.reason.startswith("baseline: VLLM_USE_FASTOKENS")
+
+
+def test_env_var_not_applied_on_some_boots_keeps_the_verdict_and_lists_them(con):
+    add_pair(con, effect=0.10, seed=4)
+    con.execute("""UPDATE trials SET env_not_applied = '["VLLM_MY_TYPO"]' WHERE trial_id = 'sw/B/r0'""")
+    con.execute("""UPDATE trials SET env_not_applied = '[]' WHERE config_key = 'A'""")
+    df = compare(con, {"config_key": "A"}, {"config_key": "B"})
+    assert df.iloc[0].verdict == "better"
+    assert df.attrs["not_applied"].to_dict("records") == [
+        {"side": "candidate", "trial_id": "sw/B/r0", "env": "VLLM_MY_TYPO"}]

@@ -157,6 +157,8 @@ def plan_check(
                   f"repeats {p.repeats}, warm-up {p.warmup_requests} requests")
     # The plan is valid; can it run on THIS machine? (A GPU plan checked on a laptop is still a valid plan.)
     problems = _readiness(p)
+    for msg in _env_warnings(p):
+        err.print(f"[yellow]warning:[/] {msg}", highlight=False)
     if problems:
         for msg in problems:
             err.print(f"[yellow]not runnable here:[/] {msg}", highlight=False)
@@ -164,6 +166,20 @@ def plan_check(
             raise typer.Exit(2)
     else:
         console.print("runnable here: runtimes and model found")
+
+
+def _env_warnings(p) -> list[str]:
+    """``plan.unknown_env_warnings`` for the runtimes that exist here."""
+    from tunelab.plan import unknown_env_warnings
+    from tunelab.runtime import RuntimeError_, load_runtime
+
+    runtimes = {}
+    for name in p.runtime_names():
+        try:
+            runtimes[name] = load_runtime(name)
+        except RuntimeError_:
+            pass
+    return unknown_env_warnings(p, runtimes)
 
 
 def _readiness(p) -> list[str]:

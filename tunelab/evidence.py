@@ -58,19 +58,69 @@ def _md_table(df: pd.DataFrame) -> list[str]:
     return out
 
 
+def _ab_sections(db: Path, plan: str, sweep_ids: list[str], baseline_label: str,
+                 metrics: tuple[str, ...]) -> list[str]:
+    """A/B sections for the sweeps of one plan, pooled (each sweep adds boots of the same configs):
+    every config against ``baseline_label`` on each runtime, then, when the plan ran several runtimes, each
+    config on every later vLLM version against the oldest (PEP 440 order)."""
+    from flows.compare import compare_frames
+    from tasks.report import ab_markdown
+
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        sel = {"sweep_id": sweep_ids}
+        rows = con.execute("""
+            SELECT runtime_name, config_label FROM trial_facts
+            WHERE sweep_id IN (SELECT unnest(?::VARCHAR[])) AND status = 'ok'
+            GROUP BY ALL ORDER BY max(vllm_version_key), min(run_at)""", [sweep_ids]).fetchall()
+        runtimes = list(dict.fromkeys(r for r, _ in rows))
+        configs = list(dict.fromkeys(c for _, c in rows))
+        pooled = f"{len(sweep_ids)} sweeps of plan `{plan}` pooled" if len(sweep_ids) > 1 else f"plan `{plan}`"
+        out: list[str] = []
+
+        def section(title: str, b: dict, c: dict, label_b: dict, label_c: dict) -> None:
+            for m in metrics:
+                df = compare_frames(con, {**sel, **b}, {**sel, **c}, metric=m, per_config=False)
+                if len(df):
+                    out.extend(["", ab_markdown(df, label_b, label_c, title=title).replace("# ", "#### ", 1)])
+
+        if baseline_label in configs:
+            out += ["", f"## A/B verdicts: each config against `{baseline_label}` ({pooled})"]
+            for rt in runtimes:
+                for other in [c for c in configs if c != baseline_label]:
+                    out += ["", f"### {other} vs {baseline_label} on {rt}"]
+                    section(f"{other} vs {baseline_label} on {rt}",
+                            {"runtime_name": rt, "config_label": baseline_label},
+                            {"runtime_name": rt, "config_label": other},
+                            {"runtime": rt, "config": baseline_label}, {"runtime": rt, "config": other})
+        if len(runtimes) > 1:
+            out += ["", f"## Across vLLM versions: the same config on {' vs '.join(runtimes)} ({pooled})"]
+            for cfg in configs:
+                for rt in runtimes[1:]:
+                    out += ["", f"### {cfg}: {rt} vs {runtimes[0]}"]
+                    section(f"{cfg}: {rt} vs {runtimes[0]}",
+                            {"runtime_name": runtimes[0], "config_label": cfg},
+                            {"runtime_name": rt, "config_label": cfg},
+                            {"runtime": runtimes[0], "config": cfg}, {"runtime": rt, "config": cfg})
+        return out
+    finally:
+        con.close()
+
+
 def evidence_report(run_dir: Path, baseline_label: str = "default",
                     metrics: tuple[str, ...] = ("output_tokens_per_s", "ttft_p50_s", "tpot_p50_s")) -> Path:
     """Write ``run_dir/report.md`` and PNG plots from ``run_dir/warehouse/*.parquet``.
 
     For every sweep with measurements: the comparison table (tasks.report), the latency-vs-throughput plot
-    (tasks.plots) and, for every other config of the sweep, an A/B against ``baseline_label`` per metric
-    (warehouse.compare: repeats averaged per boot, Welch interval across boots). For every trial: boot time,
-    compile cache, quality verdict; for failed boots: failure class, reason and the eager diagnosis.
+    (tasks.plots); per plan (its sweeps pooled), for every other config an A/B against ``baseline_label`` on
+    each runtime and, when the plan ran several vLLM versions, each config across versions, per metric
+    (warehouse.compare: repeats averaged per boot, Welch interval across boots; ``not_applied`` when vLLM
+    ignored the compared env var). For every trial: boot time, compile cache, quality verdict, env vars not
+    applied; for failed boots: failure class, reason and the eager diagnosis.
     Returns the report's path.
     """
-    from flows.compare import compare_frames
     from tasks.plots import latency_throughput_plot
-    from tasks.report import ab_markdown, comparison_frame, comparison_markdown
+    from tasks.report import comparison_frame, comparison_markdown
 
     run_dir = Path(run_dir)
     db = warehouse_from_parquet(run_dir / "warehouse", run_dir / ".report.duckdb")
@@ -79,9 +129,11 @@ def evidence_report(run_dir: Path, baseline_label: str = "default",
         con = duckdb.connect(str(db), read_only=True)
         sweeps = con.execute("SELECT sweep_id, plan_name, host, started_at FROM sweeps ORDER BY started_at").fetchall()
         trials = con.execute("""
-            SELECT sweep_id, config_label AS config, config_key, replicate AS boot, runtime_name AS runtime,
+            SELECT sweep_id, right(sweep_id, 4) AS sweep, config_label AS config, config_key, replicate AS boot, runtime_name AS runtime,
                    vllm_version, gpu_name, status, failure_class, round(boot_s, 1) AS boot_s, compile_cache,
-                   round(teardown_s, 2) AS teardown_s, quality_verdict AS quality, eager_diagnosis
+                   round(teardown_s, 2) AS teardown_s, quality_verdict AS quality, eager_diagnosis,
+                   CASE WHEN json_array_length(env_not_applied) > 0 THEN CAST(env_not_applied AS VARCHAR) END
+                       AS env_not_applied
             FROM trials ORDER BY started_at""").df()
         phases = con.execute("""
             SELECT t.config_label AS config, t.replicate AS boot, p.phase, round(p.seconds, 2) AS seconds,
@@ -106,6 +158,9 @@ def evidence_report(run_dir: Path, baseline_label: str = "default",
         lines += ["", "## Boot phases (parsed from each boot log)", ""] + _md_table(phases)
         if not failures.empty:
             lines += ["", "## Boot failures (a result, not a crash of the sweep)", ""] + _md_table(failures)
+        by_plan: dict[str, list[str]] = {}
+        for sid, plan, *_ in sweeps:
+            by_plan.setdefault(plan, []).append(sid)
         for sid, *_ in sweeps:
             comp = comparison_frame(db, sid)
             if comp.empty:
@@ -114,19 +169,8 @@ def evidence_report(run_dir: Path, baseline_label: str = "default",
             png = latency_throughput_plot(db, sid, run_dir)
             if png is not None:
                 lines += ["", f"![latency vs throughput]({Path(png).name})"]
-            others = sorted(set(comp["config"]) - {baseline_label})
-            if baseline_label not in set(comp["config"]):
-                continue
-            con = duckdb.connect(str(db), read_only=True)
-            try:
-                for other in others:
-                    for m in metrics:
-                        df = compare_frames(con, {"sweep_id": sid, "config_label": baseline_label},
-                                            {"sweep_id": sid, "config_label": other}, metric=m, per_config=False)
-                        lines += ["", ab_markdown(df, {"config": baseline_label}, {"config": other},
-                                                  title=f"{other} vs {baseline_label}").replace("# ", "### ", 1)]
-            finally:
-                con.close()
+        for plan, sids in by_plan.items():
+            lines += _ab_sections(db, plan, sids, baseline_label, metrics)
         lines += ["", "## Quality checks that did not pass", ""] + _md_table(quality)
     finally:
         Path(db).unlink(missing_ok=True)

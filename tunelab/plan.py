@@ -448,3 +448,27 @@ def load_plan(path: str | Path) -> Plan:
         cand = (p.parent / mp)
         plan = plan.model_copy(update={"model": str(cand if cand.exists() else mp)})
     return plan
+
+
+def unknown_env_warnings(plan: "Plan", runtimes: dict) -> list[str]:
+    """One line per (runtime, env var) where a trial sets a ``VLLM_*`` variable that the runtime's vLLM does
+    not know (``Runtime.vllm_env_names``): vLLM would only warn at boot and run without it, so those trials
+    do not test the setting (the boot log confirms it and ``trials.env_not_applied`` records it). A warning,
+    not an error: comparing a release that lacks a flag with one that has it is a legitimate plan.
+
+    Args:
+        plan: the validated plan.
+        runtimes: runtime name -> ``tunelab.runtime.Runtime``.
+    """
+    out, seen = [], set()
+    for t in plan.trials():
+        rt = runtimes.get(t.runtime)
+        known = rt.vllm_env_names() if rt is not None else None
+        if known is None:
+            continue
+        for k in sorted(t.env):
+            if k.startswith("VLLM_") and k not in known and (t.runtime, k) not in seen:
+                seen.add((t.runtime, k))
+                out.append(f"env {k}: unknown to vLLM {rt.vllm_version or '?'} of runtime {t.runtime!r} (not in its "
+                           f"vllm/envs.py); it will not be applied, so config {t.label!r} runs as if it were unset there")
+    return out

@@ -98,6 +98,34 @@ class Runtime(BaseModel):
         """argv prefix that runs ``vllm bench serve`` in this runtime (used for cross-checks)."""
         return [self.python, "-m", "vllm.entrypoints.cli.main", "bench", "serve"]
 
+    def vllm_env_names(self) -> set[str] | None:
+        """Names of the environment variables this runtime's vLLM knows (the keys of
+        ``vllm.envs.environment_variables``), read from its ``vllm/envs.py`` with ``ast``, without importing
+        vLLM (seconds) — or None when the file cannot be found or parsed. vLLM itself only logs an unknown
+        ``VLLM_*`` variable as a warning at boot ("Unknown vLLM environment variable detected") and runs
+        without it; this lets a plan say so before any server starts."""
+        import ast
+
+        roots = [Path(p) for p in self.pythonpath]
+        py = Path(self.python)
+        roots += sorted(py.parent.parent.glob("lib/python3*/site-packages"))
+        for root in roots:
+            f = root / "vllm" / "envs.py"
+            if not f.is_file():
+                continue
+            try:
+                tree = ast.parse(f.read_text())
+            except (OSError, SyntaxError, ValueError):
+                return None
+            for node in tree.body:
+                target = (node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1
+                          else node.target if isinstance(node, ast.AnnAssign) else None)
+                if (isinstance(target, ast.Name) and target.id == "environment_variables"
+                        and isinstance(node.value, ast.Dict)):
+                    return {k.value for k in node.value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+            return None
+        return None
+
     def launch_env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         """Process env for a server of this runtime: inherited env + safe defaults + record env + ``extra``."""
         env = dict(os.environ)

@@ -14,6 +14,9 @@ for the difference of means. Verdict: ``better`` / ``worse`` when the interval e
 (direction-aware: throughput ``*_per_s`` higher is better, latency ``*_s`` lower is better),
 ``no_significant_change`` when it contains zero, ``inconclusive`` when either side has fewer
 than ``min_boots`` (default 2) boots: with one boot the boot-to-boot variance is unknown.
+``not_applied`` when every boot of one side had an env var that its vLLM reported as unknown
+(``trials.env_not_applied``, e.g. ``VLLM_USE_FASTOKENS`` on vLLM 0.21.0): that side ran without the
+setting, so the difference is not an effect of it; the interval is still given, as an A/A noise check.
 
 ``regressions``: per series (config_key, gpu, workload, load level), points are vLLM
 versions in PEP 440 order (or sweeps in date order). A point *violates* when it is worse than
@@ -26,6 +29,7 @@ same baseline, as in the PyTorch HUD regression checker (pytorch/test-infra
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Sequence
 
@@ -54,7 +58,7 @@ SELECTOR_KEYS = (
     "trial_id", "sweep_id", "config_key", "config_label", "runtime_name", "vllm_version",
     "vllm_release", "gpu_name", "model",
 )
-VERDICTS = ("better", "worse", "no_significant_change", "inconclusive")
+VERDICTS = ("better", "worse", "no_significant_change", "inconclusive", "not_applied")
 
 
 def metric_direction(metric: str) -> int:
@@ -93,8 +97,19 @@ def _where(selector: dict, alias: str = "f") -> tuple[str, list]:
 def _trials(con, selector: dict) -> pd.DataFrame:
     where, params = _where(selector)
     return con.execute(
-        f"SELECT f.trial_id, f.status, f.quality_verdict FROM trial_facts f WHERE {where}", params
+        f"""SELECT f.trial_id, f.status, f.quality_verdict, t.env_not_applied
+            FROM trial_facts f JOIN trials t USING (trial_id) WHERE {where}""", params
     ).fetchdf()
+
+
+def _not_applied(trials: pd.DataFrame, keep: list[str], side: str) -> list[dict]:
+    """(side, trial_id, env) of the kept trials whose vLLM reported some of their env vars as unknown."""
+    out = []
+    for r in trials[trials.trial_id.isin(keep)].itertuples(index=False):
+        names = json.loads(r.env_not_applied) if isinstance(r.env_not_applied, str) else []  # NULL: not recorded
+        if names:
+            out.append({"side": side, "trial_id": r.trial_id, "env": ", ".join(names)})
+    return out
 
 
 def _boot_values(con, trial_ids: list[str], metric: str) -> pd.DataFrame:
@@ -180,7 +195,9 @@ def compare(
         unit, ``rel_diff = diff / baseline_mean``; the relative interval divides the
         interval of ``diff`` by ``baseline_mean`` (ignores the baseline mean's own uncertainty).
         ``df.attrs["excluded"]`` is a DataFrame (side, trial_id, reason) of trials left out
-        (status, quality verdict, or no values for the metric); ``df.attrs["method"]`` says how.
+        (status, quality verdict, or no values for the metric); ``df.attrs["not_applied"]`` is a DataFrame
+        (side, trial_id, env) of kept trials whose vLLM reported env vars as unknown (the verdict is
+        ``not_applied`` when that holds for every boot of a side); ``df.attrs["method"]`` says how.
 
     Raises:
         ValueError: unknown metric or selector key, empty selector, overlapping selectors.
@@ -204,6 +221,11 @@ def compare(
         for tid in sorted(set(keep) - set(vals.trial_id)):
             excl.append({"side": side, "trial_id": tid, "reason": f"no {metric} values"})
     excluded = pd.DataFrame(excl_b + excl_c, columns=["side", "trial_id", "reason"])
+    na = _not_applied(tb, keep_b, "baseline") + _not_applied(tc, keep_c, "candidate")
+    not_applied = pd.DataFrame(na, columns=["side", "trial_id", "env"])
+    # A side none of whose boots applied the setting did not test it (its vLLM ignored the env var).
+    na_sides = [side for side, keep in (("baseline", keep_b), ("candidate", keep_c))
+                if keep and set(keep) <= set(not_applied.trial_id[not_applied.side == side])]
 
     keys = ["workload", "load_kind", "load_value"]
     cells = sorted(set(map(tuple, vb[keys].itertuples(index=False))) | set(map(tuple, vc[keys].itertuples(index=False))),
@@ -259,6 +281,14 @@ def compare(
                     f"{pct} Welch interval of the difference [{lo:.4g}, {hi:.4g}] contains 0 "
                     f"({len(xb)} vs {len(xc)} boots)"
                 )
+        if na_sides and row["verdict"] != "inconclusive":
+            names = sorted({n for e in not_applied.env for n in e.split(", ")})
+            row["reason"] = (
+                f"{' and '.join(na_sides)}: {', '.join(names)} not applied on any boot (its vLLM reported it "
+                f"unknown and ran without it), so the difference is not an effect of it; the numbers alone: "
+                f"{row['verdict']}, {row['reason']}"
+            )
+            row["verdict"] = "not_applied"
         rows.append(row)
     out = pd.DataFrame(rows, columns=[
         "workload", "load_kind", "load_value", "metric", "higher_is_better", "baseline_boots", "candidate_boots",
@@ -269,6 +299,7 @@ def compare(
     out["baseline_trials_excluded"] = len(excl_b)
     out["candidate_trials_excluded"] = len(excl_c)
     out.attrs["excluded"] = excluded
+    out.attrs["not_applied"] = not_applied
     out.attrs["method"] = (
         f"repeats averaged per trial (boot); Welch t interval ({confidence:.0%}) across boots; "
         f"inconclusive below {min_boots} boots per side"

@@ -1,0 +1,70 @@
+"""Env vars a runtime's vLLM does not know are reported before any server starts (tunelab.runtime.vllm_env_names,
+tunelab.plan.unknown_env_warnings)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tunelab.plan import Plan, unknown_env_warnings
+from tunelab.runtime import Runtime
+
+
+def _fake_runtime(tmp_path: Path, envs_py: str | None, version: str = "0.21.0") -> Runtime:
+    site = tmp_path / "site"
+    (site / "vllm").mkdir(parents=True)
+    if envs_py is not None:
+        (site / "vllm" / "envs.py").write_text(textwrap.dedent(envs_py))
+    return Runtime(name="old", python="/usr/bin/python3", pythonpath=[str(site)], versions={"vllm": version})
+
+
+OLD_ENVS = """
+    import os
+    from typing import Any, Callable
+    environment_variables: dict[str, Callable[[], Any]] = {
+        "VLLM_HOST_IP": lambda: os.getenv("VLLM_HOST_IP", ""),
+        "VLLM_USE_FLASHINFER_SAMPLER": lambda: os.getenv("VLLM_USE_FLASHINFER_SAMPLER"),
+    }
+"""
+
+
+def _plan(tmp_path: Path) -> Plan:
+    model = tmp_path / "model"
+    model.mkdir(exist_ok=True)
+    return Plan.model_validate({
+        "name": "p", "model": str(model), "runtimes": ["old"],
+        "variants": [{"name": "default"}, {"env": {"VLLM_USE_FASTOKENS": 1}},
+                     {"env": {"VLLM_USE_FLASHINFER_SAMPLER": 0, "OMP_NUM_THREADS": 2}}],
+        "workloads": [{"name": "w", "prompt_tokens": 8, "output_tokens": 4, "num_requests": 2}],
+        "concurrency": [1], "replicates": 2,
+    })
+
+
+def test_env_names_are_read_from_envs_py_without_importing(tmp_path):
+    rt = _fake_runtime(tmp_path, OLD_ENVS)
+    assert rt.vllm_env_names() == {"VLLM_HOST_IP", "VLLM_USE_FLASHINFER_SAMPLER"}
+
+
+def test_unknown_vllm_env_is_warned_once_per_runtime_and_known_or_foreign_ones_are_not(tmp_path):
+    rt = _fake_runtime(tmp_path, OLD_ENVS)
+    msgs = unknown_env_warnings(_plan(tmp_path), {"old": rt})
+    assert len(msgs) == 1, msgs  # two replicates, one warning
+    assert "VLLM_USE_FASTOKENS" in msgs[0] and "0.21.0" in msgs[0] and "'old'" in msgs[0]
+    assert "not be applied" in msgs[0]
+
+
+def test_no_envs_py_or_unparsable_means_no_claim(tmp_path):
+    assert _fake_runtime(tmp_path / "a", None).vllm_env_names() is None
+    broken = _fake_runtime(tmp_path / "b", "environment_variables = {\n")
+    assert broken.vllm_env_names() is None
+    assert unknown_env_warnings(_plan(tmp_path), {"old": broken}) == []
+
+
+@pytest.mark.runtime
+def test_real_cpu_runtime_knows_fastokens_but_not_a_typo(cpu_runtime):
+    names = cpu_runtime.vllm_env_names()
+    assert names is not None and len(names) > 100
+    assert "VLLM_USE_FASTOKENS" in names and "VLLM_CPU_KVCACHE_SPACE" in names
+    assert "VLLM_USE_FASTOKEN" not in names
