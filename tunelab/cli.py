@@ -407,16 +407,18 @@ def export(
 def evidence_report_cmd(
     run_dir: Path = typer.Argument(..., help="Folder with warehouse/*.parquet (from `tunelab export`)."),
     baseline: str = typer.Option("default", help="Config label every other config is compared with."),
+    db: Optional[Path] = typer.Option(None, help="Also keep the warehouse built from the Parquet at this DuckDB "
+                                                 "file, for `tunelab compare --db` / `tunelab report --db`."),
 ) -> None:
     """Write RUN_DIR/report.md (+ PNG) from exported Parquet: trials, boot phases, failures, comparison table,
-    A/B verdicts with boot-level confidence intervals."""
+    A/B verdicts with boot-level confidence intervals (per runtime, and across vLLM versions)."""
     from tunelab.evidence import evidence_report
 
     try:
-        out = evidence_report(run_dir, baseline_label=baseline)
+        out = evidence_report(run_dir, baseline_label=baseline, keep_db=db)
     except FileNotFoundError as e:
         _fail(str(e))
-    console.print(f"report: {out}")
+    console.print(f"report: {out}" + (f"; warehouse: {db}" if db else ""))
 
 
 def main() -> None:  # pragma: no cover

@@ -108,7 +108,8 @@ def _ab_sections(db: Path, plan: str, sweep_ids: list[str], baseline_label: str,
 
 
 def evidence_report(run_dir: Path, baseline_label: str = "default",
-                    metrics: tuple[str, ...] = ("output_tokens_per_s", "ttft_p50_s", "tpot_p50_s")) -> Path:
+                    metrics: tuple[str, ...] = ("output_tokens_per_s", "ttft_p50_s", "tpot_p50_s"),
+                    keep_db: Path | None = None) -> Path:
     """Write ``run_dir/report.md`` and PNG plots from ``run_dir/warehouse/*.parquet``.
 
     For every sweep with measurements: the comparison table (tasks.report), the latency-vs-throughput plot
@@ -117,13 +118,14 @@ def evidence_report(run_dir: Path, baseline_label: str = "default",
     (warehouse.compare: repeats averaged per boot, Welch interval across boots; ``not_applied`` when vLLM
     ignored the compared env var). For every trial: boot time, compile cache, quality verdict, env vars not
     applied; for failed boots: failure class, reason and the eager diagnosis.
-    Returns the report's path.
+    ``keep_db``: also keep the warehouse built from the Parquet there (for ``tunelab compare --db`` etc.);
+    by default it is a temporary file in ``run_dir``, removed afterwards. Returns the report's path.
     """
     from tasks.plots import latency_throughput_plot
     from tasks.report import comparison_frame, comparison_markdown
 
     run_dir = Path(run_dir)
-    db = warehouse_from_parquet(run_dir / "warehouse", run_dir / ".report.duckdb")
+    db = warehouse_from_parquet(run_dir / "warehouse", Path(keep_db) if keep_db else run_dir / ".report.duckdb")
     lines: list[str] = []
     try:
         con = duckdb.connect(str(db), read_only=True)
@@ -173,8 +175,9 @@ def evidence_report(run_dir: Path, baseline_label: str = "default",
             lines += _ab_sections(db, plan, sids, baseline_label, metrics)
         lines += ["", "## Quality checks that did not pass", ""] + _md_table(quality)
     finally:
-        Path(db).unlink(missing_ok=True)
-        Path(str(db) + ".wal").unlink(missing_ok=True)
+        if not keep_db:
+            Path(db).unlink(missing_ok=True)
+            Path(str(db) + ".wal").unlink(missing_ok=True)
     out = run_dir / "report.md"
     notes = run_dir / "NOTES.md"
     if notes.exists():  # the human-written part: what the numbers mean and do not mean
