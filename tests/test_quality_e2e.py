@@ -2,23 +2,26 @@
 
 One `tunelab run` of a plan with two replicates of the same config (two boots, one after the other). While the
 first trial measures its second repeat, ``tests/fault_injection.py`` (FAULT INJECTION, test-side) stops the
-server's whole process group 95% of the time (SIGSTOP 200 ms, SIGCONT 10 ms, ...): every token of that window
-takes about twenty times as long; the other window is untouched. Boot, load generator, metrics, the quality
-suites (great-expectations) and the loader are the normal code path of `tunelab run`. The second trial is the
-control: the same config, measured in the same run, without a stall.
+server's whole process group in 200 ms slices with 5 ms of running between them (SIGSTOP/SIGCONT): the server
+makes about one engine step (one token per request) per 205 ms; the other window is untouched. Boot, load
+generator, metrics, the quality suites (great-expectations) and the loader are the normal code path of
+`tunelab run`. The second trial is the control: the same config, measured in the same run, without a stall.
 
-Why so large a stall: on a shared 2-core box a neighbour's load alone changed the TPOT p50 of un-stalled
-windows by up to 9x (the engine's OpenMP threads lose a core), and once delivered a whole window in one lump
-(TPOT near 0). A 3x stall (stopped 2/3 of the time) was hidden by that; a 20x one is not.
+Why so large a stall: on a shared 2-core box a neighbour's load alone moved the TPOT p50 of un-stalled
+windows between 3 and 150 ms (the engine's OpenMP threads lose a core), and once delivered a whole window in
+one lump (TPOT near 0). A stall that stops the server 2/3 of the time (150 ms / 75 ms) only tripled TPOT and
+was hidden by that; with 10 ms of running per 200 ms slice the engine still made several steps per slice. What
+a stall adds per token is the stop time divided by the steps per run slice, so the run slice is kept shorter
+than a step.
 
 What must happen: the repeat-to-repeat CV of TPOT p50 (``cv_tpot_p50``, warn) of the stalled trial is above
-``max_cv_p50_tpot`` (0.25; about 1.3 for a 20x slower repeat out of 2), so its verdict is not ``pass``; the
-stalled repeat's TPOT p50 is the slow one, and the stall covered exactly that window (injector timestamps vs
-the requests' ``send_ts``/``end_ts``). Other checks the stall can trip are reported, not required:
-``cv_ttft_p50``; ``server_client_ttft_agree`` (fail), since a request that waits in the socket of a stopped
-server is late for the client but not for the server's own TTFT; ``warmup_*_settled``. The control is checked
-by the same suites; its verdict is not asserted (a busy box can make it warn), only that it is better than the
-stalled trial on the stalled metric (TPOT p50).
+``max_cv_p50_tpot`` (0.25), and GX's observed value is the CV of that trial's TPOT p50s, so its verdict is not
+``pass``; the stall covered exactly the stalled window (injector timestamps vs the requests'
+``send_ts``/``end_ts``) and put its TPOT p50 above a floor (50 ms) that host load can only raise. Other checks
+the stall can trip are reported, not required: ``cv_ttft_p50``; ``server_client_ttft_agree`` (fail), since a
+request that waits in the socket of a stopped server is late for the client but not for the server's own
+TTFT; ``warmup_*_settled``. The control is checked by the same suites; its verdict is not asserted (a busy
+box can make it warn), only that its median window TPOT p50 is below the stalled one.
 """
 
 from __future__ import annotations
@@ -40,10 +43,11 @@ REPO = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.runtime
 
-STOP_S, RUN_S = 0.2, 0.01  # stopped 95% of the time, in 200 ms slices: each token of the window ~20x slower
+STOP_S, RUN_S = 0.2, 0.005  # about one engine step per 205 ms: TPOT of the stalled window >~ 100 ms
 REPEATS = 2
 STALLED_REPEAT = 1  # 0-based: the trial's second measured window
 N_REQUESTS = 4
+TPOT_FLOOR_S = 0.05  # (STOP_S + RUN_S) / 4: even four engine steps per run slice leave TPOT above this
 
 
 @pytest.fixture(scope="module")
@@ -56,10 +60,10 @@ def stalled_sweep(tmp_path_factory, cpu_runtime, tiny_model):
         "model": str(tiny_model),
         "runtime": "cpu",
         "engine_args": {"max-model-len": 512, "enforce-eager": True},
-        # 64 output tokens: a request decodes through many stop/run slices, so its TPOT is hit every time.
-        "workloads": [{"name": "short", "prompt_tokens": 32, "output_tokens": 64, "num_requests": N_REQUESTS}],
+        # 32 output tokens: a request decodes through tens of stop/run slices, so its TPOT is hit every time.
+        "workloads": [{"name": "short", "prompt_tokens": 32, "output_tokens": 32, "num_requests": N_REQUESTS}],
         "concurrency": [4],
-        "warmup_requests": 2,
+        "warmup_requests": N_REQUESTS,  # the full batch of 4 once before measuring
         "repeats": REPEATS,
         "replicates": 2,
         "boot_timeout_s": 300,
@@ -119,7 +123,8 @@ def _print_summary(report, trials, meas, checks) -> None:
     short = {t: t.rsplit("/", 1)[-1] + (" (stalled)" if t == report.trial_id else " (control)")
              for t in trials["trial_id"]}
     print(f"\nstall: {report.slices} slices, stopped {report.stopped_s:.2f} s of {report.wall_s:.2f} s "
-          f"({report.stopped_frac:.0%})")
+          f"({report.stopped_frac:.0%}), mean run slice {(report.wall_s - report.stopped_s) / max(report.slices, 1) * 1e3:.1f} ms, "
+          f"real-time thread {report.realtime}")
     for t in trials.itertuples():
         tp = meas[meas["trial_id"] == t.trial_id].set_index("repeat")
         print(f"  {short[t.trial_id]}: verdict {t.quality_verdict}; TPOT p50 ms by repeat "
@@ -136,15 +141,16 @@ def test_stalled_repeat_is_not_pass(stalled_sweep):
     assert stalled["quality_verdict"] in ("warn", "fail")  # not pass
 
     # The injection happened, and covered the stalled window and nothing of the other one.
-    assert report.slices >= 5 and report.stopped_frac > 0.6, report
+    assert report.slices >= 10 and report.stopped_frac > 0.9, report
     w = reqs[reqs["trial_id"] == report.trial_id].set_index("repeat")
     assert w.at[STALLED_REPEAT - 1, "last_end"] <= report.started_at < w.at[STALLED_REPEAT, "first_send"], (report, w)
     assert report.ended_at >= w.at[STALLED_REPEAT, "last_end"], (report, w)
 
     m = meas[meas["trial_id"] == report.trial_id].set_index("repeat")
     assert (m["failed"] == 0).all() and (m["completed"] == N_REQUESTS).all()  # a stall, not errors
-    # The stalled window is the slow one: ~20x nominally, at least 1.5x whatever the box does meanwhile.
-    assert m.at[STALLED_REPEAT, "tpot_p50_s"] > 1.5 * m.at[0, "tpot_p50_s"], m
+    # The stall sets a floor under the stalled window's TPOT: a step per 205 ms, a few at most (load on the box
+    # only raises it). Not asserted against the other window: a neighbour once made an un-stalled one 150 ms.
+    assert m.at[STALLED_REPEAT, "tpot_p50_s"] >= TPOT_FLOOR_S, m
 
     c = checks[checks["trial_id"] == report.trial_id].set_index("expectation")
     cv = c.loc["cv_tpot_p50"]
@@ -166,8 +172,9 @@ def test_control_without_stall_is_checked_by_the_same_suites_and_is_better(stall
     cv_stalled = by_trial[report.trial_id].loc["cv_tpot_p50"]
     print(f"\ncv_tpot_p50: stalled {cv_stalled['observed']} (success {cv_stalled['success']}), "
           f"control {cv_control['observed']} (success {cv_control['success']})")
-    # Worse on the stalled metric than every window of the control. (Not the CVs: with 2 repeats a CV is at
-    # most sqrt(2), which a control whose one window a neighbour made bursty, TPOT near 0, also reaches.)
+    # Worse on the stalled metric than the control trial (its median window TPOT p50). Not the CVs: with 2
+    # repeats a CV is at most sqrt(2), which a control whose one window a neighbour made bursty (TPOT near 0)
+    # also reaches.
     mc = meas[meas["trial_id"] == control_id]
     ms = meas[meas["trial_id"] == report.trial_id].set_index("repeat")
-    assert ms.at[STALLED_REPEAT, "tpot_p50_s"] > mc["tpot_p50_s"].max(), (ms, mc)
+    assert ms.at[STALLED_REPEAT, "tpot_p50_s"] > mc["tpot_p50_s"].median(), (ms, mc)
