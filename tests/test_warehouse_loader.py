@@ -142,3 +142,41 @@ def test_load_pending_loads_only_new_bundles_and_reports_failures(tmp_path):
     assert res[d.name].status == "loaded"
     assert c.exists()  # never deleted
     assert _counts(db)["trials"] == 3
+
+
+def test_interrupted_load_of_a_large_bundle_leaves_db_unchanged(tmp_path, monkeypatch):
+    # more request rows than the loader's row group size: DuckDB writes them into the file before COMMIT
+    db, results = tmp_path / "wh.duckdb", tmp_path / "results"
+    n = loader.LOADER_ROW_GROUP_SIZE // 3 + 100
+    st = synthetic_trial(sweep_id="sw1", config_key="big", requests_per_repeat=n)
+    write_bundle(results, st.sweep, st.trial, st.tables)
+    assert len(st.tables["requests"]) > loader.LOADER_ROW_GROUP_SIZE
+    real = loader._insert_parquet
+
+    def fail_after_requests(con, schema, table, p, source, trial_id):
+        got = real(con, schema, table, p, source, trial_id)
+        if table == "requests":
+            raise RuntimeError("power cut (injected)")
+        return got
+
+    monkeypatch.setattr(loader, "_insert_parquet", fail_after_requests)
+    assert load_pending(db, results)[0].status == "failed"
+    assert set(_counts(db).values()) == {0}
+    monkeypatch.setattr(loader, "_insert_parquet", real)
+    assert [r.status for r in load_pending(db, results)] == ["loaded"]
+    assert _counts(db)["requests"] == len(st.tables["requests"])
+    assert load_pending(db, results) == []
+
+
+def test_load_pending_merges_a_sweep_row_that_changed_between_bundles(tmp_path):
+    db, results = tmp_path / "wh.duckdb", tmp_path / "results"
+    a = synthetic_trial(sweep_id="sw1", config_key="a")
+    b = synthetic_trial(sweep_id="sw1", config_key="b")
+    write_bundle(results, {**a.sweep, "plan_yaml": None}, a.trial, a.tables)
+    write_bundle(results, {**b.sweep, "plan_yaml": "plan: 1"}, b.trial, b.tables)
+    c = synthetic_trial(sweep_id="sw1", config_key="c")
+    write_bundle(results, {**c.sweep, "plan_yaml": None}, c.trial, c.tables)
+    assert [r.status for r in load_pending(db, results)] == ["loaded"] * 3
+    con = duckdb.connect(str(db), read_only=True)
+    assert con.execute("SELECT count(*), any_value(plan_yaml) FROM sweeps").fetchall() == [(1, "plan: 1")]
+    con.close()

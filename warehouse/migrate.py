@@ -115,6 +115,7 @@ def connect(
     *,
     read_only: bool = False,
     target_version: int | None = None,
+    row_group_size: int | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """Open the warehouse DuckDB file and apply pending migrations.
 
@@ -123,6 +124,10 @@ def connect(
             for a throwaway database.
         read_only: open read-only (no migrations are applied; several readers may share it).
         target_version: stop at this schema version (used by tests of the upgrade path).
+        row_group_size: rows per row group for data written through this connection (DuckDB's
+            default is 122,880). The file is then attached under the name ``warehouse`` to an
+            in-memory connection, because DuckDB takes this setting only as an ATTACH option;
+            it is not stored in the file, and row groups of any size read the same.
 
     Returns:
         An open ``duckdb.DuckDBPyConnection``; the caller closes it.
@@ -134,7 +139,17 @@ def connect(
     """
     if str(db_path) != ":memory:":
         Path(db_path).parent.mkdir(parents=True, exist_ok=True)
-    con = duckdb.connect(str(db_path), read_only=read_only)
+    if row_group_size and not read_only and str(db_path) != ":memory:":
+        con = duckdb.connect()
+        try:
+            quoted = str(db_path).replace("'", "''")
+            con.execute(f"ATTACH '{quoted}' AS warehouse (ROW_GROUP_SIZE {int(row_group_size)})")
+            con.execute("USE warehouse")
+        except Exception:
+            con.close()
+            raise
+    else:
+        con = duckdb.connect(str(db_path), read_only=read_only)
     if not read_only:
         try:
             migrate(con, target_version=target_version)
