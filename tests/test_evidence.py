@@ -48,3 +48,6 @@ def test_versions_evidence_report_is_recreated_from_parquet(tmp_path):
     row = next(line for line in s.splitlines() if line.startswith("| long_summary | c=32 ") and "4 vs 4" in line)
     assert "**better**" in row
     assert "VLLM_USE_FASTOKENS=1 (not applied: VLLM_USE_FASTOKENS)" in report
+    # two releases: the across-versions plots are written and linked
+    for m in ("output_tokens_per_s", "ttft_p50_s"):
+        assert (run / f"version_{m}.png").stat().st_size > 10_000 and f"(version_{m}.png)" in report

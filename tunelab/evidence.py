@@ -121,7 +121,7 @@ def evidence_report(run_dir: Path, baseline_label: str = "default",
     ``keep_db``: also keep the warehouse built from the Parquet there (for ``tunelab compare --db`` etc.);
     by default it is a temporary file in ``run_dir``, removed afterwards. Returns the report's path.
     """
-    from tasks.plots import latency_throughput_plot
+    from tasks.plots import latency_throughput_plot, version_plot
     from tasks.report import comparison_frame, comparison_markdown
 
     run_dir = Path(run_dir)
@@ -171,6 +171,15 @@ def evidence_report(run_dir: Path, baseline_label: str = "default",
             png = latency_throughput_plot(db, sid, run_dir)
             if png is not None:
                 lines += ["", f"![latency vs throughput]({Path(png).name})"]
+        con = duckdb.connect(str(db), read_only=True)
+        n_versions = con.execute("SELECT count(DISTINCT vllm_version) FROM trials WHERE status = 'ok'").fetchall()[0][0]
+        con.close()
+        if n_versions > 1:  # the longitudinal view: each config's boot means along vLLM versions
+            lines += ["", "## Across vLLM versions (mean of boot means; bars = boot-to-boot SD)", ""]
+            for m in ("output_tokens_per_s", "ttft_p50_s"):
+                png = version_plot(db, run_dir, m)
+                if png is not None:
+                    lines += [f"![{m} across vLLM versions]({Path(png).name})", ""]
         for plan, sids in by_plan.items():
             lines += _ab_sections(db, plan, sids, baseline_label, metrics)
         lines += ["", "## Quality checks that did not pass", ""] + _md_table(quality)
