@@ -204,7 +204,17 @@ def run(
         preflight(p)
     except PlanError as e:
         _fail(str(e))
-    summary = tuning_sweep(str(plan), db=str(db) if db else None, results=str(results) if results else None)
+    from prefect.exceptions import TerminationSignal
+
+    from tunelab.cancel_watch import clear_cancel_intent
+
+    try:
+        summary = tuning_sweep(str(plan), db=str(db) if db else None, results=str(results) if results else None)
+    except TerminationSignal:
+        # Cancelled through Prefect (the servers are stopped, the cancelled trial is recorded and loaded).
+        clear_cancel_intent()
+        err.print("[yellow]sweep cancelled[/]: servers stopped; bundles loaded (`tunelab load` picks up any left)")
+        raise typer.Exit(143)
     import pandas as pd
 
     print_comparison(pd.DataFrame(summary["comparison"]), title=f"sweep {summary['sweep_id']}",
