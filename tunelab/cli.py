@@ -208,6 +208,7 @@ def run(
 
     from tunelab.cancel_watch import clear_cancel_intent
 
+    prefect_env.start_ephemeral_server()  # (without PREFECT_API_URL) out of Ctrl-C's reach, dies with us
     try:
         summary = tuning_sweep(str(plan), db=str(db) if db else None, results=str(results) if results else None)
     except TerminationSignal:
@@ -322,6 +323,7 @@ def compare_cmd(
     prefect_env.configure()
     from flows.compare import compare as compare_flow
 
+    prefect_env.start_ephemeral_server()
     try:
         out = compare_flow(b, c, metric=metric, db=str(db) if db else None, per_config=per_config, min_boots=min_boots)
     except ValueError as e:
