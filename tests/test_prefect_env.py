@@ -91,3 +91,45 @@ def test_one_ctrl_c_ends_the_run(tmp_path):
             os.killpg(p.pid, signal.SIGKILL)
         if _alive(server):
             os.kill(server, signal.SIGKILL)
+
+
+def _processes_with_env(entry: str) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit() and int(d.name) != os.getpid():
+            try:
+                if entry.encode() in (d / "environ").read_bytes().split(b"\0"):
+                    out.append(int(d.name))
+            except OSError:
+                pass
+    return [p for p in out if _alive(p)]
+
+
+def test_killed_while_the_server_starts(tmp_path):
+    """SIGKILL in the seconds between the server's spawn and its first healthy answer (Prefect registers its
+    exit hook only then): the guard is in place from the spawn on."""
+    home = tmp_path / "prefect"
+    env = dict(os.environ, PREFECT_HOME=str(home))
+    env.pop("PREFECT_API_URL", None)
+    code = "from tunelab import prefect_env\nprefect_env.configure()\nprefect_env.start_ephemeral_server()\n" \
+           "import time\ntime.sleep(120)\n"
+    p = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+    mine = f"PREFECT_HOME={home}"
+    try:
+        t0 = time.monotonic()
+        while not [q for q in _processes_with_env(mine) if q != p.pid and "uvicorn" in
+                   Path(f"/proc/{q}/cmdline").read_bytes().decode(errors="replace")]:
+            assert time.monotonic() - t0 < 60 and p.poll() is None, "no server spawned"
+            time.sleep(0.05)
+        p.kill()
+        p.wait(10)
+        t0 = time.monotonic()
+        while _processes_with_env(mine):
+            assert time.monotonic() - t0 < 15, f"left behind: {_processes_with_env(mine)}"
+            time.sleep(0.2)
+    finally:
+        if p.poll() is None:
+            p.kill()
+        for q in _processes_with_env(mine):
+            os.kill(q, signal.SIGKILL)

@@ -56,16 +56,28 @@ except ProcessLookupError:
     pass
 """
 
-_guard: subprocess.Popen | None = None
-_lifeline: int | None = None
+_guards: list[tuple[subprocess.Popen, int]] = []
 
 
 class _OwnSessionPopen(subprocess.Popen):
-    """``subprocess.Popen`` that starts the child in its own session (not in the terminal's process group)."""
+    """``subprocess.Popen`` that starts the child in its own session (not in the terminal's process group) and
+    puts it under a guard at once, so that it dies with this process from its first moment on."""
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("start_new_session", True)
         super().__init__(*args, **kwargs)
+        _guard_process(self.pid)
+
+
+def _guard_process(pid: int) -> None:
+    """Start a guard that stops ``pid`` when this process dies (see the module notes)."""
+    r, w = os.pipe()  # both ends non-inheritable: no other child of ours keeps the write end open
+    try:
+        g = subprocess.Popen([sys.executable, "-I", "-c", _GUARD, str(pid)], stdin=r, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+    finally:
+        os.close(r)
+    _guards.append((g, w))  # the write end stays open as long as this process lives
 
 
 def _subprocess_with_own_session() -> types.ModuleType:
@@ -80,7 +92,6 @@ def start_ephemeral_server() -> int | None:
     """Start Prefect's ephemeral API server now, in its own session and guarded so that it dies with this
     process (see the module notes); returns its PID. Does nothing (None) when ``PREFECT_API_URL`` names a
     server. Prefect's client then uses this server: it is the instance ``SubprocessASGIServer()`` returns."""
-    global _guard, _lifeline
     if os.environ.get("PREFECT_API_URL"):
         return None
     from prefect.server.api import server as server_mod
@@ -92,12 +103,4 @@ def start_ephemeral_server() -> int | None:
     proc = srv.server_process
     if proc is None:
         return None
-    if _guard is None or _guard.poll() is not None:
-        r, w = os.pipe()  # both ends non-inheritable: no other child of ours keeps the write end open
-        try:
-            _guard = subprocess.Popen([sys.executable, "-I", "-c", _GUARD, str(proc.pid)], stdin=r,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        finally:
-            os.close(r)
-        _lifeline = w
     return proc.pid
