@@ -18,11 +18,18 @@ the slots in the UI. Inside one sweep the scheduler hands out devices itself. Tr
 is kept on any number of GPUs.
 
 Failures and cancellation. A failed trial never stops the sweep: a boot failure is a result, and anything a
-trial raises is recorded. SIGTERM (Prefect cancellation, a worker, ``kill``) becomes KeyboardInterrupt: a
-trial on the main thread (one device) tears down in its own ``finally`` and writes a ``cancelled`` bundle;
-with several devices the sweep stops every live server of this process, waits for the trial threads to
-write their bundles and marks the trials that were running as ``cancelled``. The bundles written so far
-are then loaded (best effort) and the interruption propagates.
+trial raises is recorded. Cancellation keeps Prefect's own protocol: Prefect's SIGTERM bridge stays installed
+(its runner only delivers a "cancel" intent to a process whose bridge is armed, and the engine ends a run
+Cancelled only for a ``TerminationSignal`` carrying that intent; tunelab's former handler, which raised
+KeyboardInterrupt instead, made every cancelled run and trial end Crashed). A run started directly
+(``tunelab run`` against a server) has no runner to signal it: :func:`tunelab.cancel_watch.watch_for_cancel`
+polls its state and, on Cancelling, does what the runner does. ``TerminationSignal`` or Ctrl-C's
+``KeyboardInterrupt``: a trial on the main thread (one device) tears down in its own ``finally`` and writes a
+``cancelled`` bundle; with several devices the sweep stops every live server of this process, waits for the
+trial threads to write their bundles and marks the trials that were running as ``cancelled``. The bundles
+written so far are then loaded (best effort) and the interruption propagates to Prefect, which records the
+run (and the trial subflow) as Cancelled; a bare ``kill -TERM`` or Ctrl-C, which nobody requested through
+Prefect, ends them Crashed, as Prefect does for any run.
 
 Everything a trial produces is on disk (a bundle) before it is validated and loaded, so a failed load loses
 nothing: ``tunelab load`` picks the bundles up later.
@@ -37,7 +44,6 @@ import math
 import queue
 import re
 import secrets
-import signal
 import socket
 import threading
 import time
@@ -48,6 +54,7 @@ from typing import Any, Callable, Sequence
 import pandas as pd
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
+from prefect.exceptions import TerminationSignal
 
 import tunelab
 from flows.trial import run_trial, trial_row_base
@@ -56,11 +63,13 @@ from tasks.engine import stop_leftovers, tracked_servers
 from tasks.gpu import Inventory, inventory
 from tasks import report as R
 from tunelab import paths
+from tunelab.cancel_watch import watch_for_cancel
 from tunelab.plan import Plan, PlanError, Trial, load_plan, unknown_env_warnings
 from tunelab.runtime import Runtime, RuntimeError_, load_runtime
 from warehouse.loader import load_pending
 
 __all__ = [
+    "INTERRUPTS",
     "SLOT_LEASE_S",
     "Device",
     "SweepSummary",
@@ -79,6 +88,9 @@ __all__ = [
 #: Lease of a held device slot, seconds. Prefect renews it in the background while the trial runs; a holder
 #: that dies (SIGKILL) blocks the device for about this long (70 s measured with 60). Prefect's minimum is 60.
 SLOT_LEASE_S = 60.0
+
+#: What ends a sweep early: Prefect's cancellation (its SIGTERM bridge raises ``TerminationSignal``), Ctrl-C.
+INTERRUPTS = (KeyboardInterrupt, SystemExit, TerminationSignal)
 
 _PARALLEL_FLAGS = ("tensor-parallel-size", "pipeline-parallel-size", "data-parallel-size")
 _SHORT_FLAGS = {"tp": "tensor-parallel-size", "pp": "pipeline-parallel-size", "dp": "data-parallel-size"}
@@ -249,14 +261,14 @@ def run_on_devices(
     Each job takes the ``need(job)`` lowest-numbered free usable devices; a job that needs more devices than
     are usable is passed to ``on_skip(job, reason)`` instead. Jobs start strictly in order (a job waiting
     for two devices is not overtaken), so an interleaved plan stays interleaved. With one device the jobs run
-    on the calling thread (a KeyboardInterrupt reaches the running trial directly); with several, each runs
+    on the calling thread (an interruption reaches the running trial directly); with several, each runs
     in a worker thread that carries the caller's context variables (the Prefect flow run context, so trials
     appear as subflows of the sweep).
 
     ``usable(device)`` is checked whenever a device is handed out: a device whose teardown was not clean is
     taken out of service for the rest of the sweep.
 
-    On KeyboardInterrupt/SystemExit in the calling thread with jobs in worker threads: ``on_interrupt()``
+    On an interruption (:data:`INTERRUPTS`: Ctrl-C, Prefect's cancellation) in the calling thread with jobs in worker threads: ``on_interrupt()``
     (stop the servers) is called, the running jobs are awaited and the interruption is re-raised with the
     results so far in its ``results`` attribute.
 
@@ -323,7 +335,7 @@ def run_on_devices(
             th.start()
         while busy[0]:
             reap()
-    except (KeyboardInterrupt, SystemExit) as e:
+    except INTERRUPTS as e:
         if on_interrupt:
             on_interrupt()
         for th in threads:  # the trials finish (their servers are stopped) and store their results
@@ -364,37 +376,29 @@ def preflight(plan: Plan) -> dict[str, Runtime]:
     return runtimes
 
 
-def _install_sigterm() -> None:
-    # Cancellation (Prefect, a worker, `kill`) arrives as SIGTERM: turn it into an exception so that every
-    # `finally` runs and the server's process group is torn down.
-    def _raise(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    try:
-        signal.signal(signal.SIGTERM, _raise)
-    except ValueError:  # not the main thread (e.g. inside a test harness): nothing to do
-        pass
-
-
 def _trial_subflow(name: str) -> Any:
-    """The ``trial`` subflow (``flows.trial.run_trial``) under a descriptive run name, with tunelab's SIGTERM
-    handler in force while it runs.
-
-    Why the handler again: Prefect's engine installs its own SIGTERM bridge for every (sub)flow run scope,
-    replacing tunelab's, and that bridge raises ``TerminationSignal``, which an asyncio task of the load
-    generator swallows like any other exception: measured, a SIGTERM in the middle of a measurement was
-    ignored and the trial ran to the end. ``KeyboardInterrupt`` is re-raised by asyncio and ends the
-    measurement, so the trial tears down and records ``cancelled``. Prefect restores its own handler when
-    the subflow ends."""
+    """The ``trial`` subflow (``flows.trial.run_trial``) under a descriptive run name."""
     inner = getattr(run_trial, "fn", run_trial)
 
     @flow(name="trial", flow_run_name=lambda: name, log_prints=True, validate_parameters=False)
     def trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: dict) -> Path:
-        _install_sigterm()
         return inner(trial, trial_id, plan, runtime, ctx)
 
     trial.__doc__ = getattr(inner, "__doc__", None)
     return trial
+
+
+@contextlib.contextmanager
+def _no_subflow_heartbeats():
+    """Trial subflows send no flow run heartbeats; the sweep's own run still does.
+
+    Why: Prefect's heartbeat thread sleeps in whole seconds and every flow run waits for it on exit, which cost
+    0.9-1.2 s between two trials (measured: 6 fake trials, body end -> next body start 1.17-1.21 s). The
+    heartbeats of a subflow in the sweep's process add nothing to the sweep's: both stop together."""
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+
+    with temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+        yield
 
 
 def _stop_live_servers(log: Callable[..., Any]) -> None:
@@ -498,10 +502,16 @@ def tuning_sweep(plan_path: str, db: str | None = None, results: str | None = No
     Raises:
         PlanError: before any server starts, for a bad plan, a missing runtime or model.
         ValueError: ``gpus`` names a GPU the host does not have.
-        KeyboardInterrupt: cancellation (SIGTERM/Ctrl-C), after teardown and the cancelled bundles.
+        TerminationSignal: cancellation (Prefect's SIGTERM bridge), KeyboardInterrupt: Ctrl-C; after teardown
+            and the cancelled bundles.
     """
     logger = get_run_logger()
-    _install_sigterm()
+    with watch_for_cancel(log=logger.warning):
+        return _sweep(plan_path, db, results, gpus, plots, logger)
+
+
+def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] | None, plots: bool,
+           logger: Any) -> SweepSummary:
     plan = load_plan(plan_path)
     runtimes = preflight(plan)
     for msg in unknown_env_warnings(plan, runtimes):
@@ -644,7 +654,8 @@ def tuning_sweep(plan_path: str, db: str | None = None, results: str | None = No
                     in_flight[job.index] = trial_id
                 name = trial_run_name(t, devs)
                 try:
-                    bundle = _trial_subflow(name)(t, trial_id, plan, runtimes[t.runtime], ctx)
+                    with _no_subflow_heartbeats():
+                        bundle = _trial_subflow(name)(t, trial_id, plan, runtimes[t.runtime], ctx)
                 finally:
                     with lock:
                         in_flight.pop(job.index, None)
@@ -685,7 +696,7 @@ def tuning_sweep(plan_path: str, db: str | None = None, results: str | None = No
 
     try:
         by_pool()
-    except (KeyboardInterrupt, SystemExit):
+    except INTERRUPTS:
         with lock:
             running_then = set(cancelled_jobs) | set(in_flight)
         logger.warning("sweep %s cancelled; %d trial(s) were running", sweep_id, len(running_then))

@@ -2,8 +2,8 @@
 tear down — ending in a result bundle on disk. Order lives here; the work lives in ``tasks/``.
 
 A boot failure is a result (``status='boot_failed'`` with its failure class), not an exception: the sweep
-goes on. Teardown runs in ``finally``, so success, failure, timeout, KeyboardInterrupt and cancellation
-(SIGTERM is turned into an exception by the sweep) all stop the server's whole process group.
+goes on. Teardown runs in ``finally``, so success, failure, timeout, Ctrl-C and Prefect cancellation
+(``TerminationSignal`` from Prefect's SIGTERM bridge) all stop the server's whole process group.
 """
 
 from __future__ import annotations
@@ -193,8 +193,8 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: di
     """Run one trial end to end and write its bundle. Returns the bundle folder.
 
     Never raises for a failed boot or measurement: the trial row carries ``status`` and
-    ``failure_class``/``failure_reason``. KeyboardInterrupt/SystemExit (cancellation) still tear down and
-    write a ``cancelled`` bundle, then propagate.
+    ``failure_class``/``failure_reason``. An interruption (Prefect's ``TerminationSignal``, KeyboardInterrupt,
+    SystemExit) still tears down and writes a ``cancelled`` bundle, then propagates.
     """
     logger = get_run_logger()
     sweep = ctx["sweep"]

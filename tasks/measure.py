@@ -12,6 +12,12 @@ Checks that become notes (``MeasureResult.notes``): /metrics not scrapable; the 
 ``usage.prompt_tokens`` not the same for every request of a window (prompt lengths were not exact);
 the load generator's event loop lagging (p99 wake-up lateness > 5 ms) or saturated (client-bound).
 
+Interruption: a signal handler that raises (Prefect's SIGTERM bridge raises ``TerminationSignal`` when a run is
+cancelled, Ctrl-C raises ``KeyboardInterrupt``) ends the measurement at once with that exception. asyncio alone
+would not do it for exceptions that are not ``KeyboardInterrupt``/``SystemExit``: raised inside a transport
+callback (where the raw HTTP client spends most of its time) the loop logs and drops them, raised inside a task
+they wait in the task. :func:`run_interruptible` re-raises them.
+
 Progress: ``progress(label, done, total)`` after each measured request; :func:`progress_reporter` gives a
 rich progress bar on a terminal and throttled log lines (the Prefect run logger inside a flow) otherwise.
 """
@@ -38,7 +44,8 @@ from tasks.arrivals import arrival_offsets
 from tasks.loadgen import PromptBuilder, make_client, run_level
 from tunelab.plan import Plan, Workload, requests_for_level
 
-__all__ = ["LoadLevel", "MeasureResult", "load_levels", "measure_server", "window_prompts", "progress_reporter",
+__all__ = ["LoadLevel", "MeasureResult", "load_levels", "measure_server", "run_interruptible", "window_prompts",
+           "progress_reporter",
            "LOOP_LAG_NOTE_S"]
 
 #: p99 event-loop wake-up lateness (seconds) above which a window gets a note: timestamps may be that stale.
@@ -101,6 +108,43 @@ async def window_prompts(builder: PromptBuilder, w: Workload, n: int, seed: int)
             cache[key], _ = await builder.exact(w.shared_prefix_tokens, random.Random(_seed("prefix", w.name)))
         prefix = cache[key]
     return await builder.many(n, w.prompt_tokens, random.Random(seed), prefix=prefix)
+
+
+def run_interruptible(coro: Any) -> Any:
+    """``asyncio.run(coro)``, except that a ``BaseException`` that is not an ``Exception`` (a signal handler's
+    ``TerminationSignal``, ``KeyboardInterrupt``) raised anywhere in the loop ends the run and is re-raised.
+
+    Without this, Prefect's cancellation (SIGTERM -> ``TerminationSignal``) landing in a transport callback is
+    logged by the loop's exception handler and dropped, and the measurement runs to its end (seen before the
+    fix: a cancelled run measured on and then finished)."""
+    caught: list[BaseException] = []
+
+    async def main() -> Any:
+        loop = asyncio.get_running_loop()
+        me = asyncio.current_task()
+
+        def on_error(loop_: asyncio.AbstractEventLoop, context: dict) -> None:
+            exc = context.get("exception")
+            if isinstance(exc, BaseException) and not isinstance(exc, (Exception, asyncio.CancelledError)):
+                if not caught:
+                    caught.append(exc)
+                    if me is not None:
+                        me.cancel()
+                return
+            loop_.default_exception_handler(context)
+
+        loop.set_exception_handler(on_error)
+        return await coro
+
+    try:
+        out = asyncio.run(main())
+    except BaseException as e:
+        if caught and (isinstance(e, asyncio.CancelledError) or e is not caught[0]):
+            raise caught[0] from None
+        raise
+    if caught:
+        raise caught[0]
+    return out
 
 
 @contextlib.contextmanager
@@ -270,7 +314,7 @@ def measure_server(
         coro = _measure(base_url, api_key, model, plan, cb, load_processes)
         if deadline_s:
             coro = asyncio.wait_for(coro, timeout=deadline_s)
-        return asyncio.run(coro)
+        return run_interruptible(coro)
 
     if progress is not None:
         return run(progress)

@@ -3,8 +3,8 @@
 Fast tests (no vLLM): the device scheduler, slot names, GPU counts of parallel configs, the real
 ``tuning_sweep`` flow with a FAKE trial body (no server: sleeps and writes a synthetic bundle) on a FAKE
 two-GPU inventory, two sweeps at once on one device, the ``compare`` flow on a synthetic warehouse.
-Runtime tests (``-m runtime``, real CPU vLLM; 3 boots in all): two real sweeps started at once on one device,
-and SIGTERM in the middle of a measurement.
+Runtime tests (``-m runtime``, real CPU vLLM; 4 boots in all): two real sweeps started at once on one device,
+and cancellation through the API in the middle of a measurement, of a `tunelab run` and of a deployment run.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def prefect_server(tmp_path_factory):
     port = _free_port()
     env = dict(os.environ, PREFECT_HOME=str(home), DO_NOT_TRACK="1", PREFECT_SERVER_ANALYTICS_ENABLED="false")
     env.pop("PREFECT_API_URL", None)
-    proc = subprocess.Popen([str(REPO / ".venv" / "bin" / "prefect"), "server", "start", "--host", "127.0.0.1",
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "prefect"), "server", "start", "--host", "127.0.0.1",
                              "--port", str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     url = f"http://127.0.0.1:{port}/api"
@@ -474,7 +474,9 @@ def test_two_real_sweeps_at_once_never_overlap(prefect_server, cpu_runtime, tiny
         argv = r["command"].split()
         served = argv[argv.index("--served-model-name") + 1]
         assert served not in _ps_args()
-    state = json.loads((REPO / ".tunelab" / "state" / "servers.json").read_text())
+    from tasks.engine import tracked_servers
+
+    state = tracked_servers()
     assert not [e for e in state if e["trial_id"] in (a["trial_id"], b["trial_id"])]
     with get_client(sync_client=True) as c:
         keys = {x.key for x in c.read_artifacts()}
@@ -483,11 +485,135 @@ def test_two_real_sweeps_at_once_never_overlap(prefect_server, cpu_runtime, tiny
     assert reports and "## Quality" in reports[0].data and "output tok/s" in reports[0].data
 
 
-@pytest.mark.runtime
-def test_sigterm_while_measuring_leaves_a_cancelled_trial_and_no_process(prefect_server, cpu_runtime, tiny_model,
-                                                                          tmp_path):
-    plan = _plan_file(tmp_path, "it-cancel", tiny_model, repeats=3,
+def _run_filter(name: str | None = None, run_id=None):
+    from prefect.client.schemas.filters import FlowRunFilter
+
+    return FlowRunFilter(name={"any_": [name]}) if name else FlowRunFilter(id={"any_": [run_id]})
+
+
+def _cancel_when_measuring(proc: subprocess.Popen, which, timeout_s: float = 600) -> str:
+    """Read ``proc``'s output until a measured window is under way, then cancel the flow run ``which`` (a
+    FlowRunFilter) through the API (what the UI's Cancel does: state Cancelling). Returns the output so far."""
+    from prefect.client.orchestration import get_client
+    from prefect.states import Cancelling
+
+    seen = []
+    t0 = time.monotonic()
+    for line in proc.stdout:
+        seen.append(line)
+        if "repeat 1/3:" in line and "requests" in line:
+            break
+        assert time.monotonic() - t0 < timeout_s, "no measurement started: " + "".join(seen)[-2000:]
+    else:
+        raise AssertionError("the sweep ended before measuring: " + "".join(seen)[-3000:])
+    with get_client(sync_client=True) as c:
+        runs = [r for r in c.read_flow_runs(flow_run_filter=which) if r.state and r.state.is_running()]
+        assert len(runs) == 1, runs
+        c.set_flow_run_state(runs[0].id, Cancelling(message="cancelled by the test"))
+    return "".join(seen)
+
+
+def _final_states(which, timeout_s: float = 120) -> tuple[object, list]:
+    """The sweep's flow run once final (waits), and its trial subflow runs."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
+
+    t0 = time.monotonic()
+    with get_client(sync_client=True) as c:
+        while True:
+            run = c.read_flow_runs(flow_run_filter=which)[0]
+            if run.state.is_final() or time.monotonic() - t0 > timeout_s:
+                break
+            time.sleep(1)
+        kids = c.read_flow_runs(flow_run_filter=FlowRunFilter(
+            parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[run.id])))
+    return run, kids
+
+
+def _assert_cancelled_trial(res: Path, db: Path) -> None:
+    """One bundle, status cancelled, clean teardown, loaded into DuckDB; no vLLM process and no tracked server."""
+    from tasks.bundle import list_bundles, read_bundle
+    from tasks.engine import tracked_servers
+
+    bundles = list_bundles(res)
+    assert len(bundles) == 1
+    trow = read_bundle(bundles[0])["trial"].iloc[0]
+    assert trow["status"] == "cancelled" and trow["teardown_clean"]
+    rows = _trial_rows(db)  # loaded on the way out
+    assert len(rows) == 1 and rows[0]["status"] == "cancelled"
+    argv = trow["command"].split()
+    served = argv[argv.index("--served-model-name") + 1]
+    assert served not in _ps_args()
+    assert not [e for e in tracked_servers() if e["trial_id"] == trow["trial_id"]]
+
+
+def _cancel_plan(tmp_path: Path, name: str, model: Path) -> Path:
+    return _plan_file(tmp_path, name, model, repeats=3,
                       workloads=[{"name": "long", "prompt_tokens": 32, "output_tokens": 64, "num_requests": 40}])
+
+
+@pytest.mark.runtime
+def test_cancel_from_the_api_while_measuring(prefect_server, cpu_runtime, tiny_model, tmp_path):
+    """`tunelab run` against a server, cancelled in the middle of a measurement through the API (the UI's
+    Cancel): the run and its trial end Cancelled, the trial is recorded cancelled, no server is left."""
+    plan = _cancel_plan(tmp_path, "it-cancel", tiny_model)
+    db, res = tmp_path / "wh.duckdb", tmp_path / "res"
+    env = dict(os.environ, PREFECT_API_URL=prefect_server, TUNELAB_DB=str(db), TUNELAB_RESULTS=str(res))
+    p = subprocess.Popen([sys.executable, "-m", "tunelab.cli", "run", str(plan)], cwd=REPO, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        seen = _cancel_when_measuring(p, _run_filter(f"sweep {plan}"))
+        rest = p.communicate(timeout=180)[0]
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 143, seen[-2000:] + rest[-3000:]
+    run, kids = _final_states(_run_filter(f"sweep {plan}"))
+    assert run.state.is_cancelled(), (run.state, rest[-3000:])
+    assert len(kids) == 1 and kids[0].state.is_cancelled(), [k.state for k in kids]
+    _assert_cancelled_trial(res, db)
+
+
+@pytest.mark.runtime
+def test_cancel_a_deployment_run_while_measuring(prefect_server, cpu_runtime, tiny_model, tmp_path):
+    """A run of the served deployment (`tunelab serve`), cancelled through the API: Prefect's runner sends
+    SIGTERM after its "cancel" intent; the run and its trial end Cancelled (not Crashed)."""
+    from prefect.deployments import run_deployment
+
+    plan = _cancel_plan(tmp_path, "it-cancel-dep", tiny_model)
+    db, res = tmp_path / "wh.duckdb", tmp_path / "res"
+    env = dict(os.environ, PREFECT_API_URL=prefect_server, TUNELAB_DB=str(db), TUNELAB_RESULTS=str(res))
+    serve = subprocess.Popen([sys.executable, "-m", "tunelab.cli", "serve", "--plan", str(plan), "--paused"],
+                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             start_new_session=True)
+    try:
+        t0 = time.monotonic()
+        while True:  # the deployment exists once `serve` has registered it
+            try:
+                fr = run_deployment("tuning_sweep/nightly", timeout=0)
+                break
+            except Exception:
+                assert serve.poll() is None and time.monotonic() - t0 < 120, "tunelab serve did not come up"
+                time.sleep(1)
+        seen = _cancel_when_measuring(serve, _run_filter(run_id=fr.id))
+        run, kids = _final_states(_run_filter(run_id=fr.id))
+        assert run.state.is_cancelled(), (run.state, seen[-3000:])
+        assert len(kids) == 1 and kids[0].state.is_cancelled(), [k.state for k in kids]
+        _assert_cancelled_trial(res, db)
+    finally:
+        os.killpg(serve.pid, signal.SIGINT)
+        try:
+            serve.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(serve.pid, signal.SIGKILL)
+            serve.communicate(timeout=10)
+
+
+@pytest.mark.runtime
+def test_bare_sigterm_while_measuring_tears_down(prefect_server, cpu_runtime, tiny_model, tmp_path):
+    """`kill -TERM` of `tunelab run` (nobody cancelled it through Prefect): the trial still tears down and is
+    recorded cancelled; Prefect records the run Crashed, as for any run killed from outside."""
+    plan = _cancel_plan(tmp_path, "it-sigterm", tiny_model)
     db, res = tmp_path / "wh.duckdb", tmp_path / "res"
     env = dict(os.environ, PREFECT_API_URL=prefect_server, TUNELAB_DB=str(db), TUNELAB_RESULTS=str(res))
     p = subprocess.Popen([sys.executable, "-m", "tunelab.cli", "run", str(plan)], cwd=REPO, env=env,
@@ -500,18 +626,8 @@ def test_sigterm_while_measuring_leaves_a_cancelled_trial_and_no_process(prefect
             p.send_signal(signal.SIGTERM)
             break
         assert time.monotonic() - t0 < 600, "no measurement started"
-    rest = p.communicate(timeout=120)[0]
+    rest = p.communicate(timeout=180)[0]
     assert p.returncode != 0, "".join(seen)[-2000:] + rest[-2000:]
-    from tasks.bundle import list_bundles, read_bundle
-
-    bundles = list_bundles(res)
-    assert len(bundles) == 1
-    trow = read_bundle(bundles[0])["trial"].iloc[0]
-    assert trow["status"] == "cancelled" and trow["teardown_clean"]
-    rows = _trial_rows(db)  # loaded on the way out
-    assert len(rows) == 1 and rows[0]["status"] == "cancelled"
-    argv = trow["command"].split()
-    served = argv[argv.index("--served-model-name") + 1]
-    assert served not in _ps_args()
-    state = json.loads((REPO / ".tunelab" / "state" / "servers.json").read_text())
-    assert not [e for e in state if e["trial_id"] == trow["trial_id"]]
+    run, _ = _final_states(_run_filter(f"sweep {plan}"))
+    assert run.state.is_crashed(), run.state
+    _assert_cancelled_trial(res, db)

@@ -7,6 +7,7 @@ import asyncio
 import io
 import logging
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -119,3 +120,53 @@ def test_progress_reporter_logs_when_not_a_terminal(monkeypatch):
         logger.removeHandler(h)
     lines = stream.getvalue().splitlines()
     assert lines[-1] == "w c=1 repeat 1/1: 3/3 requests" and len(lines) == 2  # first, then the end (throttled)
+
+
+def test_run_interruptible_reraises_what_a_loop_callback_raised():
+    """A signal handler's exception raised inside a loop callback (a transport's data_received) is logged and
+    dropped by plain asyncio.run; run_interruptible ends the run with it."""
+    from prefect.exceptions import TerminationSignal
+
+    from tasks.measure import run_interruptible
+
+    async def long():
+        loop = asyncio.get_running_loop()
+
+        def bang():
+            raise TerminationSignal(15)
+
+        loop.call_later(0.05, bang)
+        await asyncio.sleep(30)
+
+    t0 = time.monotonic()
+    with pytest.raises(TerminationSignal):
+        run_interruptible(long())
+    assert time.monotonic() - t0 < 5
+
+
+def test_sigterm_raising_handler_ends_a_measurement(fake):
+    """Prefect's cancellation: SIGTERM whose handler raises TerminationSignal, in the middle of a window."""
+    import os
+    import signal
+    import threading
+
+    from prefect.exceptions import TerminationSignal
+
+    def bridge(signum, frame):  # what Prefect's SIGTERM bridge does
+        raise TerminationSignal(signum)
+
+    plan = _plan(workloads=[Workload(name="w", prompt_tokens=16, output_tokens=64, num_requests=400)],
+                 concurrency=[4], repeats=3)
+    started = threading.Event()
+    previous = signal.signal(signal.SIGTERM, bridge)
+    killer = threading.Thread(target=lambda: started.wait(60) and (time.sleep(0.3), os.kill(os.getpid(), signal.SIGTERM)))
+    killer.start()
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(TerminationSignal):
+            measure_server(fake.base_url, "k", MODEL, plan,
+                           progress=lambda label, done, total: started.set() if "repeat" in label else None)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        killer.join(10)
+    assert time.monotonic() - t0 < 60

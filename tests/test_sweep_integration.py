@@ -19,10 +19,15 @@ pytestmark = pytest.mark.runtime
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory, cpu_runtime, tiny_model):
+    import yaml
+
     out = tmp_path_factory.mktemp("sweep")
+    plan = yaml.safe_load(PLAN.read_text())
+    plan["model"] = str(tiny_model)  # the installed tiny model (the plan's relative path assumes the checkout's home)
+    (out / "plan.yaml").write_text(yaml.safe_dump(plan))
     env = dict(os.environ, TUNELAB_DB=str(out / "wh.duckdb"), TUNELAB_RESULTS=str(out / "results"),
                PREFECT_HOME=str(out / "prefect"))
-    r = subprocess.run([sys.executable, "-m", "tunelab.cli", "run", str(PLAN)], cwd=REPO, env=env,
+    r = subprocess.run([sys.executable, "-m", "tunelab.cli", "run", str(out / "plan.yaml")], cwd=REPO, env=env,
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return out, r.stdout + r.stderr
@@ -62,7 +67,9 @@ def test_no_server_left_behind(sweep):
     out, _ = sweep
     con = duckdb.connect(str(out / "wh.duckdb"), read_only=True)
     trial_id, command = con.execute("SELECT trial_id, command FROM trials").fetchall()[0]
-    state = json.loads((REPO / ".tunelab" / "state" / "servers.json").read_text())
+    from tasks.engine import tracked_servers
+
+    state = tracked_servers()
     assert not [e for e in state if e["trial_id"] == trial_id]
     argv = command.split()
     port = argv[argv.index("--port") + 1]

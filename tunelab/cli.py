@@ -220,7 +220,18 @@ def run(
         preflight(p)
     except PlanError as e:
         _fail(str(e))
-    summary = tuning_sweep(str(plan), db=str(db) if db else None, results=str(results) if results else None)
+    from prefect.exceptions import TerminationSignal
+
+    from tunelab.cancel_watch import clear_cancel_intent
+
+    prefect_env.start_ephemeral_server()  # (without PREFECT_API_URL) out of Ctrl-C's reach, dies with us
+    try:
+        summary = tuning_sweep(str(plan), db=str(db) if db else None, results=str(results) if results else None)
+    except TerminationSignal:
+        # Cancelled through Prefect (the servers are stopped, the cancelled trial is recorded and loaded).
+        clear_cancel_intent()
+        err.print("[yellow]sweep cancelled[/]: servers stopped; bundles loaded (`tunelab load` picks up any left)")
+        raise typer.Exit(143)
     import pandas as pd
 
     print_comparison(pd.DataFrame(summary["comparison"]), title=f"sweep {summary['sweep_id']}",
@@ -328,6 +339,7 @@ def compare_cmd(
     prefect_env.configure()
     from flows.compare import compare as compare_flow
 
+    prefect_env.start_ephemeral_server()
     try:
         out = compare_flow(b, c, metric=metric, db=str(db) if db else None, per_config=per_config, min_boots=min_boots)
     except ValueError as e:

@@ -5,15 +5,31 @@
   an intermittent "database is locked" error of the ephemeral server).
 - The ephemeral server gets 90 s to start: it took 5.7-10 s on a loaded 2-core box against a 20 s default.
 Without ``PREFECT_API_URL`` Prefect runs ephemeral: no server to start. With it, runs go to that server.
+
+The ephemeral server (:func:`start_ephemeral_server`). Prefect starts it as a plain child process
+(``SubprocessASGIServer``: uvicorn), stopped by an ``atexit`` hook. Two things went wrong with that:
+
+- Ctrl-C in a terminal sends SIGINT to the whole foreground process group, the server included: it shut down
+  at once, and the sweep, recording the interrupted runs' states on the way out, hung in the Prefect client's
+  connection retries against the dead server until a second Ctrl-C. tunelab starts the server in its own
+  session, out of the terminal's reach; the ``atexit`` hook still stops it after the last state is written.
+- SIGKILL of the sweep (OOM killer, ``kill -9``) skips ``atexit``: the server ran on, orphaned, for good.
+  A guard process (a few lines of Python, no imports beyond the standard library) holds a pidfd of the server
+  and the read end of a pipe whose write end only the sweep holds; the kernel closes it when the sweep dies,
+  however it dies, and the guard then stops the server (SIGTERM, 5 s, SIGKILL). A pidfd never reaches
+  another process that reused the server's PID.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import types
 
 from tunelab import paths
 
-__all__ = ["configure"]
+__all__ = ["configure", "start_ephemeral_server"]
 
 
 def configure() -> None:
@@ -23,3 +39,68 @@ def configure() -> None:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO")
+
+
+_GUARD = """
+import os, select, signal, sys
+try:
+    fd = os.pidfd_open(int(sys.argv[1]))
+except OSError:
+    sys.exit(0)
+sys.stdin.buffer.read()  # EOF: the process that started us is gone
+try:
+    signal.pidfd_send_signal(fd, signal.SIGTERM)
+    if not select.select([fd], [], [], 5.0)[0]:
+        signal.pidfd_send_signal(fd, signal.SIGKILL)
+except ProcessLookupError:
+    pass
+"""
+
+_guards: list[tuple[subprocess.Popen, int]] = []
+
+
+class _OwnSessionPopen(subprocess.Popen):
+    """``subprocess.Popen`` that starts the child in its own session (not in the terminal's process group) and
+    puts it under a guard at once, so that it dies with this process from its first moment on."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("start_new_session", True)
+        super().__init__(*args, **kwargs)
+        _guard_process(self.pid)
+
+
+def _guard_process(pid: int) -> None:
+    """Start a guard that stops ``pid`` when this process dies (see the module notes)."""
+    r, w = os.pipe()  # both ends non-inheritable: no other child of ours keeps the write end open
+    try:
+        g = subprocess.Popen([sys.executable, "-I", "-c", _GUARD, str(pid)], stdin=r, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+    finally:
+        os.close(r)
+    _guards.append((g, w))  # the write end stays open as long as this process lives
+
+
+def _subprocess_with_own_session() -> types.ModuleType:
+    """A stand-in for the ``subprocess`` module whose ``Popen`` starts children in their own session."""
+    mod = types.ModuleType("subprocess")
+    mod.__dict__.update(subprocess.__dict__)
+    mod.Popen = _OwnSessionPopen
+    return mod
+
+
+def start_ephemeral_server() -> int | None:
+    """Start Prefect's ephemeral API server now, in its own session and guarded so that it dies with this
+    process (see the module notes); returns its PID. Does nothing (None) when ``PREFECT_API_URL`` names a
+    server. Prefect's client then uses this server: it is the instance ``SubprocessASGIServer()`` returns."""
+    if os.environ.get("PREFECT_API_URL"):
+        return None
+    from prefect.server.api import server as server_mod
+
+    # Only the uvicorn command of that module starts processes; Prefect's own code is left as it is.
+    server_mod.subprocess = _subprocess_with_own_session()
+    srv = server_mod.SubprocessASGIServer()
+    srv.start()
+    proc = srv.server_process
+    if proc is None:
+        return None
+    return proc.pid
