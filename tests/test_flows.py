@@ -195,10 +195,22 @@ def _fake_trial_flow():
     from tasks.bundle import write_bundle
     from warehouse.synthetic import synthetic_trial
 
+    import threading
+
+    lock, both_started, started = threading.Lock(), threading.Event(), [0]
+
     @flow(name="trial", validate_parameters=False)
     def fake_trial(trial, trial_id, plan, runtime, ctx):
-        """FAKE trial: no server. Sleeps like a short trial and writes a synthetic bundle."""
+        """FAKE trial: no server. Sleeps like a short trial and writes a synthetic bundle. The first one-GPU
+        trial also waits (up to 60 s) until the second one has started, so that trials scheduled in parallel
+        always overlap however slow the box is, and trials run one after the other never do."""
         t0 = time.time()
+        if len(ctx["gpu_indices"]) == 1:
+            with lock:
+                started[0] += 1
+                if started[0] == 2:
+                    both_started.set()
+            both_started.wait(timeout=60)
         time.sleep(3.0)
         row = trial_row_base(trial, trial_id, ctx["sweep"]["sweep_id"], runtime, ctx)
         syn = synthetic_trial(sweep_id=ctx["sweep"]["sweep_id"], config_key=trial.config_key,
