@@ -14,7 +14,12 @@ lateness lands in every client's TTFT error as "request path". Here:
 * a streamed response is ``Transfer-Encoding: chunked`` SSE; each chunk is one ``loop.call_at`` callback
   (no task, no coroutine) that stamps ``emit_pre``, writes the pre-framed bytes, stamps ``emit`` and
   schedules the next chunk at its due time (``recv + ttft_s + sent * itl_s``, so lateness never drifts);
-* the bytes of a regular middle chunk are encoded once per request.
+* the bytes of a regular middle chunk are encoded once per request;
+* sockets are read with ``recvmsg`` from a plain ``loop.add_reader`` callback (no asyncio transport), with
+  ``SO_TIMESTAMPNS`` on, so each request also logs ``recv_kernel``: when the kernel queued its bytes on the
+  fake's socket (CLOCK_REALTIME mapped onto perf_counter at the read; None where the option is missing).
+  ``recv - recv_kernel`` is how long the request waited for the fake's event loop; ``recv`` stays the
+  reference of the schedule and of the TTFT truth, as in the uvicorn fake.
 
 Run it through :class:`timed_openai_server.FakeServerProcess` with ``server="raw"``, or
 ``python tests/fakes/timed_openai_server.py --server raw --port 8123 ...``.
@@ -23,9 +28,11 @@ Run it through :class:`timed_openai_server.FakeServerProcess` with ``server="raw
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import json
 import socket
+import struct
 import time
 from typing import Any, Callable
 
@@ -36,6 +43,100 @@ _SSE_HEAD = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-contr
              b"transfer-encoding: chunked\r\n\r\n")
 _REASON = {200: b"OK", 400: b"Bad Request", 404: b"Not Found", 411: b"Length Required",
            503: b"Service Unavailable"}
+
+
+# Linux: SO_TIMESTAMPNS (== SCM_TIMESTAMPNS) is 35 on the asm-generic ABI (x86_64, arm64).
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+_TIMESPEC = struct.Struct("@ll")
+
+
+class _SockTransport:
+    """The little of asyncio.Transport the fake uses (write, close, is_closing) over a non-blocking socket,
+    read by ``recvmsg`` so that the kernel's receive timestamp of each read comes with its bytes."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, proto: "_Conn") -> None:
+        self.loop, self.sock, self.proto = loop, sock, proto
+        self.fd = sock.fileno()
+        self.out = bytearray()
+        self.closing = False
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+            self.kstamp = True
+        except OSError:
+            self.kstamp = False
+        proto.connection_made(self)  # type: ignore[arg-type]
+        loop.add_reader(self.fd, self._read)
+
+    def _read(self) -> None:
+        t = time.perf_counter()
+        try:
+            data, anc, _, _ = self.sock.recvmsg(262144, 64 if self.kstamp else 0)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data, anc = b"", []
+        if not data:
+            self._shut()
+            return
+        tk = None
+        for level, kind, raw in anc:
+            if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(raw) >= _TIMESPEC.size:
+                sec, ns = _TIMESPEC.unpack_from(raw)
+                tk = sec + ns * 1e-9 - (time.time() - time.perf_counter())
+        self.proto.data_received(data, t, tk)
+
+    def write(self, data: bytes) -> None:
+        if self.closing:
+            return
+        if not self.out:
+            try:
+                n = self.sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                n = 0
+            except OSError:
+                self._shut()
+                return
+            if n == len(data):
+                return
+            data = data[n:]
+            self.loop.add_writer(self.fd, self._flush)
+        self.out += data
+
+    def _flush(self) -> None:
+        try:
+            n = self.sock.send(self.out)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            if e.errno != errno.EAGAIN:
+                self._shut()
+            return
+        del self.out[:n]
+        if not self.out:
+            self.loop.remove_writer(self.fd)
+            if self.closing:
+                self._shut()
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def close(self) -> None:
+        """Close after the buffered bytes are sent."""
+        self.closing = True
+        if not self.out:
+            self._shut()
+
+    def _shut(self) -> None:
+        if self.fd < 0:
+            return
+        self.closing = True
+        self.loop.remove_reader(self.fd)
+        self.loop.remove_writer(self.fd)
+        self.sock.close()
+        self.fd = -1
+        self.proto.connection_lost(None)
 
 
 def _frame(data: bytes) -> bytes:
@@ -70,7 +171,7 @@ class _State:
         return ids
 
 
-class _Conn(asyncio.Protocol):
+class _Conn:
     """One client connection: parses requests in ``data_received``, streams responses from timer callbacks."""
 
     def __init__(self, st: _State) -> None:
@@ -80,18 +181,22 @@ class _Conn(asyncio.Protocol):
         self.buf = b""
         self.head: tuple[str, str, int, bool] | None = None  # method, path, content-length, keep-alive
         self.t_head = 0.0
+        self.tk_head: float | None = None
+        self.tk_first: float | None = None  # kernel stamp of the first read that held bytes of this request
         self.busy = False  # a response is streaming
-        self.queue: list[tuple[str, str, bytes, float, bool]] = []
+        self.queue: list[tuple[str, str, bytes, float, float | None, bool]] = []
         self.closed = False
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+    def connection_made(self, transport: _SockTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
 
-    def data_received(self, data: bytes) -> None:
-        t = time.perf_counter()
+    def data_received(self, data: bytes, t: float, tk: float | None) -> None:
+        """``t``: perf_counter at the read; ``tk``: the kernel's receive stamp of the read (perf_counter)."""
+        if not self.buf:
+            self.tk_first = tk
         buf = self.buf + data
         while True:
             if self.head is None:
@@ -116,12 +221,14 @@ class _Conn(asyncio.Protocol):
                     self.transport.close()  # type: ignore[union-attr]
                     return
                 self.head, self.t_head = (method, path.split("?", 1)[0], length, keep), t
+                self.tk_head = self.tk_first if self.tk_first is not None else tk
             method, path, length, keep = self.head
             if len(buf) < length:
                 break
             body, buf = buf[:length], buf[length:]
             self.head = None
-            self.queue.append((method, path, body, self.t_head, keep))
+            self.queue.append((method, path, body, self.t_head, self.tk_head, keep))
+            self.tk_first = tk if buf else None
         self.buf = buf
         if not self.busy:
             self._next()
@@ -134,14 +241,15 @@ class _Conn(asyncio.Protocol):
         body = json.dumps(obj).encode()
         self.transport.write(_JSON_HEAD % (status, _REASON.get(status, b"X"), len(body)) + body)  # type: ignore[union-attr]
 
-    def _handle(self, method: str, path: str, body: bytes, t_recv: float, keep: bool) -> None:
+    def _handle(self, method: str, path: str, body: bytes, t_recv: float, tk_recv: float | None,
+                keep: bool) -> None:
         st = self.st
         if path in ("/v1/completions", "/v1/chat/completions") and method == "POST":
             req = json.loads(body or b"{}")
             if not req.get("stream"):
                 self._json(400, {"error": {"message": "fake: only stream=true is implemented"}})
             else:
-                self._stream(req, path.endswith("chat/completions"), t_recv, keep)
+                self._stream(req, path.endswith("chat/completions"), t_recv, tk_recv, keep)
                 return
         elif path == "/health":
             self._json(200, {})
@@ -167,7 +275,7 @@ class _Conn(asyncio.Protocol):
         if not keep:
             self.transport.close()  # type: ignore[union-attr]
 
-    def _stream(self, req: dict, chat: bool, t_recv: float, keep: bool) -> None:
+    def _stream(self, req: dict, chat: bool, t_recv: float, tk_recv: float | None, keep: bool) -> None:
         st, timing, perf = self.st, self.st.timing, time.perf_counter
         if chat:
             prompt = " ".join(str(m.get("content", "")) for m in req.get("messages") or [])
@@ -188,7 +296,7 @@ class _Conn(asyncio.Protocol):
         st.in_flight += 1
         st.max_in_flight = max(st.max_in_flight, st.in_flight)
         entry: dict[str, Any] = {"rid": rid, "endpoint": "chat" if chat else "completions", "recv": t_recv,
-                                 "recv_at_read": True,
+                                 "recv_at_read": True, "recv_kernel": tk_recv,
                                  "prompt_head": prompt[:64], "prompt_len_chars": len(prompt),
                                  "prompt_sha1": hashlib.sha1(prompt.encode()).hexdigest(),
                                  "chunk_tokens": [], "emit": [], "emit_pre": [], "role": None, "usage": None,
@@ -283,12 +391,23 @@ def serve_raw(timing: Any, model: str, tokenize: Callable[[str], list[str]], fau
         st = _State(timing, model, tokenize, fault)
         loop = asyncio.get_running_loop()
         if fd is not None:
-            sock = socket.socket(fileno=fd)
-            server = await loop.create_server(lambda: _Conn(st), sock=sock, backlog=4096)
+            lsock = socket.socket(fileno=fd)
         else:
-            server = await loop.create_server(lambda: _Conn(st), "127.0.0.1", port, backlog=4096,
-                                              reuse_address=True)
-        async with server:
-            await server.serve_forever()
+            lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            lsock.bind(("127.0.0.1", port or 0))
+        lsock.listen(4096)
+        lsock.setblocking(False)
+
+        def accept() -> None:
+            for _ in range(64):
+                try:
+                    conn, _ = lsock.accept()
+                except (BlockingIOError, InterruptedError):
+                    return
+                _SockTransport(loop, conn, _Conn(st))
+
+        loop.add_reader(lsock.fileno(), accept)
+        await asyncio.Event().wait()
 
     asyncio.run(main())
