@@ -33,6 +33,10 @@ this process (tunelab's event loop, its load processes) and ``vllm bench serve``
 clients get the same CPUs and neither competes with the fake for its core. ``--pin none`` leaves placement to
 the kernel.
 
+``read lag p50`` (lean fake only): how long a request's bytes waited in the fake's socket before its event
+loop read them (kernel receive stamp, SO_TIMESTAMPNS, to ``recv``). It is part of ``req path`` and of every
+client's TTFT error, but it is the fake's doing: the client had already written the request.
+
 Client health: ``cpu`` = tunelab's busiest event-loop thread CPU / wall (>= 0.9: client-bound),
 ``lag99`` = p99 of that loop's wake-up lateness. Rows marked ``client-bound`` have cpu >= 0.9 or did not
 reach the requested concurrency.
@@ -163,7 +167,9 @@ def errors_vllm_bench(result: dict, log: list[dict]) -> tuple[dict, int]:
 def _fake_health(log: list[dict], wall_s: float, cpu0: float, cpu1: float) -> dict[str, Any]:
     late = [em - du for e in log for em, du in zip(e["emit_pre"], e["due"])]
     write = [b - a for e in log for a, b in zip(e["emit_pre"], e["emit"])]
+    lag = [e["recv"] - e["recv_kernel"] for e in log if e.get("recv_kernel") is not None]
     return {"fake_late_p99_ms": _pct(late, 99) * 1e3 if late else None,
+            "fake_read_lag_p50_ms": _pct(lag, 50) * 1e3 if lag else None,
             "truth_write_p50_ms": _pct(write, 50) * 1e3 if write else None,
             "fake_cpu_frac": (cpu1 - cpu0) / wall_s if wall_s > 0 else None}
 
@@ -225,13 +231,14 @@ def _fmt(v: Any, nd: int = 2) -> str:
 
 def _table(rows: list[dict]) -> str:
     head = ("| tok/chunk | conc | client | ok/n | TTFT p50 | TTFT p99 | ITL p50 | ITL p99 | TPOT p50 | TPOT p99 "
-            "| E2EL p50 | E2EL p99 | req path p50 | cpu | lag99 | in-flight | fake cpu | fake late99 | flags |")
-    lines = [head, "|" + "---|" * 19]
+            "| E2EL p50 | E2EL p99 | req path p50 | read lag p50 | cpu | lag99 | in-flight | fake cpu | fake late99 "
+            "| flags |")
+    lines = [head, "|" + "---|" * 20]
     for r in rows:
         lines.append("| " + " | ".join([
             str(r["tokens_per_chunk"]), str(r["concurrency"]), r["client"], f"{r['ok']}/{r['n']}",
             *(_fmt(r[f"{m}_{q}_ms"]) for m in ("ttft", "itl", "tpot", "e2el") for q in ("p50", "p99")),
-            _fmt(r["req_path_p50_ms"]), _fmt(r["client_cpu_frac"]), _fmt(r["loop_lag_p99_ms"], 1),
+            _fmt(r["req_path_p50_ms"]), _fmt(r.get("fake_read_lag_p50_ms")), _fmt(r["client_cpu_frac"]), _fmt(r["loop_lag_p99_ms"], 1),
             str(r["max_in_flight"]), _fmt(r["fake_cpu_frac"]), _fmt(r["fake_late_p99_ms"], 1),
             r.get("flags", "")]) + " |")
     return "\n".join(lines)
