@@ -19,7 +19,11 @@ lateness lands in every client's TTFT error as "request path". Here:
   ``SO_TIMESTAMPNS`` on, so each request also logs ``recv_kernel``: when the kernel queued its bytes on the
   fake's socket (CLOCK_REALTIME mapped onto perf_counter at the read; None where the option is missing).
   ``recv - recv_kernel`` is how long the request waited for the fake's event loop; ``recv`` stays the
-  reference of the schedule and of the TTFT truth, as in the uvicorn fake.
+  reference of the schedule and of the TTFT truth, as in the uvicorn fake;
+* a read only stamps and stores the bytes; parsing and handling them is queued behind the other reads of
+  the same event-loop pass (``call_soon``). When many requests arrive together (at concurrency 64 a wave of
+  streams ends at once and the client sends the next wave within a millisecond), every one of them is read,
+  and stamped, within microseconds, instead of after the parsing of all those before it.
 
 Run it through :class:`timed_openai_server.FakeServerProcess` with ``server="raw"``, or
 ``python tests/fakes/timed_openai_server.py --server raw --port 8123 ...``.
@@ -78,14 +82,19 @@ class _SockTransport:
         except OSError:
             data, anc = b"", []
         if not data:
-            self._shut()
+            self.loop.remove_reader(self.fd)
+            self.loop.call_soon(self._shut)  # after the bytes already queued
             return
         tk = None
         for level, kind, raw in anc:
             if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(raw) >= _TIMESPEC.size:
                 sec, ns = _TIMESPEC.unpack_from(raw)
                 tk = sec + ns * 1e-9 - (time.time() - time.perf_counter())
-        self.proto.data_received(data, t, tk)
+        self.loop.call_soon(self._deliver, data, t, tk)
+
+    def _deliver(self, data: bytes, t: float, tk: float | None) -> None:
+        if self.fd >= 0:
+            self.proto.data_received(data, t, tk)
 
     def write(self, data: bytes) -> None:
         if self.closing:
