@@ -1,6 +1,8 @@
 """Instrument accuracy of tunelab's load generator against ground truth, side by side with `vllm bench serve`.
 
-Ground truth is the FAKE timed OpenAI server (tests/fakes/timed_openai_server.py), run as its own process:
+Ground truth is the FAKE timed OpenAI server (tests/fakes/timed_openai_server.py; by default its lean
+asyncio.Protocol variant, tests/fakes/raw_timed_server.py, ``--fake uvicorn`` for the uvicorn one), run as its
+own process:
 it streams tokens on a fixed schedule (TTFT 50 ms, one token every 10 ms; a variant with several tokens per
 chunk) and logs, for every request, when it had read the request and when it actually handed each chunk to
 the transport (perf_counter = CLOCK_MONOTONIC). Errors are measured against what it *did*, so its own
@@ -26,14 +28,24 @@ work) is error; the server reading a request late counts too (the fake's own CPU
 printed so a server-bound row can be told apart). Both clients run against the same fake server in the
 same run, level by level, interleaved.
 
+Pinning (``--pin split``, the default on a machine with at least 2 CPUs): the fake runs on the last CPU,
+this process (tunelab's event loop, its load processes) and ``vllm bench serve`` on the others, so the two
+clients get the same CPUs and neither competes with the fake for its core. ``--pin none`` leaves placement to
+the kernel.
+
+``read lag p50`` (lean fake only): how long a request's bytes waited in the fake's socket before its event
+loop read them (kernel receive stamp, SO_TIMESTAMPNS, to ``recv``). It is part of ``req path`` and of every
+client's TTFT error, but it is the fake's doing: the client had already written the request.
+
 Client health: ``cpu`` = tunelab's busiest event-loop thread CPU / wall (>= 0.9: client-bound),
 ``lag99`` = p99 of that loop's wake-up lateness. Rows marked ``client-bound`` have cpu >= 0.9 or did not
 reach the requested concurrency.
 
 Usage:
-    .venv/bin/python benchmarks/loadgen_accuracy.py [--runtime-dir .tunelab/runtimes/cpu]
-        [--tokenizer .tunelab/models/tiny-llama] [--levels 1,16,64,256] [--tokens-per-chunk 1,4]
+    .venv/bin/python benchmarks/loadgen_accuracy.py [--runtime-dir $TUNELAB_HOME/runtimes/cpu]
+        [--tokenizer $TUNELAB_HOME/models/tiny-llama] [--levels 1,16,64,256] [--tokens-per-chunk 1,4]
         [--output-tokens 32] [--multi-process-at 256] [--json results.json] [--skip-vllm-bench]
+        [--fake raw|uvicorn] [--pin split|none]
 """
 
 from __future__ import annotations
@@ -60,6 +72,7 @@ sys.path.insert(0, str(REPO / "tests" / "fakes"))
 
 from tasks import metrics as M  # noqa: E402
 from tasks.loadgen import Clock, make_client, run_level  # noqa: E402
+from tunelab import paths  # noqa: E402
 from timed_openai_server import FakeServerProcess, FakeTiming  # noqa: E402
 
 __all__ = ["main", "errors_ours", "errors_vllm_bench"]
@@ -154,7 +167,9 @@ def errors_vllm_bench(result: dict, log: list[dict]) -> tuple[dict, int]:
 def _fake_health(log: list[dict], wall_s: float, cpu0: float, cpu1: float) -> dict[str, Any]:
     late = [em - du for e in log for em, du in zip(e["emit_pre"], e["due"])]
     write = [b - a for e in log for a, b in zip(e["emit_pre"], e["emit"])]
+    lag = [e["recv"] - e["recv_kernel"] for e in log if e.get("recv_kernel") is not None]
     return {"fake_late_p99_ms": _pct(late, 99) * 1e3 if late else None,
+            "fake_read_lag_p50_ms": _pct(lag, 50) * 1e3 if lag else None,
             "truth_write_p50_ms": _pct(write, 50) * 1e3 if write else None,
             "fake_cpu_frac": (cpu1 - cpu0) / wall_s if wall_s > 0 else None}
 
@@ -216,13 +231,14 @@ def _fmt(v: Any, nd: int = 2) -> str:
 
 def _table(rows: list[dict]) -> str:
     head = ("| tok/chunk | conc | client | ok/n | TTFT p50 | TTFT p99 | ITL p50 | ITL p99 | TPOT p50 | TPOT p99 "
-            "| E2EL p50 | E2EL p99 | req path p50 | cpu | lag99 | in-flight | fake cpu | fake late99 | flags |")
-    lines = [head, "|" + "---|" * 19]
+            "| E2EL p50 | E2EL p99 | req path p50 | read lag p50 | cpu | lag99 | in-flight | fake cpu | fake late99 "
+            "| flags |")
+    lines = [head, "|" + "---|" * 20]
     for r in rows:
         lines.append("| " + " | ".join([
             str(r["tokens_per_chunk"]), str(r["concurrency"]), r["client"], f"{r['ok']}/{r['n']}",
             *(_fmt(r[f"{m}_{q}_ms"]) for m in ("ttft", "itl", "tpot", "e2el") for q in ("p50", "p99")),
-            _fmt(r["req_path_p50_ms"]), _fmt(r["client_cpu_frac"]), _fmt(r["loop_lag_p99_ms"], 1),
+            _fmt(r["req_path_p50_ms"]), _fmt(r.get("fake_read_lag_p50_ms")), _fmt(r["client_cpu_frac"]), _fmt(r["loop_lag_p99_ms"], 1),
             str(r["max_in_flight"]), _fmt(r["fake_cpu_frac"]), _fmt(r["fake_late_p99_ms"], 1),
             r.get("flags", "")]) + " |")
     return "\n".join(lines)
@@ -254,9 +270,14 @@ def _verdicts(rows: list[dict]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; print the table and verdicts; optionally write JSON. Returns the exit code (0)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runtime-dir", type=Path, default=Path(".tunelab/runtimes/cpu"),
-                    help="vLLM runtime folder whose venv runs `vllm bench serve` (default .tunelab/runtimes/cpu)")
-    ap.add_argument("--tokenizer", type=Path, default=Path(".tunelab/models/tiny-llama"))
+    ap.add_argument("--runtime-dir", type=Path, default=None,
+                    help="vLLM runtime folder whose venv runs `vllm bench serve` (default: the tunelab home's "
+                         "runtimes/cpu; TUNELAB_HOME overrides the home)")
+    ap.add_argument("--tokenizer", type=Path, default=None, help="default: the tunelab home's models/tiny-llama")
+    ap.add_argument("--fake", choices=("raw", "uvicorn"), default="raw",
+                    help="ground-truth fake: the lean asyncio.Protocol one (default) or uvicorn + h11 + ASGI")
+    ap.add_argument("--pin", choices=("split", "none"), default="split",
+                    help="split: fake on the last CPU, both clients on the others; none: the kernel decides")
     ap.add_argument("--levels", default="1,16,64,256")
     ap.add_argument("--tokens-per-chunk", default="1,4")
     ap.add_argument("--output-tokens", type=int, default=32)
@@ -267,13 +288,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--httpx", action="store_true", help="also run tunelab's httpx transport (for comparison)")
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args(argv)
+    a.runtime_dir = a.runtime_dir or paths.runtimes_dir() / "cpu"
+    a.tokenizer = a.tokenizer or paths.models_dir() / "tiny-llama"
+    fake_cpus: set[int] | None = None
+    cpus = sorted(os.sched_getaffinity(0))
+    if a.pin == "split" and len(cpus) >= 2:
+        fake_cpus = {cpus[-1]}
+        os.sched_setaffinity(0, set(cpus[:-1]))  # inherited by load processes and by `vllm bench serve`
+    load0 = os.getloadavg()
     levels = [int(x) for x in a.levels.split(",") if x]
     multi = {int(x) for x in a.multi_process_at.split(",") if x}
     rows: list[dict] = []
     started = dt.datetime.now(dt.timezone.utc)
     with tempfile.TemporaryDirectory(prefix="tl-acc-") as td:
         for tpc in [int(x) for x in a.tokens_per_chunk.split(",") if x]:
-            with FakeServerProcess(FakeTiming(a.ttft_s, a.itl_s, tpc), model=MODEL) as fake:
+            with FakeServerProcess(FakeTiming(a.ttft_s, a.itl_s, tpc), model=MODEL, server=a.fake,
+                                   cpus=fake_cpus) as fake:
                 for c in levels:
                     n = max(24, 2 * c)
                     runs = [("ours", 1, "raw")] + ([] if a.skip_vllm_bench else [("vllm", 0, "")]) + (
@@ -295,17 +325,22 @@ def main(argv: list[str] | None = None) -> int:
                         r["flags"] = ", ".join(flags)
                         rows.append(r)
                         print(_table([r]).splitlines()[-1], flush=True)
+    load1 = os.getloadavg()
+    pin = (f"fake pinned to CPU {sorted(fake_cpus)}, clients to {sorted(os.sched_getaffinity(0))}"
+           if fake_cpus else "not pinned")
     print()
     print(f"Load generator accuracy vs. ground truth (|client - true|, ms); {started:%Y-%m-%d %H:%M} UTC, "
           f"{os.cpu_count()} CPU cores ({platform.processor() or platform.machine()}), fake TTFT "
           f"{a.ttft_s * 1e3:g} ms, {a.itl_s * 1e3:g} ms/token, {a.output_tokens} output tokens, "
-          f"n = max(24, 2 x concurrency) requests per level")
+          f"n = max(24, 2 x concurrency) requests per level; fake: {a.fake}; {pin}; load average "
+          f"(1 min) {load0[0]:.2f} at start, {load1[0]:.2f} at end")
     print(_table(rows))
     print()
     for v in _verdicts(rows):
         print(v)
     if a.json:
-        a.json.write_text(json.dumps({"started": started.isoformat(), "cores": os.cpu_count(), "rows": rows},
+        a.json.write_text(json.dumps({"started": started.isoformat(), "cores": os.cpu_count(), "fake": a.fake,
+                                      "pin": pin, "loadavg_start": load0, "loadavg_end": load1, "rows": rows},
                                      indent=1, default=float))
     return 0
 

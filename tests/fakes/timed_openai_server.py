@@ -34,8 +34,14 @@ to the log (``vllm bench serve --save-detailed`` keeps generated texts); the oth
 ``/tokenize`` and ``/detokenize`` implement a deterministic fake tokenizer: pre-split like GPT-2 (optional
 leading space + word, or punctuation run, or whitespace run), then each piece cut into 4-character tokens.
 
-Run: ``python tests/fakes/timed_openai_server.py --port 8123 --ttft-s 0.05 --itl-s 0.01 --tokens-per-chunk 1``
-or, from Python, :class:`FakeServerProcess` (a context manager that starts it on a free port).
+Two HTTP stacks serve this same specification: ``server="uvicorn"`` (the default here: uvicorn + h11 + the
+ASGI app below) and ``server="raw"``, a lean asyncio.Protocol server in ``raw_timed_server.py`` that costs a
+fraction of the CPU per chunk, so its event loop reads requests sooner under load (the accuracy benchmark's
+default).
+
+Run: ``python tests/fakes/timed_openai_server.py [--server raw] --port 8123 --ttft-s 0.05 --itl-s 0.01
+--tokens-per-chunk 1`` or, from Python, :class:`FakeServerProcess` (a context manager that starts it on a
+free port).
 """
 
 from __future__ import annotations
@@ -246,12 +252,23 @@ class FakeServerProcess:
     """Runs the fake in a child process on a free 127.0.0.1 port (a listening socket handed over by fd, so
     there is no port race). Use as a context manager; ``base_url``, ``log()``, ``reset()``, ``stats()``.
 
+    Args:
+        server: ``"uvicorn"`` (uvicorn + h11 + ASGI) or ``"raw"`` (the lean asyncio.Protocol fake); default
+            ``$TUNELAB_FAKE_SERVER`` or ``"uvicorn"`` (so the tests can be run against either).
+        cpus: if given, the child is pinned to these CPUs (``os.sched_setaffinity``).
+
     Raises:
         RuntimeError: the child did not answer /health within ``start_timeout_s``.
     """
 
     def __init__(self, timing: FakeTiming = FakeTiming(), model: str = "fake-model",
-                 start_timeout_s: float = 30.0, python: str | None = None) -> None:
+                 start_timeout_s: float = 30.0, python: str | None = None, server: str | None = None,
+                 cpus: set[int] | None = None) -> None:
+        server = server or os.environ.get("TUNELAB_FAKE_SERVER", "uvicorn")
+        if server not in ("uvicorn", "raw"):
+            raise ValueError(f"server must be 'uvicorn' or 'raw', got {server!r}")
+        self.server = server
+        self.cpus = cpus
         self.timing = timing
         self.model = model
         self.start_timeout_s = start_timeout_s
@@ -275,12 +292,14 @@ class FakeServerProcess:
         os.set_inheritable(fd, True)
         argv = [self.python, str(Path(__file__).resolve()), "--fd", str(fd), "--model", self.model,
                 "--ttft-s", repr(self.timing.ttft_s), "--itl-s", repr(self.timing.itl_s),
-                "--tokens-per-chunk", str(self.timing.tokens_per_chunk)]
+                "--tokens-per-chunk", str(self.timing.tokens_per_chunk), "--server", self.server]
         import tempfile
 
         self._err = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(argv, pass_fds=(fd,), stdout=subprocess.DEVNULL, stderr=self._err)
         sock.close()
+        if self.cpus:
+            os.sched_setaffinity(self.proc.pid, self.cpus)
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -366,7 +385,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ttft-s", type=float, default=0.05)
     ap.add_argument("--itl-s", type=float, default=0.01)
     ap.add_argument("--tokens-per-chunk", type=int, default=1)
+    ap.add_argument("--server", choices=("uvicorn", "raw"), default="uvicorn")
     a = ap.parse_args(argv)
+    if a.server == "raw":
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from raw_timed_server import serve_raw
+
+        serve_raw(FakeTiming(a.ttft_s, a.itl_s, a.tokens_per_chunk), a.model, fake_tokenize, _FAULT,
+                  port=None if a.fd is not None else a.port, fd=a.fd)
+        return
     app = make_app(FakeTiming(a.ttft_s, a.itl_s, a.tokens_per_chunk), a.model)
     kw: dict[str, Any] = {"fd": a.fd} if a.fd is not None else {"host": "127.0.0.1", "port": a.port}
     uvicorn.run(app, http=_stamping_protocol(), loop="asyncio", lifespan="on", log_level="warning", access_log=False,
