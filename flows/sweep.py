@@ -744,6 +744,9 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
         logger.warning("could not create artifacts: %s", e)
     counts = quality["counts"]
     logger.info("quality: %s", ", ".join(f"{k} {v}" for k, v in counts.items()))
+    for r in quality["reasons"].itertuples(index=False):  # why a trial warns or fails, without a query
+        logger.info("quality %s: %s/%s (%s) failed in %d trial(s): observed %s, threshold %s",
+                    r.verdict, r.suite, r.expectation, r.severity, r.trials, r.observed, r.threshold)
     return SweepSummary(sweep_id=sweep_id, db=str(db_path), results=str(results_dir), trials=statuses_,
                         comparison=comp.to_dict("records"), left_out=comp.attrs.get("left_out", []),
                         quality=counts, report_markdown=md,

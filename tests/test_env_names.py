@@ -68,3 +68,19 @@ def test_real_cpu_runtime_knows_fastokens_but_not_a_typo(cpu_runtime):
     assert names is not None and len(names) > 100
     assert "VLLM_USE_FASTOKENS" in names and "VLLM_CPU_KVCACHE_SPACE" in names
     assert "VLLM_USE_FASTOKEN" not in names
+
+
+def test_warning_names_every_config_the_unknown_variable_reaches_and_suggests_the_known_name(tmp_path):
+    rt = _fake_runtime(tmp_path, OLD_ENVS.replace('"VLLM_HOST_IP"', '"VLLM_USE_FASTOKENS"'), version="0.25.1")
+    model = tmp_path / "model"
+    model.mkdir()
+    plan = Plan.model_validate({
+        "name": "p", "model": str(model), "runtimes": ["old"], "env": {"VLLM_USE_FASTOKEN": 1},
+        "variants": [{"name": "default"}, {"engine_args": {"enforce-eager": True}}],
+        "workloads": [{"name": "w", "prompt_tokens": 8, "output_tokens": 4, "num_requests": 2}],
+        "concurrency": [1],
+    })
+    (msg,) = unknown_env_warnings(plan, {"old": rt})
+    labels = [t.label for t in plan.trials()]
+    assert len(set(labels)) == 2 and all(repr(x) in msg for x in labels), (msg, labels)
+    assert "did you mean VLLM_USE_FASTOKENS?" in msg

@@ -138,7 +138,8 @@ def evidence_report(run_dir: Path, baseline_label: str = "default",
                        AS env_not_applied
             FROM trials ORDER BY started_at""").df()
         phases = con.execute("""
-            SELECT t.config_label AS config, t.replicate AS boot, p.phase, round(p.seconds, 2) AS seconds,
+            SELECT right(t.sweep_id, 4) AS sweep, t.runtime_name AS runtime, t.config_label AS config,
+                   t.replicate AS boot, p.phase, round(p.seconds, 2) AS seconds,
                    round(p.gib, 2) AS gib, p.tokens
             FROM boot_phases p JOIN trials t USING (trial_id)
             WHERE p.phase IN ('torch_compile', 'graph_capture', 'model_load', 'kv_cache', 'init_engine')
@@ -147,7 +148,8 @@ def evidence_report(run_dir: Path, baseline_label: str = "default",
             SELECT config_label AS config, failure_class, eager_diagnosis, substr(failure_reason, 1, 300) AS reason
             FROM trials WHERE status <> 'ok' ORDER BY started_at""").df()
         quality = con.execute("""
-            SELECT t.config_label AS config, t.replicate AS boot, q.suite, q.expectation, q.severity, q.observed, q.threshold
+            SELECT right(t.sweep_id, 4) AS sweep, t.runtime_name AS runtime, t.config_label AS config,
+                   t.replicate AS boot, q.suite, q.expectation, q.severity, q.observed, q.threshold
             FROM quality_checks q JOIN trials t USING (trial_id) WHERE q.success = false
             ORDER BY t.started_at, q.suite""").df()
         con.close()
@@ -175,7 +177,8 @@ def evidence_report(run_dir: Path, baseline_label: str = "default",
         n_versions = con.execute("SELECT count(DISTINCT vllm_version) FROM trials WHERE status = 'ok'").fetchall()[0][0]
         con.close()
         if n_versions > 1:  # the longitudinal view: each config's boot means along vLLM versions
-            lines += ["", "## Across vLLM versions (mean of boot means; bars = boot-to-boot SD)", ""]
+            lines += ["", "## Plots along vLLM versions (mean of boot means; bars = boot-to-boot SD; a config "
+                      "whose env var was not applied on a release is plotted there as it ran)", ""]
             for m in ("output_tokens_per_s", "ttft_p50_s"):
                 png = version_plot(db, run_dir, m)
                 if png is not None:

@@ -13,6 +13,7 @@ it, anything else is passed as ``--flag value``.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import itertools
 import json
@@ -460,15 +461,23 @@ def unknown_env_warnings(plan: "Plan", runtimes: dict) -> list[str]:
         plan: the validated plan.
         runtimes: runtime name -> ``tunelab.runtime.Runtime``.
     """
-    out, seen = [], set()
+    affected: dict[tuple[str, str], list[str]] = {}
     for t in plan.trials():
         rt = runtimes.get(t.runtime)
         known = rt.vllm_env_names() if rt is not None else None
         if known is None:
             continue
         for k in sorted(t.env):
-            if k.startswith("VLLM_") and k not in known and (t.runtime, k) not in seen:
-                seen.add((t.runtime, k))
-                out.append(f"env {k}: unknown to vLLM {rt.vllm_version or '?'} of runtime {t.runtime!r} (not in its "
-                           f"vllm/envs.py); it will not be applied, so config {t.label!r} runs as if it were unset there")
+            if k.startswith("VLLM_") and k not in known:
+                labels = affected.setdefault((t.runtime, k), [])
+                if t.label not in labels:
+                    labels.append(t.label)
+    out = []
+    for (rt_name, k), labels in affected.items():
+        rt = runtimes[rt_name]
+        close = difflib.get_close_matches(k, sorted(rt.vllm_env_names() or ()), n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        out.append(f"env {k}: unknown to vLLM {rt.vllm_version or '?'} of runtime {rt_name!r} (not in its "
+                   f"vllm/envs.py){hint}; it will not be applied, so config(s) {', '.join(repr(x) for x in labels)} "
+                   "run as if it were unset there")
     return out

@@ -22,7 +22,7 @@ SELECT
     avg(m.e2el_p95_s)                                AS e2el_p95_s,
     sum(m.failed)                                    AS failed_requests,
     avg(t.boot_s)                                    AS boot_s,
-    string_agg(DISTINCT t.quality_verdict, ',')      AS quality,
+    string_agg(DISTINCT t.quality_verdict, ',' ORDER BY t.quality_verdict) AS quality,
     -- env vars that vLLM reported as unknown on some boot of this config (JSON list; NULL when all applied)
     max(CASE WHEN json_array_length(t.env_not_applied) > 0 THEN CAST(t.env_not_applied AS VARCHAR) END) AS env_not_applied
 FROM measurements m
