@@ -180,3 +180,38 @@ def test_load_pending_merges_a_sweep_row_that_changed_between_bundles(tmp_path):
     con = duckdb.connect(str(db), read_only=True)
     assert con.execute("SELECT count(*), any_value(plan_yaml) FROM sweeps").fetchall() == [(1, "plan: 1")]
     con.close()
+
+
+def _table_digest(db):
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        out = {}
+        for t in TABLES:
+            cols = [c for (c,) in con.execute(f"SELECT column_name FROM (DESCRIBE {t})").fetchall()
+                    if c not in ("loaded_at", "bundle_path")]  # when and where it was loaded from differ
+            out[t] = con.execute(f"SELECT count(*), sum(hash({', '.join(cols)})) FROM {t}").fetchall()[0]
+        return out
+    finally:
+        con.close()
+
+
+def test_parallel_load_equals_serial_load_and_resolves_sweep_row_conflicts(tmp_path):
+    # Two sweeps; within a sweep every bundle carries a different sweep row (finished_at moves on), so
+    # concurrent transactions upsert the same sweeps row: DuckDB reports a write-write conflict and the
+    # loader must load that bundle again alone. The result must equal a one-at-a-time load.
+    import datetime as dt
+
+    results = tmp_path / "results"
+    for sw in ("swA", "swB"):
+        for i in range(6):
+            st = synthetic_trial(sweep_id=sw, config_key=f"c{i}", requests_per_repeat=50)
+            sweep = dict(st.sweep, finished_at=st.sweep["finished_at"] + dt.timedelta(seconds=i))
+            write_bundle(results, sweep, st.trial, st.tables)
+    serial = load_pending(tmp_path / "serial.duckdb", results, workers=1)
+    parallel = load_pending(tmp_path / "parallel.duckdb", results, workers=4)
+    assert [r.status for r in parallel] == ["loaded"] * 12
+    assert [r.bundle_dir for r in parallel] == [r.bundle_dir for r in serial]  # path order
+    d = _table_digest(tmp_path / "parallel.duckdb")
+    assert d == _table_digest(tmp_path / "serial.duckdb")
+    assert d["trials"][0] == 12 and d["sweeps"][0] == 2 and d["requests"][0] == 12 * 150
+    assert load_pending(tmp_path / "parallel.duckdb", results, workers=4) == []  # idempotent

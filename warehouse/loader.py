@@ -17,8 +17,12 @@ file is locked, the loader waits with exponential backoff and then raises ``Ware
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -435,6 +439,7 @@ def load_pending(
     *,
     lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
     on_result: Callable[[LoadResult], None] | None = None,
+    workers: int | None = None,
 ) -> list[LoadResult]:
     """Load every bundle under ``results_dir`` that is not loaded yet (or changed since).
 
@@ -443,6 +448,13 @@ def load_pending(
     gets ``status="failed"`` with the reason and the others still load; the database holds
     the write lock for the whole call.
 
+    Each bundle is still one transaction of its own. ``workers`` (default: the CPU count, at most 4)
+    transactions run at once, each on its own cursor of the one connection: DuckDB runs concurrent
+    transactions of one process in parallel and appends to the same table never conflict, while
+    one transaction's insert runs on one core. The first bundle of each sweep loads alone first, so
+    that the sweep row exists before bundles that share it run side by side; a bundle whose
+    transaction still hits a write-write conflict is rolled back and loaded again after the others.
+
     Returns:
         One LoadResult per bundle attempted, in path order.
 
@@ -450,8 +462,9 @@ def load_pending(
         WarehouseLocked: see ``open_warehouse``; nothing is loaded then.
     """
     bundles = list_bundles(Path(results_dir))
+    workers = max(1, workers if workers is not None else min(4, os.cpu_count() or 1))
     con = open_warehouse(db_path, lock_timeout_s=lock_timeout_s, pending_dir=results_dir)
-    results: list[LoadResult] = []
+    results: dict[Path, LoadResult] = {}
     try:
         # Each COMMIT appends its rows to the write-ahead log (written and fsynced: a committed
         # bundle survives a crash). With DuckDB's default threshold (16 MiB) nearly every
@@ -461,24 +474,90 @@ def load_pending(
         con.execute(f"SET checkpoint_threshold = '{CHECKPOINT_THRESHOLD}'")
         loaded = dict(con.execute("SELECT bundle_id, sha256 FROM loaded_bundles").fetchall())
         schema = _schema_columns(con)  # no DDL happens while loading
+        catalog = con.execute("SELECT current_database()").fetchall()[0][0]
         sweeps_stored: set[tuple[str, str]] = set()
-        for bundle in bundles:
+
+        def load(bundle: Path, cur: duckdb.DuckDBPyConnection, retry_conflict: bool) -> LoadResult | None:
             t0 = time.perf_counter()
             try:
                 manifest = verify_bundle(bundle)
                 if loaded.get(manifest["trial_id"]) == manifest["manifest_sha256"]:
-                    continue
-                result = _load_one(con, bundle, manifest, schema, loaded_sha=loaded.get(manifest["trial_id"]),
+                    return None
+                result = _load_one(cur, bundle, manifest, schema, loaded_sha=loaded.get(manifest["trial_id"]),
                                    checked_sha=True, sweeps_stored=sweeps_stored)
                 loaded[result.trial_id] = result.manifest_sha256
-            except (BundleError, BundleLoadError) as exc:
+                return result
+            except BundleLoadError as exc:
+                if retry_conflict and isinstance(exc.__cause__, duckdb.TransactionException):
+                    log.info("bundle %s: write-write conflict with a concurrent load; loading it again alone", bundle)
+                    return _CONFLICT
                 log.error("bundle %s not loaded: %s", bundle, exc)
-                result = LoadResult(bundle, None, None, "failed", seconds=time.perf_counter() - t0, error=str(exc))
-            results.append(result)
-            if on_result:
-                on_result(result)
-        if any(r.status == "loaded" for r in results):
+                return LoadResult(bundle, None, None, "failed", seconds=time.perf_counter() - t0, error=str(exc))
+            except BundleError as exc:
+                log.error("bundle %s not loaded: %s", bundle, exc)
+                return LoadResult(bundle, None, None, "failed", seconds=time.perf_counter() - t0, error=str(exc))
+
+        def done(bundle: Path, result: LoadResult | None) -> None:
+            if result is not None:
+                results[bundle] = result
+                if on_result:
+                    on_result(result)
+
+        first, rest, seen_sweeps = [], [], set()
+        for bundle in bundles:
+            sweep_id = _manifest_sweep_id(bundle)
+            (rest if sweep_id in seen_sweeps else first).append(bundle)
+            seen_sweeps.add(sweep_id)
+        for bundle in first:
+            done(bundle, load(bundle, con, retry_conflict=False))
+        conflicted = []
+        if workers == 1 or len(rest) < 2:
+            for bundle in rest:
+                done(bundle, load(bundle, con, retry_conflict=False))
+        else:
+            cursors = [con.cursor() for _ in range(workers)]
+            try:
+                for cur in cursors:
+                    cur.execute(f'USE "{catalog}"')  # a cursor starts in the default catalog
+                free = list(cursors)
+                lock = threading.Lock()
+
+                def run(bundle: Path) -> LoadResult | None:
+                    with lock:
+                        cur = free.pop()
+                    try:
+                        return load(bundle, cur, retry_conflict=True)
+                    finally:
+                        with lock:
+                            free.append(cur)
+
+                with ThreadPoolExecutor(max_workers=workers) as pool:
+                    futures = {pool.submit(run, b): b for b in rest}
+                    for fut in as_completed(futures):
+                        r = fut.result()
+                        if r is _CONFLICT:
+                            conflicted.append(futures[fut])
+                        else:
+                            done(futures[fut], r)
+            finally:
+                for cur in cursors:
+                    cur.close()
+        for bundle in sorted(conflicted):  # alone now: nothing left to conflict with
+            done(bundle, load(bundle, con, retry_conflict=False))
+        if any(r.status == "loaded" for r in results.values()):
             con.execute("CHECKPOINT")
     finally:
         con.close()
-    return results
+    return [results[b] for b in bundles if b in results]
+
+
+_CONFLICT = LoadResult(Path(), None, None, "conflict")  # sentinel: a write-write conflict, load again alone
+
+
+def _manifest_sweep_id(bundle: Path) -> str | None:
+    """The sweep of a bundle from its manifest, cheaply (no hashing); None when unreadable (the load
+    itself then reports the bundle as failed)."""
+    try:
+        return json.loads((Path(bundle) / "manifest.json").read_text()).get("sweep_id")
+    except (OSError, ValueError, AttributeError):
+        return None
