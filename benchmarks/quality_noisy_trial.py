@@ -18,7 +18,6 @@ import argparse
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import duckdb
@@ -33,29 +32,13 @@ _BURN = "import time\nt=time.time()\nwhile time.time()-t < 600: pass\n"
 
 def _run_with_stall(cmd: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
     """Run ``tunelab run`` and stall its first trial's second measured repeat (FAULT INJECTION, test-side)."""
-    from fault_injection import StallOneRepeat
+    from fault_injection import run_with_stall
 
-    p = subprocess.Popen(cmd, cwd=REPO, env=dict(env, PYTHONUNBUFFERED="1"), stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True)
-    injector = StallOneRepeat(p.pid, repeat=1, repeats=2)  # noisy_bursty.yaml: repeats 2
-    lines: list[str] = []
-
-    def follow() -> None:
-        for line in p.stdout:
-            lines.append(line)
-            injector.feed(line)
-
-    reader = threading.Thread(target=follow, daemon=True)
-    reader.start()
-    try:
-        p.wait(timeout=900)
-    finally:
-        reader.join(timeout=10)
-        report = injector.close()
+    rc, output, report = run_with_stall(cmd, REPO, env, repeat=1, repeats=2)  # noisy_bursty.yaml: repeats 2
     if report is not None:
         print(f"stall: {report.slices} slices, stopped {report.stopped_s:.2f} s of {report.wall_s:.2f} s "
               f"({report.stopped_frac:.0%}) of trial {report.trial_id}; {report.events}")
-    return subprocess.CompletedProcess(cmd, p.returncode, "".join(lines), "")
+    return subprocess.CompletedProcess(cmd, rc, output, "")
 
 
 def main() -> int:

@@ -20,13 +20,14 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
 
 from tasks.engine import tracked_servers  # imported up front: a first import at the trigger costs ~0.3 s
 
-__all__ = ["ProcessGroupStall", "StallOneRepeat", "StallReport"]
+__all__ = ["ProcessGroupStall", "StallOneRepeat", "StallReport", "run_with_stall"]
 
 
 @dataclass
@@ -155,3 +156,34 @@ class StallOneRepeat:
             self.report = self.stall.halt()
             self.report.events.append("end: closed before the stalled repeat was logged as finished")
         return self.report
+
+
+def run_with_stall(cmd: list[str], cwd, env: dict, repeat: int, repeats: int, timeout_s: float = 900,
+                   **stall: float) -> tuple[int, str, StallReport | None]:
+    """Run ``cmd`` (a ``tunelab run``) and stall measured repeat ``repeat`` of its first trial
+    (:class:`StallOneRepeat`; ``stall`` passes ``stop_s``/``run_s``). The process is killed after ``timeout_s``.
+
+    Returns:
+        (return code, the process's stdout and stderr, the stall report or None if no stall started).
+    """
+    p = subprocess.Popen(cmd, cwd=cwd, env=dict(env, PYTHONUNBUFFERED="1"), stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    injector = StallOneRepeat(p.pid, repeat, repeats, **stall)
+    lines: list[str] = []
+
+    def follow() -> None:
+        for line in p.stdout:
+            lines.append(line)
+            injector.feed(line)
+
+    reader = threading.Thread(target=follow, daemon=True)
+    reader.start()
+    try:
+        p.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+    finally:
+        reader.join(timeout=10)
+        report = injector.close()
+    return p.returncode, "".join(lines), report

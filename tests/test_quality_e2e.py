@@ -28,16 +28,14 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import duckdb
 import pytest
 import yaml
 
-from fault_injection import StallOneRepeat
+from fault_injection import run_with_stall
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -70,28 +68,9 @@ def stalled_sweep(tmp_path_factory, cpu_runtime, tiny_model):
     }))
     env = dict(os.environ, TUNELAB_DB=str(out / "wh.duckdb"), TUNELAB_RESULTS=str(out / "results"),
                PREFECT_HOME=str(out / "prefect"), PYTHONUNBUFFERED="1")
-    p = subprocess.Popen([sys.executable, "-m", "tunelab.cli", "run", str(plan)], cwd=REPO, env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    injector = StallOneRepeat(p.pid, STALLED_REPEAT, REPEATS, stop_s=STOP_S, run_s=RUN_S)
-    lines: list[str] = []
-
-    def follow() -> None:
-        for line in p.stdout:
-            lines.append(line)
-            injector.feed(line)
-
-    reader = threading.Thread(target=follow, daemon=True)
-    reader.start()
-    try:
-        p.wait(timeout=900)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait()
-    finally:
-        reader.join(timeout=10)
-        report = injector.close()
-    output = "".join(lines)
-    assert p.returncode == 0, output[-4000:]
+    rc, output, report = run_with_stall([sys.executable, "-m", "tunelab.cli", "run", str(plan)], REPO, env,
+                                        STALLED_REPEAT, REPEATS, stop_s=STOP_S, run_s=RUN_S)
+    assert rc == 0, output[-4000:]
     assert report is not None and report.trial_id, f"the stall never started: {report}\n" + output[-4000:]
     con = duckdb.connect(str(out / "wh.duckdb"), read_only=True)
     try:
