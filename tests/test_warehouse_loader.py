@@ -195,21 +195,26 @@ def _table_digest(db):
         con.close()
 
 
-def test_parallel_load_equals_serial_load_and_resolves_sweep_row_conflicts(tmp_path):
-    # Two sweeps; within a sweep every bundle carries a different sweep row (finished_at moves on), so
-    # concurrent transactions upsert the same sweeps row: DuckDB reports a write-write conflict and the
-    # loader must load that bundle again alone. The result must equal a one-at-a-time load.
+def test_parallel_load_equals_serial_load(tmp_path, monkeypatch):
+    # Sweep swA: every bundle carries the same sweep row (bundles load side by side). Sweep swB: each bundle
+    # carries a different sweep row (finished_at moves on), so the row that stays must be the last bundle's in
+    # path order, as in a one-at-a-time load: those load alone, in order. The result must equal a serial load.
     import datetime as dt
+    import threading
 
     results = tmp_path / "results"
     for sw in ("swA", "swB"):
         for i in range(6):
             st = synthetic_trial(sweep_id=sw, config_key=f"c{i}", requests_per_repeat=50)
-            sweep = dict(st.sweep, finished_at=st.sweep["finished_at"] + dt.timedelta(seconds=i))
+            sweep = dict(st.sweep, finished_at=st.sweep["finished_at"] + dt.timedelta(seconds=i if sw == "swB" else 0))
             write_bundle(results, sweep, st.trial, st.tables)
     serial = load_pending(tmp_path / "serial.duckdb", results, workers=1)
+    threads = []
+    real = loader._load_one
+    monkeypatch.setattr(loader, "_load_one", lambda *a, **k: threads.append(threading.current_thread()) or real(*a, **k))
     parallel = load_pending(tmp_path / "parallel.duckdb", results, workers=4)
     assert [r.status for r in parallel] == ["loaded"] * 12
+    assert any(t is not threading.main_thread() for t in threads)  # the side-by-side path ran
     assert [r.bundle_dir for r in parallel] == [r.bundle_dir for r in serial]  # path order
     d = _table_digest(tmp_path / "parallel.duckdb")
     assert d == _table_digest(tmp_path / "serial.duckdb")

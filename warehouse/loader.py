@@ -452,8 +452,10 @@ def load_pending(
     transactions run at once, each on its own cursor of the one connection: DuckDB runs concurrent
     transactions of one process in parallel and appends to the same table never conflict, while
     one transaction's insert runs on one core. The first bundle of each sweep loads alone first, so
-    that the sweep row exists before bundles that share it run side by side; a bundle whose
-    transaction still hits a write-write conflict is rolled back and loaded again after the others.
+    that the sweep row exists before bundles that share it run side by side; bundles whose sweep row
+    differs, and the last bundle of each sweep, load alone at the end in path order, so the result equals
+    a one-at-a-time load; a bundle whose transaction still hits a write-write conflict is rolled back and
+    loaded again alone after the others.
 
     Returns:
         One LoadResult per bundle attempted, in path order.
@@ -503,17 +505,31 @@ def load_pending(
                 if on_result:
                     on_result(result)
 
-        first, rest, seen_sweeps = [], [], set()
+        # Order: the result must equal loading one bundle after the other in path order, where the sweep
+        # row of the last bundle of a sweep is the one that stays. So the first bundle of each sweep loads
+        # alone (its sweep row then exists), bundles whose sweep file equals that one's run side by side (their
+        # sweep row changes nothing), and the others (a sweep row that differs) and the last bundle of each
+        # sweep load alone at the end, in path order.
+        first, parallel, serial, first_sha, last_of, shas = [], [], [], {}, {}, {}
+        keys = {b: _manifest_sweep(b) for b in bundles}
         for bundle in bundles:
-            sweep_id = _manifest_sweep_id(bundle)
-            (rest if sweep_id in seen_sweeps else first).append(bundle)
-            seen_sweeps.add(sweep_id)
+            last_of[keys[bundle][0]] = bundle
+            shas.setdefault(keys[bundle][0], set()).add(keys[bundle][1])
+        for bundle in bundles:
+            sweep_id, sha = keys[bundle]
+            if sweep_id not in first_sha:
+                first_sha[sweep_id] = sha
+                first.append(bundle)
+            elif sha == first_sha[sweep_id] and sha is not None and (
+                    bundle != last_of[sweep_id] or len(shas[sweep_id]) == 1):  # one sweep row: any order
+                parallel.append(bundle)
+            else:
+                serial.append(bundle)
         for bundle in first:
             done(bundle, load(bundle, con, retry_conflict=False))
         conflicted = []
-        if workers == 1 or len(rest) < 2:
-            for bundle in rest:
-                done(bundle, load(bundle, con, retry_conflict=False))
+        if workers == 1 or len(parallel) < 2:
+            serial = sorted(parallel + serial)
         else:
             cursors = [con.cursor() for _ in range(workers)]
             try:
@@ -532,7 +548,7 @@ def load_pending(
                             free.append(cur)
 
                 with ThreadPoolExecutor(max_workers=workers) as pool:
-                    futures = {pool.submit(run, b): b for b in rest}
+                    futures = {pool.submit(run, b): b for b in parallel}
                     for fut in as_completed(futures):
                         r = fut.result()
                         if r is _CONFLICT:
@@ -542,7 +558,7 @@ def load_pending(
             finally:
                 for cur in cursors:
                     cur.close()
-        for bundle in sorted(conflicted):  # alone now: nothing left to conflict with
+        for bundle in sorted(conflicted + serial):  # alone now, in path order: nothing left to conflict with
             done(bundle, load(bundle, con, retry_conflict=False))
         if any(r.status == "loaded" for r in results.values()):
             con.execute("CHECKPOINT")
@@ -554,10 +570,11 @@ def load_pending(
 _CONFLICT = LoadResult(Path(), None, None, "conflict")  # sentinel: a write-write conflict, load again alone
 
 
-def _manifest_sweep_id(bundle: Path) -> str | None:
-    """The sweep of a bundle from its manifest, cheaply (no hashing); None when unreadable (the load
-    itself then reports the bundle as failed)."""
+def _manifest_sweep(bundle: Path) -> tuple[str | None, str | None]:
+    """(sweep_id, sha256 of the sweep file) of a bundle from its manifest, cheaply (no hashing); Nones when
+    unreadable (the load itself then reports the bundle as failed)."""
     try:
-        return json.loads((Path(bundle) / "manifest.json").read_text()).get("sweep_id")
+        m = json.loads((Path(bundle) / "manifest.json").read_text())
+        return m.get("sweep_id"), (m.get("files", {}).get("sweep") or {}).get("sha256")
     except (OSError, ValueError, AttributeError):
-        return None
+        return None, None
