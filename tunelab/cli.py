@@ -156,8 +156,10 @@ def plan_check(
     console.print(f"workloads: {', '.join(w.name for w in p.workloads)}; load levels: {', '.join(levels)}; "
                   f"repeats {p.repeats}, warm-up {p.warmup_requests} requests")
     # The plan is valid; can it run on THIS machine? (A GPU plan checked on a laptop is still a valid plan.)
-    problems = _readiness(p)
-    for msg in _env_warnings(p):
+    from tunelab.plan import unknown_env_warnings
+
+    runtimes, problems = _readiness(p)
+    for msg in unknown_env_warnings(p, runtimes):
         err.print(f"[yellow]warning:[/] {msg}", highlight=False)
     if problems:
         for msg in problems:
@@ -168,33 +170,20 @@ def plan_check(
         console.print("runnable here: runtimes and model found")
 
 
-def _env_warnings(p) -> list[str]:
-    """``plan.unknown_env_warnings`` for the runtimes that exist here."""
-    from tunelab.plan import unknown_env_warnings
+def _readiness(p) -> tuple[dict, list[str]]:
+    """The plan's runtimes found on this machine (name -> Runtime), and what keeps the valid plan from running
+    here (missing runtime or model folder)."""
     from tunelab.runtime import RuntimeError_, load_runtime
 
-    runtimes = {}
+    runtimes, out = {}, []
     for name in p.runtime_names():
         try:
             runtimes[name] = load_runtime(name)
-        except RuntimeError_:
-            pass
-    return unknown_env_warnings(p, runtimes)
-
-
-def _readiness(p) -> list[str]:
-    """What keeps a valid plan from running on this machine (missing runtime or model folder)."""
-    from tunelab.runtime import RuntimeError_, load_runtime
-
-    out = []
-    for name in p.runtime_names():
-        try:
-            load_runtime(name)
         except RuntimeError_ as e:
             out.append(f"runtime: {e}")
     if not (Path(p.model) / "config.json").exists():
         out.append(f"model: {p.model!r} is not a model folder (no config.json)")
-    return out
+    return runtimes, out
 
 
 @app.command("run")
@@ -253,9 +242,7 @@ def load(
     results: Optional[Path] = typer.Option(None, help="Results folder."),
 ) -> None:
     """Load every result bundle that is not yet in the warehouse (safe to repeat)."""
-    from warehouse.loader import load_pending
-
-    from warehouse.loader import WarehouseLocked
+    from warehouse.loader import WarehouseLocked, load_pending
 
     try:
         res = load_pending(db or paths.db_path(), results or paths.results_dir())

@@ -461,10 +461,10 @@ def unknown_env_warnings(plan: "Plan", runtimes: dict) -> list[str]:
         plan: the validated plan.
         runtimes: runtime name -> ``tunelab.runtime.Runtime``.
     """
+    known_by = {name: rt.vllm_env_names() for name, rt in runtimes.items()}  # one parse of envs.py each
     affected: dict[tuple[str, str], list[str]] = {}
     for t in plan.trials():
-        rt = runtimes.get(t.runtime)
-        known = rt.vllm_env_names() if rt is not None else None
+        known = known_by.get(t.runtime)
         if known is None:
             continue
         for k in sorted(t.env):
@@ -475,7 +475,7 @@ def unknown_env_warnings(plan: "Plan", runtimes: dict) -> list[str]:
     out = []
     for (rt_name, k), labels in affected.items():
         rt = runtimes[rt_name]
-        close = difflib.get_close_matches(k, sorted(rt.vllm_env_names() or ()), n=1)
+        close = difflib.get_close_matches(k, sorted(known_by[rt_name]), n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
         out.append(f"env {k}: unknown to vLLM {rt.vllm_version or '?'} of runtime {rt_name!r} (not in its "
                    f"vllm/envs.py){hint}; it will not be applied, so config(s) {', '.join(repr(x) for x in labels)} "

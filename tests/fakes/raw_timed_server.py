@@ -156,11 +156,13 @@ def _frame(data: bytes) -> bytes:
 class _State:
     """The fake's shared state: request log, counters and the fake tokenizer's vocabulary."""
 
-    def __init__(self, timing: Any, model: str, tokenize: Callable[[str], list[str]], fault: Any) -> None:
+    def __init__(self, timing: Any, model: str, tokenize: Callable[[str], list[str]], fault: Any,
+                 encode_chunk: Callable[..., bytes]) -> None:
         self.timing = timing
         self.model = model
         self.tokenize = tokenize
         self.fault = fault
+        self.encode_chunk = encode_chunk
         self.log: list[dict[str, Any]] = []
         self.in_flight = 0
         self.max_in_flight = 0
@@ -317,13 +319,7 @@ class _Conn:
         model = st.model
 
         def chunk(text: str | None, finish: str | None, role: bool = False) -> bytes:
-            if chat:
-                delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else {"content": text}
-                ch = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-            else:
-                ch = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish, "stop_reason": None}
-            o = {"id": oid, "object": obj_kind, "created": created, "model": model, "choices": [ch]}
-            return _frame(b"data: " + json.dumps(o, separators=(",", ":")).encode() + b"\n\n")
+            return _frame(st.encode_chunk(oid, created, model, chat, text, finish, role))
 
         tr = self.transport
         assert tr is not None
@@ -393,11 +389,13 @@ class _Conn:
 
 
 def serve_raw(timing: Any, model: str, tokenize: Callable[[str], list[str]], fault: Any,
-              port: int | None = None, fd: int | None = None) -> None:
-    """Serve the lean fake on 127.0.0.1:``port`` or an inherited listening socket ``fd`` until killed."""
+              encode_chunk: Callable[..., bytes], port: int | None = None, fd: int | None = None) -> None:
+    """Serve the lean fake on 127.0.0.1:``port`` or an inherited listening socket ``fd`` until killed.
+    ``tokenize``, ``fault`` and ``encode_chunk`` (one SSE event) come from the specification module, so both
+    fakes count tokens, inject faults and encode chunks the same way."""
 
     async def main() -> None:
-        st = _State(timing, model, tokenize, fault)
+        st = _State(timing, model, tokenize, fault, encode_chunk)
         loop = asyncio.get_running_loop()
         if fd is not None:
             lsock = socket.socket(fileno=fd)

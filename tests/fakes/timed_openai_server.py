@@ -60,7 +60,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FakeTiming", "make_app", "FakeServerProcess", "fake_tokenize"]
+__all__ = ["FakeTiming", "make_app", "FakeServerProcess", "fake_tokenize", "sse_chunk"]
 
 _PIECE = re.compile(r" ?[A-Za-z0-9_]+| ?[^\sA-Za-z0-9_]+|\s+")
 _FAULT = re.compile(r"\[\[fault:(503|cut:(\d+))\]\]")
@@ -74,6 +74,20 @@ def fake_tokenize(text: str) -> list[str]:
         p = m.group(0)
         out.extend(p[i : i + 4] for i in range(0, len(p), 4))
     return out
+
+
+def sse_chunk(oid: str, created: int, model: str, chat: bool, text: str | None, finish: str | None,
+              role: bool = False) -> bytes:
+    """One server-sent event of a streamed completion (``chat`` -> ``chat.completion.chunk`` with a delta; else
+    ``text_completion``), as vLLM sends it; ``role=True`` is chat's role-only first chunk. Both fakes use it."""
+    if chat:
+        delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else {"content": text}
+        ch = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+    else:
+        ch = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish, "stop_reason": None}
+    o = {"id": oid, "object": "chat.completion.chunk" if chat else "text_completion", "created": created,
+         "model": model, "choices": [ch]}
+    return b"data: " + json.dumps(o, separators=(",", ":")).encode() + b"\n\n"
 
 
 @dataclass(frozen=True)
@@ -145,13 +159,7 @@ def make_app(timing: FakeTiming, model: str = "fake-model") -> Any:
         obj_kind = "chat.completion.chunk" if chat else "text_completion"
 
         def chunk(text: str | None, finish: str | None, role: bool = False) -> bytes:
-            if chat:
-                delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else {"content": text}
-                ch = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-            else:
-                ch = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish, "stop_reason": None}
-            o = {"id": oid, "object": obj_kind, "created": created, "model": model, "choices": [ch]}
-            return b"data: " + json.dumps(o, separators=(",", ":")).encode() + b"\n\n"
+            return sse_chunk(oid, created, model, chat, text, finish, role)
 
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
@@ -391,7 +399,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from raw_timed_server import serve_raw
 
-        serve_raw(FakeTiming(a.ttft_s, a.itl_s, a.tokens_per_chunk), a.model, fake_tokenize, _FAULT,
+        serve_raw(FakeTiming(a.ttft_s, a.itl_s, a.tokens_per_chunk), a.model, fake_tokenize, _FAULT, sse_chunk,
                   port=None if a.fd is not None else a.port, fd=a.fd)
         return
     app = make_app(FakeTiming(a.ttft_s, a.itl_s, a.tokens_per_chunk), a.model)
