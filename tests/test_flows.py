@@ -66,12 +66,17 @@ def prefect_server(tmp_path_factory):
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
-    os.killpg(proc.pid, signal.SIGTERM)
+    _stop_group(proc, signal.SIGTERM, 30)
+
+
+def _stop_group(proc: subprocess.Popen, sig: int, timeout_s: float) -> None:
+    """Send ``sig`` to the process group of ``proc``; SIGKILL it if it has not ended after ``timeout_s``."""
+    os.killpg(proc.pid, sig)
     try:
-        proc.wait(timeout=30)
+        proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
+        proc.communicate(timeout=10)
 
 
 # -- pure parts --------------------------------------------------------------------------------------------
@@ -613,12 +618,7 @@ def test_cancel_a_deployment_run_while_measuring(prefect_server, cpu_runtime, ti
         assert len(kids) == 1 and kids[0].state.is_cancelled(), [k.state for k in kids]
         _assert_cancelled_trial(res, db)
     finally:
-        os.killpg(serve.pid, signal.SIGINT)
-        try:
-            serve.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(serve.pid, signal.SIGKILL)
-            serve.communicate(timeout=10)
+        _stop_group(serve, signal.SIGINT, 60)
 
 
 @pytest.mark.runtime
