@@ -38,11 +38,14 @@ import asyncio
 import json
 import multiprocessing as mp
 import random
+import socket
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import httpx
+
+from tasks import rx_stamps
 
 __all__ = [
     "Clock",
@@ -390,14 +393,15 @@ async def send_streaming(
 # --------------------------------------------------------------------------- raw HTTP/1.1 streaming transport
 
 
-class _StreamProtocol(asyncio.Protocol):
-    """One keep-alive HTTP/1.1 connection. Parses the response *inside* ``data_received``: every read is
-    stamped first, then its bytes are de-chunked and split into SSE events, and each event is handed to the
-    request's ``on_event(payload, stamp)`` synchronously — no task switch per chunk."""
+class _StreamProtocol:
+    """One keep-alive HTTP/1.1 connection. Parses the response *inside* ``data_received(data, t)``: ``t`` is
+    the read's stamp (the kernel's receive time where there is one, see :class:`_StampedSocket`); the bytes
+    are de-chunked and split into SSE events, and each event is handed to the request's
+    ``on_event(payload, t)`` synchronously — no task switch per chunk. ``end_t`` is the stamp of the read
+    that completed the response."""
 
-    def __init__(self, now: Callable[[], float]) -> None:
-        self.now = now
-        self.transport: asyncio.Transport | None = None
+    def __init__(self) -> None:
+        self.transport: _StampedSocket | None = None
         self.closed = False
         self.reset(None, None)
 
@@ -413,9 +417,10 @@ class _StreamProtocol(asyncio.Protocol):
         self.keep_alive = True
         self.body = b""  # non-200 bodies only
         self.got_bytes = False
+        self.end_t: float | None = None
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+    def connection_made(self, transport: "_StampedSocket") -> None:
+        self.transport = transport
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -438,12 +443,12 @@ class _StreamProtocol(asyncio.Protocol):
             if ln[:5] == b"data:" and cb is not None:
                 cb(ln[5:].strip(), t)
 
-    def _finish(self) -> None:
+    def _finish(self, t: float) -> None:
+        self.end_t = t
         if self.done is not None and not self.done.done():
             self.done.set_result(self.status)
 
-    def data_received(self, data: bytes) -> None:
-        t = self.now()
+    def data_received(self, data: bytes, t: float) -> None:
         self.got_bytes = True
         buf = self.buf + data
         while True:
@@ -508,7 +513,7 @@ class _StreamProtocol(asyncio.Protocol):
                 line, buf = buf[:i], buf[i + 2:]
                 if not line:
                     self.state, self.buf = "idle", b""
-                    self._finish()
+                    self._finish(t)
                     return
             elif self.state == "fixed":
                 take = buf[: self.remaining]
@@ -518,7 +523,7 @@ class _StreamProtocol(asyncio.Protocol):
                     self._body(take, t)
                 if self.remaining == 0:
                     self.state, self.buf = "idle", b""
-                    self._finish()
+                    self._finish(t)
                     return
                 self.buf = b""
                 return
@@ -531,29 +536,139 @@ class _StreamProtocol(asyncio.Protocol):
                 self.buf = b""
                 return
 
-    def eof_received(self) -> bool | None:
+    def eof_received(self, t: float) -> None:
         if self.state == "until_close":
-            self._finish()
-        return None
+            self._finish(t)
+
+
+class RxStats:
+    """How a pool's reads were stamped. ``kernel`` / ``read``: reads stamped with the kernel's receive time /
+    with the read time (no kernel stamp); ``delays_s``: for kernel-stamped reads, read time - kernel receive
+    time (seconds): how late the client got to its bytes, i.e. what a read-time stamp would have added."""
+
+    def __init__(self) -> None:
+        self.kernel = 0
+        self.read = 0
+        self.delays_s: list[float] = []
+
+    def summary(self) -> dict[str, Any]:
+        """``{'kernel': n, 'read': n, 'delay_p99_s': float | None, 'delay_max_s': float | None}``."""
+        d = sorted(self.delays_s)
+        return {"kernel": self.kernel, "read": self.read,
+                "delay_p99_s": d[min(len(d) - 1, int(0.99 * len(d)))] if d else None,
+                "delay_max_s": d[-1] if d else None}
+
+
+class _StampedSocket:
+    """The little of an asyncio transport the raw client needs (``write``, ``close``, ``is_closing``) over a
+    non-blocking socket that is read with ``recvmsg`` from a plain ``loop.add_reader`` callback, so that
+    every read carries the kernel's receive stamp (:mod:`tasks.rx_stamps`). asyncio's own transports read
+    with ``recv`` and drop ancillary data. Stamps are handed to the protocol on the :class:`Clock`'s scale."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, proto: _StreamProtocol,
+                 clock: "Clock", stats: RxStats) -> None:
+        self.loop, self.sock, self.proto, self.stats = loop, sock, proto, stats
+        self.epoch0, self.perf0 = clock.origin
+        self.fd = sock.fileno()
+        self.out = bytearray()
+        self.closing = False
+        self.kernel = rx_stamps.enable(sock)
+        proto.connection_made(self)
+        loop.add_reader(self.fd, self._read)
+
+    def _read(self) -> None:
+        try:
+            data, t_read, t_kernel = rx_stamps.recv_stamped(self.sock, 262144, self.kernel)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            self._lost(e)
+            return
+        if t_kernel is None:
+            self.stats.read += 1
+            t = t_read
+        else:
+            self.stats.kernel += 1
+            self.stats.delays_s.append(t_read - t_kernel)
+            t = t_kernel
+        t = self.epoch0 + (t - self.perf0)
+        if not data:
+            self.proto.eof_received(t)
+            self._lost(None)
+            return
+        self.proto.data_received(data, t)
+
+    def write(self, data: bytes) -> None:
+        if self.closing:
+            raise ConnectionError("write on a closed connection")
+        if not self.out:
+            try:
+                n = self.sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                n = 0
+            except OSError as e:
+                self._lost(e)
+                return
+            if n == len(data):
+                return
+            data = data[n:]
+            self.loop.add_writer(self.fd, self._flush)
+        self.out += data
+
+    def _flush(self) -> None:
+        try:
+            n = self.sock.send(self.out)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            self._lost(e)
+            return
+        del self.out[:n]
+        if not self.out:
+            self.loop.remove_writer(self.fd)
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def close(self) -> None:
+        """Close now (the client only closes between requests or after a failure: nothing to flush)."""
+        self._lost(None)
+
+    def _lost(self, exc: Exception | None) -> None:
+        if self.fd < 0:
+            return
+        self.closing = True
+        self.loop.remove_reader(self.fd)
+        if self.out:
+            self.loop.remove_writer(self.fd)
+        self.fd = -1
+        self.sock.close()
+        self.proto.connection_lost(exc)
 
 
 class RawPool:
     """Keep-alive HTTP/1.1 connections to one server, opened on demand, never capped (a request never waits
-    for a connection). Used by :func:`send_streaming_raw`; ``prewarm(n)`` opens n connections ahead.
+    for a connection). Used by :func:`send_streaming_raw`; ``prewarm(n)`` opens n connections ahead. Every
+    read is stamped with the kernel's receive time where the platform gives one (Linux), else with the read
+    time; ``rx`` counts which (:class:`RxStats`).
 
     Args:
         base_url: ``http://host:port`` (no TLS: the server is local to the load generator).
         api_key: sent as ``Authorization: Bearer``; None/'' sends none.
-        now: the timestamp function (``Clock.now``).
+        clock: the :class:`Clock` whose epoch scale the stamps are given on.
+
+    Raises:
+        ValueError: ``base_url`` is not ``http://``.
     """
 
-    def __init__(self, base_url: str, api_key: str | None, now: Callable[[], float]) -> None:
+    def __init__(self, base_url: str, api_key: str | None, clock: "Clock") -> None:
         u = httpx.URL(base_url)
         if u.scheme != "http":
             raise ValueError(f"base_url must be http://host:port for the raw transport, got {base_url!r}")
         self.host = u.host
         self.port = u.port or 80
-        self.now = now
+        self.clock = clock
+        self.rx = RxStats()
         self.idle: list[_StreamProtocol] = []
         self.all: list[_StreamProtocol] = []
         auth = f"Authorization: Bearer {api_key}\r\n" if api_key else ""
@@ -562,9 +677,26 @@ class RawPool:
 
     async def _open(self) -> _StreamProtocol:
         loop = asyncio.get_running_loop()
-        _, proto = await loop.create_connection(lambda: _StreamProtocol(self.now), self.host, self.port)
-        self.all.append(proto)
-        return proto
+        infos = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+        err: OSError | None = None
+        for family, kind, proto_num, _name, addr in infos:
+            sock = socket.socket(family, kind, proto_num)
+            try:
+                sock.setblocking(False)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                await loop.sock_connect(sock, addr)
+            except OSError as e:
+                sock.close()
+                err = e
+                continue
+            except BaseException:
+                sock.close()
+                raise
+            proto = _StreamProtocol()
+            _StampedSocket(loop, sock, proto, self.clock, self.rx)
+            self.all.append(proto)
+            return proto
+        raise err or OSError(f"cannot resolve {self.host}:{self.port}")
 
     async def acquire(self) -> tuple[_StreamProtocol, bool]:
         """(connection, reused?)"""
@@ -666,7 +798,8 @@ async def send_streaming_raw(
             rec["send_ts"] = clock.now()
             conn.transport.write(payload)  # type: ignore[union-attr]
             status = await asyncio.wait_for(done, timeout_s)
-            rec["end_ts"] = clock.now()
+            # The stamp of the read that completed the response, not the moment this task resumed.
+            rec["end_ts"] = conn.end_t if conn.end_t is not None else clock.now()
             if status != 200:
                 rec["transport_error"] = f"HTTP {status}: {conn.body.decode(errors='replace')[:300]}"
             elif not state["done"] and rec["transport_error"] is None:
@@ -705,6 +838,12 @@ class LevelResult:
         clock_origin: the ``(epoch0, perf0)`` pair the timestamps were taken with (see :class:`Clock`).
         processes: number of load processes used.
         per_process_cpu_frac: each load process's event-loop CPU fraction.
+        rx_stamps: how the receive timestamps were taken: ``'kernel'`` (every read of the raw transport
+            carried the kernel's receive time, :mod:`tasks.rx_stamps`), ``'read'`` (none did, or the httpx
+            transport: stamped when the event loop read the bytes) or ``'mixed'``.
+        read_delay_p99_s / read_delay_max_s: for kernel-stamped reads, how late the busiest loop read its
+            bytes after they had arrived (p99 / max, seconds): the error a read-time stamp would have had,
+            which the kernel stamp avoided. None without kernel stamps.
     """
 
     records: list[dict[str, Any]]
@@ -715,6 +854,9 @@ class LevelResult:
     clock_origin: tuple[float, float] = (0.0, 0.0)
     processes: int = 1
     per_process_cpu_frac: list[float] = field(default_factory=list)
+    rx_stamps: str = "read"
+    read_delay_p99_s: float | None = None
+    read_delay_max_s: float | None = None
 
 
 async def prewarm_connections(client: httpx.AsyncClient, n: int) -> None:
@@ -789,15 +931,17 @@ async def _run_shard(
     on_done: Callable[[], None] | None,
     worker: int,
     transport: str = "raw",
-) -> tuple[list[dict[str, Any]], float, float, float, float]:
-    """One event loop's share: returns (records, wall_s, cpu_frac, lag_p99_s, lag_max_s)."""
+) -> tuple[list[dict[str, Any]], float, float, float, float, dict[str, Any] | None]:
+    """One event loop's share: returns (records, wall_s, cpu_frac, lag_p99_s, lag_max_s, rx) where rx is
+    :meth:`RxStats.summary` of the raw transport's reads (None for httpx)."""
     pool: RawPool | None = None
     if transport == "raw":
         auth = client.headers.get("authorization", "")
-        pool = RawPool(str(client.base_url), auth.removeprefix("Bearer ") or None, clock.now)
+        pool = RawPool(str(client.base_url), auth.removeprefix("Bearer ") or None, clock)
     try:
-        return await _run_shard_with(client, pool, clock, model, prompts, max_tokens, load_kind, concurrency,
-                                     endpoint, ignore_eos, timeout_s, offsets, t_start_perf, on_done, worker)
+        out = await _run_shard_with(client, pool, clock, model, prompts, max_tokens, load_kind, concurrency,
+                                    endpoint, ignore_eos, timeout_s, offsets, t_start_perf, on_done, worker)
+        return (*out, pool.rx.summary() if pool is not None else None)
     finally:
         if pool is not None:
             pool.close()
@@ -984,7 +1128,8 @@ async def _run_processes(
     wall = max(r[1] for r in results)
     fracs = [r[2] for r in results]
     return LevelResult([r for r in records if r is not None], wall, max(fracs), max(r[3] for r in results),
-                       max(r[4] for r in results), clock.origin, processes, fracs)
+                       max(r[4] for r in results), clock.origin, processes, fracs,
+                       *_rx_fields([r[5] for r in results]))
 
 
 async def run_level(
@@ -1035,10 +1180,21 @@ async def run_level(
             load_value, endpoint, ignore_eos, timeout_s, arrival_offsets_s, on_done, min(processes, len(prompts)),
             transport)
     clock = Clock()
-    recs, wall, frac, lag99, lagmax = await _run_shard(
+    recs, wall, frac, lag99, lagmax, rx = await _run_shard(
         client, clock, model, prompts, max_tokens, load_kind, int(load_value) if load_kind == "concurrency" else 0,
         endpoint, ignore_eos, timeout_s, arrival_offsets_s, None, on_done, 0, transport)
-    return LevelResult(recs, wall, frac, lag99, lagmax, clock.origin, 1, [frac])
+    return LevelResult(recs, wall, frac, lag99, lagmax, clock.origin, 1, [frac], *_rx_fields([rx]))
+
+
+def _rx_fields(summaries: list[dict[str, Any] | None]) -> tuple[str, float | None, float | None]:
+    """(rx_stamps, read_delay_p99_s, read_delay_max_s) of a window from its shards' RxStats summaries (the
+    busiest shard's p99, like the loop lag)."""
+    got = [s for s in summaries if s is not None]
+    kernel, read = sum(s["kernel"] for s in got), sum(s["read"] for s in got)
+    kind = "kernel" if kernel and not read else ("mixed" if kernel else "read")
+    p99 = [s["delay_p99_s"] for s in got if s["delay_p99_s"] is not None]
+    mx = [s["delay_max_s"] for s in got if s["delay_max_s"] is not None]
+    return kind, (max(p99) if p99 else None), (max(mx) if mx else None)
 
 
 def make_client(base_url: str, api_key: str, concurrency: int) -> httpx.AsyncClient:

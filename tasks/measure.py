@@ -256,7 +256,9 @@ async def _measure(
                     df = pd.DataFrame(derived)
                     agg = M.aggregate(df, slo or None, client_cpu_frac=res.client_cpu_frac,
                                       target=lv.value if lv.kind == "concurrency" else None)
-                    meas_rows.append({**ident, **agg})
+                    meas_rows.append({**ident, **agg, "rx_stamps": res.rx_stamps,
+                                      "read_delay_p99_s": res.read_delay_p99_s,
+                                      "loop_lag_p99_s": res.loop_lag_p99_s})
                     req_rows.extend(derived)
                     notes.extend(_window_notes(label, df, res, lv))
                     if before is not None and after is not None:
@@ -273,9 +275,17 @@ def _window_notes(label: str, df: pd.DataFrame, res: Any, lv: LoadLevel) -> list
     if pt.nunique() > 1:
         out.append(f"{label}: server counted {pt.nunique()} different prompt lengths "
                    f"({int(pt.min())}..{int(pt.max())} tokens): prompts were not all of the exact length")
+    kernel = res.rx_stamps == "kernel"
+    if not kernel:
+        out.append(f"{label}: receive timestamps are read times ({res.rx_stamps}), not the kernel's: each can "
+                   "be as late as the event loop was")
     if res.loop_lag_p99_s > LOOP_LAG_NOTE_S:
+        # With kernel receive stamps a busy loop no longer makes chunk stamps late, but it still sends
+        # requests late (a lower offered load than asked for).
         out.append(f"{label}: load generator event loop lagged (p99 {res.loop_lag_p99_s * 1e3:.1f} ms, max "
-                   f"{res.loop_lag_max_s * 1e3:.1f} ms): timestamps may be that late")
+                   f"{res.loop_lag_max_s * 1e3:.1f} ms): "
+                   + ("requests may have been sent that late (receive stamps are the kernel's)" if kernel
+                      else "timestamps may be that late"))
     if res.client_cpu_frac >= M.CLIENT_BOUND_CPU_FRAC:
         out.append(f"{label}: client-bound: load generator loop used {res.client_cpu_frac:.2f} of a core "
                    f"({res.processes} process(es)); raise load_processes")

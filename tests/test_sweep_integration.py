@@ -45,11 +45,13 @@ def test_rows_in_duckdb(sweep):
     assert boot_s > 0 and teardown_s is not None
     assert verdict in ("pass", "warn", "fail")  # validated, whatever the noise of the box
     # 1 workload x 1 load level x 2 repeats
-    meas = con.execute("SELECT repeat, completed, failed, output_tokens_per_s, ttft_p50_s, tpot_p50_s "
-                       "FROM measurements ORDER BY repeat").fetchall()
+    meas = con.execute("SELECT repeat, completed, failed, output_tokens_per_s, ttft_p50_s, tpot_p50_s, rx_stamps, "
+                       "read_delay_p99_s, loop_lag_p99_s FROM measurements ORDER BY repeat").fetchall()
     assert [m[0] for m in meas] == [0, 1]
-    for _, completed, failed, tps, ttft, tpot in meas:
+    for _, completed, failed, tps, ttft, tpot, rx, delay, lag in meas:
         assert completed == 4 and failed == 0 and tps > 0 and 0 < ttft and tpot > 0
+        # the real server's chunks were stamped by the kernel on arrival (Linux), with the client's lateness kept
+        assert rx == "kernel" and delay is not None and delay >= 0 and lag is not None
     # every measured request, none of the warm-up ones; exact output length under ignore_eos
     reqs = con.execute("SELECT count(*), bool_and(ok), min(output_tokens), max(output_tokens), "
                        "min(ttft_s), bool_and(ttft_s <= e2el_s) FROM requests").fetchall()[0]

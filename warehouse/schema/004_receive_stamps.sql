@@ -1,0 +1,6 @@
+-- tunelab warehouse, schema version 4: how each window's receive timestamps were taken, and how busy the
+-- load generator was (tasks.loadgen.LevelResult). NULL for windows measured before version 4 and for
+-- imported `vllm bench serve` results.
+ALTER TABLE measurements ADD COLUMN IF NOT EXISTS rx_stamps         VARCHAR;  -- 'kernel' | 'read' | 'mixed'
+ALTER TABLE measurements ADD COLUMN IF NOT EXISTS read_delay_p99_s  DOUBLE;   -- p99 of read time - kernel receive time: what read-time stamps would have added
+ALTER TABLE measurements ADD COLUMN IF NOT EXISTS loop_lag_p99_s    DOUBLE;   -- p99 event-loop wake-up lateness of the busiest load process
