@@ -44,17 +44,24 @@ loop read them (kernel receive stamp, SO_TIMESTAMPNS, to ``recv``). It is part o
 
 ``rx`` / ``rx delay99``: how tunelab stamped what it received (``kernel``: the kernel's receive time of each
 read, tasks/rx_stamps.py) and the p99 of (read time - kernel receive time): how late its event loop got to
-the bytes, i.e. the error a read-time stamp would have had.
+the bytes, i.e. the error a read-time stamp would have had. ``same read %``: the share of tunelab's
+inter-chunk gaps whose two chunks came in one read (the client fell behind a whole ITL; both chunks then
+carry the later arrival stamp, see tasks/rx_stamps.py).
 
 Client health: ``cpu`` = tunelab's busiest event-loop thread CPU / wall (>= 0.9: client-bound),
 ``lag99`` = p99 of that loop's wake-up lateness. Rows marked ``client-bound`` have cpu >= 0.9 or did not
-reach the requested concurrency.
+reach the requested concurrency; ``client behind`` rows have more than 1 % of their gaps inside one read
+(tasks.measure notes such a window too).
+
+``--busy-clients N``: N busy-looping processes share the clients' CPUs for the whole run (a stand-in for a
+busy machine: the clients' event loops get the CPU late). Kernel receive stamps should keep tunelab's
+errors where they were; ``rx delay99`` shows what read-time stamps would have added.
 
 Usage:
     .venv/bin/python benchmarks/loadgen_accuracy.py [--runtime-dir $TUNELAB_HOME/runtimes/cpu]
         [--tokenizer $TUNELAB_HOME/models/tiny-llama] [--levels 1,16,64,256] [--tokens-per-chunk 1,4]
         [--output-tokens 32] [--multi-process-at 256] [--json results.json] [--skip-vllm-bench]
-        [--fake raw|uvicorn] [--pin split|none]
+        [--fake raw|uvicorn] [--pin split|none] [--busy-clients N]
 """
 
 from __future__ import annotations
@@ -63,6 +70,7 @@ import argparse
 import asyncio
 import datetime as dt
 import json
+import multiprocessing as mp
 import os
 import platform
 import random
@@ -81,6 +89,7 @@ sys.path.insert(0, str(REPO / "tests" / "fakes"))
 
 from tasks import metrics as M  # noqa: E402
 from tasks.loadgen import Clock, make_client, run_level  # noqa: E402
+from tasks.measure import SAME_READ_NOTE_FRAC  # noqa: E402
 from tunelab import paths  # noqa: E402
 from timed_openai_server import FakeServerProcess, FakeTiming  # noqa: E402
 
@@ -212,7 +221,9 @@ async def _ours(fake: FakeServerProcess, c: int, n: int, out_tokens: int, tag: s
     log = fake.log()["log"]
     errs, ok = errors_ours(res.records, prompts, log, out_tokens, Clock(res.clock_origin).to_perf)
     name = "tunelab" + ("" if transport == "raw" else f" ({transport})") + (f" x{processes}p" if processes > 1 else "")
+    same = res.same_read_itl_frac()
     return {"client": name, "ok": ok, "n": n, "rx_stamps": res.rx_stamps,
+            "same_read_pct": None if same is None else same * 100,
             "read_delay_p99_ms": None if res.read_delay_p99_s is None else res.read_delay_p99_s * 1e3,
             **_summary(errs), "client_cpu_frac": res.client_cpu_frac, "loop_lag_p99_ms": res.loop_lag_p99_s * 1e3,
             "max_in_flight": stats["max_in_flight"], **_fake_health(log, wall, cpu0, stats["cpu_s"])}
@@ -240,9 +251,15 @@ def _vllm_bench(fake: FakeServerProcess, c: int, n: int, out_tokens: int, runtim
     log = fake.log()["log"]
     errs, ok = errors_vllm_bench(result, log)
     return {"client": "vllm bench", "ok": ok, "n": n, "rx_stamps": "read", "read_delay_p99_ms": None,
+            "same_read_pct": None,
             **_summary(errs), "client_cpu_frac": None,
             "loop_lag_p99_ms": None, "max_in_flight": stats["max_in_flight"],
             **_fake_health(log, wall, cpu0, stats["cpu_s"])}
+
+
+def _spin() -> None:
+    while True:
+        pass
 
 
 def _fmt(v: Any, nd: int = 2) -> str:
@@ -251,15 +268,16 @@ def _fmt(v: Any, nd: int = 2) -> str:
 
 def _table(rows: list[dict]) -> str:
     head = ("| tok/chunk | conc | client | ok/n | TTFT p50 | TTFT p99 | ITL p50 | ITL p99 | TPOT p50 | TPOT p99 "
-            "| E2EL p50 | E2EL p99 | TTFT p50 vs read | req path p50 | read lag p50 | rx | rx delay99 | cpu | lag99 "
-            "| in-flight | fake cpu | fake late99 | flags |")
-    lines = [head, "|" + "---|" * 23]
+            "| E2EL p50 | E2EL p99 | TTFT p50 vs read | req path p50 | read lag p50 | rx | rx delay99 | same read % "
+            "| cpu | lag99 | in-flight | fake cpu | fake late99 | flags |")
+    lines = [head, "|" + "---|" * 24]
     for r in rows:
         lines.append("| " + " | ".join([
             str(r["tokens_per_chunk"]), str(r["concurrency"]), r["client"], f"{r['ok']}/{r['n']}",
             *(_fmt(r[f"{m}_{q}_ms"]) for m in ("ttft", "itl", "tpot", "e2el") for q in ("p50", "p99")),
             _fmt(r["ttft_read_p50_ms"]), _fmt(r["req_path_p50_ms"]), _fmt(r.get("fake_read_lag_p50_ms")),
-            r.get("rx_stamps") or "-", _fmt(r.get("read_delay_p99_ms")), _fmt(r["client_cpu_frac"]),
+            r.get("rx_stamps") or "-", _fmt(r.get("read_delay_p99_ms")), _fmt(r.get("same_read_pct")),
+            _fmt(r["client_cpu_frac"]),
             _fmt(r["loop_lag_p99_ms"], 1),
             str(r["max_in_flight"]), _fmt(r["fake_cpu_frac"]), _fmt(r["fake_late_p99_ms"], 1),
             r.get("flags", "")]) + " |")
@@ -310,6 +328,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--multi-process-at", default="256", help="levels where tunelab also runs with 2 load processes")
     ap.add_argument("--skip-vllm-bench", action="store_true")
     ap.add_argument("--httpx", action="store_true", help="also run tunelab's httpx transport (for comparison)")
+    ap.add_argument("--busy-clients", type=int, default=0,
+                    help="busy-looping processes on the clients' CPUs during the run (a busy machine)")
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args(argv)
     a.runtime_dir = a.runtime_dir or paths.runtimes_dir() / "cpu"
@@ -319,6 +339,9 @@ def main(argv: list[str] | None = None) -> int:
     if a.pin == "split" and len(cpus) >= 2:
         fake_cpus = {cpus[-1]}
         os.sched_setaffinity(0, set(cpus[:-1]))  # inherited by load processes and by `vllm bench serve`
+    busy = [mp.get_context("fork").Process(target=_spin, daemon=True) for _ in range(a.busy_clients)]
+    for b in busy:
+        b.start()  # inherits this process's (client) CPU affinity
     load0 = os.getloadavg()
     levels = [int(x) for x in a.levels.split(",") if x]
     multi = {int(x) for x in a.multi_process_at.split(",") if x}
@@ -344,19 +367,24 @@ def main(argv: list[str] | None = None) -> int:
                             flags.append("client-bound (cpu)")
                         if r["max_in_flight"] < M.CLIENT_BOUND_CONCURRENCY_FRAC * min(c, n):
                             flags.append("concurrency not reached at server")
+                        if (r.get("same_read_pct") or 0) > 100 * SAME_READ_NOTE_FRAC:
+                            flags.append("client behind (chunks share reads)")
                         if r["fake_late_p99_ms"] is not None and r["fake_late_p99_ms"] > 5:
                             flags.append("fake late")
                         r["flags"] = ", ".join(flags)
                         rows.append(r)
                         print(_table([r]).splitlines()[-1], flush=True)
     load1 = os.getloadavg()
+    for b in busy:
+        b.terminate()
     pin = (f"fake pinned to CPU {sorted(fake_cpus)}, clients to {sorted(os.sched_getaffinity(0))}"
            if fake_cpus else "not pinned")
     print()
     print(f"Load generator accuracy vs. ground truth (|client - true|, ms); {started:%Y-%m-%d %H:%M} UTC, "
           f"{os.cpu_count()} CPU cores ({platform.processor() or platform.machine()}), fake TTFT "
           f"{a.ttft_s * 1e3:g} ms, {a.itl_s * 1e3:g} ms/token, {a.output_tokens} output tokens, "
-          f"n = max(24, 2 x concurrency) requests per level; fake: {a.fake}; {pin}; load average "
+          f"n = max(24, 2 x concurrency) requests per level; fake: {a.fake}; {pin}; "
+          f"{a.busy_clients} busy-looping processes on the clients' CPUs; load average "
           f"(1 min) {load0[0]:.2f} at start, {load1[0]:.2f} at end")
     print(_table(rows))
     print()
@@ -364,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
         print(v)
     if a.json:
         a.json.write_text(json.dumps({"started": started.isoformat(), "cores": os.cpu_count(), "fake": a.fake,
-                                      "pin": pin, "loadavg_start": load0, "loadavg_end": load1, "rows": rows},
+                                      "pin": pin, "busy_clients": a.busy_clients, "loadavg_start": load0, "loadavg_end": load1, "rows": rows},
                                      indent=1, default=float))
     return 0
 

@@ -844,6 +844,9 @@ class LevelResult:
         read_delay_p99_s / read_delay_max_s: for kernel-stamped reads, how late the busiest loop read its
             bytes after they had arrived (p99 / max, seconds): the error a read-time stamp would have had,
             which the kernel stamp avoided. None without kernel stamps.
+
+    :meth:`same_read_itl_frac` says how often the client fell so far behind that one read held two chunks
+    of a stream.
     """
 
     records: list[dict[str, Any]]
@@ -857,6 +860,19 @@ class LevelResult:
     rx_stamps: str = "read"
     read_delay_p99_s: float | None = None
     read_delay_max_s: float | None = None
+
+    def same_read_itl_frac(self) -> float | None:
+        """Fraction of the window's inter-chunk gaps (ok or not) whose two content chunks were stamped by
+        the same read, i.e. gaps of exactly 0 s (None when there is no gap). A read carries one stamp (see
+        :mod:`tasks.rx_stamps`), so when the client falls behind and one read holds several chunks of a
+        stream, all of them get the last one's arrival time: TTFT and ITL of those requests are coarse.
+        Only meaningful for the raw transport (httpx stamps each line as it is parsed)."""
+        gaps = same = 0
+        for r in self.records:
+            ts = r.get("chunk_ts") or []
+            gaps += max(0, len(ts) - 1)
+            same += sum(1 for a, b in zip(ts, ts[1:]) if a == b)
+        return same / gaps if gaps else None
 
 
 async def prewarm_connections(client: httpx.AsyncClient, n: int) -> None:

@@ -46,10 +46,13 @@ from tunelab.plan import Plan, Workload, requests_for_level
 
 __all__ = ["LoadLevel", "MeasureResult", "load_levels", "measure_server", "run_interruptible", "window_prompts",
            "progress_reporter",
-           "LOOP_LAG_NOTE_S"]
+           "LOOP_LAG_NOTE_S", "SAME_READ_NOTE_FRAC"]
 
 #: p99 event-loop wake-up lateness (seconds) above which a window gets a note: timestamps may be that stale.
 LOOP_LAG_NOTE_S = 0.005
+#: Fraction of inter-chunk gaps inside one read (LevelResult.same_read_itl_frac) above which a window gets a
+#: note. 1 %: in the accuracy benchmark's unstressed runs it was 0 at every level up to concurrency 256.
+SAME_READ_NOTE_FRAC = 0.01
 
 
 @dataclass(frozen=True)
@@ -258,7 +261,8 @@ async def _measure(
                                       target=lv.value if lv.kind == "concurrency" else None)
                     meas_rows.append({**ident, **agg, "rx_stamps": res.rx_stamps,
                                       "read_delay_p99_s": res.read_delay_p99_s,
-                                      "loop_lag_p99_s": res.loop_lag_p99_s})
+                                      "loop_lag_p99_s": res.loop_lag_p99_s,
+                                      "same_read_itl_frac": res.same_read_itl_frac()})
                     req_rows.extend(derived)
                     notes.extend(_window_notes(label, df, res, lv))
                     if before is not None and after is not None:
@@ -286,6 +290,11 @@ def _window_notes(label: str, df: pd.DataFrame, res: Any, lv: LoadLevel) -> list
                    f"{res.loop_lag_max_s * 1e3:.1f} ms): "
                    + ("requests may have been sent that late (receive stamps are the kernel's)" if kernel
                       else "timestamps may be that late"))
+    same = res.same_read_itl_frac()
+    if same is not None and same > SAME_READ_NOTE_FRAC:
+        out.append(f"{label}: {same:.1%} of inter-chunk gaps fell inside one read (the client fell behind; "
+                   "those chunks carry the later one's arrival stamp): TTFT/ITL of those requests are coarse; "
+                   "raise load_processes")
     if res.client_cpu_frac >= M.CLIENT_BOUND_CPU_FRAC:
         out.append(f"{label}: client-bound: load generator loop used {res.client_cpu_frac:.2f} of a core "
                    f"({res.processes} process(es)); raise load_processes")

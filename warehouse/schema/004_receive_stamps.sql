@@ -4,3 +4,4 @@
 ALTER TABLE measurements ADD COLUMN IF NOT EXISTS rx_stamps         VARCHAR;  -- 'kernel' | 'read' | 'mixed'
 ALTER TABLE measurements ADD COLUMN IF NOT EXISTS read_delay_p99_s  DOUBLE;   -- p99 of read time - kernel receive time: what read-time stamps would have added
 ALTER TABLE measurements ADD COLUMN IF NOT EXISTS loop_lag_p99_s    DOUBLE;   -- p99 event-loop wake-up lateness of the busiest load process
+ALTER TABLE measurements ADD COLUMN IF NOT EXISTS same_read_itl_frac DOUBLE;  -- inter-chunk gaps whose two chunks came in one read (client behind)
