@@ -16,7 +16,8 @@ Suites (each check, its GX expectation and severity are listed in ``CHECKS`` and
 * ``environment``       - GPU clean at boot, no thermal/power throttling, stable SM clock.
 * ``server_vs_client``  - the client's TTFT/ITL agree with vLLM's own histograms (catches
                           bursty delivery), no unexpected preemptions.
-* ``warmup``            - the first measured requests are not much slower than the rest.
+* ``warmup``            - none of the first measured requests of a window is much slower
+                          than the rest of it (its median and its tail).
 
 Where GX has an expectation for the question it is used on the table itself; where the
 question is about a derived statistic (a CV, a ratio, a server/client difference) the
@@ -205,12 +206,12 @@ CHECKS: dict[str, CheckInfo] = {
     "preemptions": _ci("server_vs_client", "ExpectColumnValuesToBeBetween", "warn",
                        "preemptions counter delta per measurement <= max_preemptions"),
     # warmup
-    "warmup_ttft_settled": _ci("warmup", "ExpectColumnValuesToBeBetween", "warn",
-                               "median TTFT of the first k requests / median of the rest "
-                               "<= warmup_slowdown_ratio"),
-    "warmup_e2el_settled": _ci("warmup", "ExpectColumnValuesToBeBetween", "warn",
-                               "median E2EL of the first k requests / median of the rest "
-                               "<= warmup_slowdown_ratio"),
+    "warmup_ttft_settled": _ci("warmup", "ExpectColumnPairValuesAToBeGreaterThanB", "warn",
+                               "per window, each of the first k requests has TTFT <= "
+                               "max(warmup_slowdown_ratio x median, p90) of the rest"),
+    "warmup_e2el_settled": _ci("warmup", "ExpectColumnPairValuesAToBeGreaterThanB", "warn",
+                               "per window, each of the first k requests has E2EL <= "
+                               "max(warmup_slowdown_ratio x median, p90) of the rest"),
 }
 """Every check ``validate_trial`` can emit, keyed by its ``quality_checks.expectation`` name."""
 
@@ -686,12 +687,23 @@ def _suite_server_vs_client(gxe: Any, meas: pd.DataFrame | None, sm: pd.DataFram
         thr, f"total {int(p['preemptions'].sum())}, " + _worst(p, "preemptions"))]))
 
 
-def _suite_warmup(gxe: Any, req: pd.DataFrame, th: QualityThresholds, out: _Collector) -> None:
-    k = th.warmup_first_k
-    thr = f"<= {th.warmup_slowdown_ratio} x median of the rest (first {k})"
+def _ok_requests(req: pd.DataFrame, cols: tuple[str, ...]) -> pd.DataFrame:
+    """The ok requests with ``cols`` as float64 (NaN for missing)."""
     okr = req[_bool_obj(req["ok"]) == True].copy()  # noqa: E712
-    for c in ("send_ts", "ttft_s", "e2el_s"):
+    for c in cols:
         okr[c] = _num(okr[c])
+    return okr
+
+
+def _suite_warmup(gxe: Any, req: pd.DataFrame, th: QualityThresholds, out: _Collector) -> None:
+    """The slowest of the first k requests of each window against the rest of the window:
+    allowed is max(ratio x median of the rest, p90 of the rest). The max, not a median of
+    the first k, so that one cold request is caught; the rest's p90 (nearest lower rank, so
+    the single slowest of the rest never sets it) so that a first request no slower than
+    the window's normal tail is not flagged, whatever one random slow request does."""
+    k, ratio = th.warmup_first_k, th.warmup_slowdown_ratio
+    thr = f"each of first {k} <= max({ratio} x median, p90) of the rest"
+    okr = _ok_requests(req, ("send_ts", "ttft_s", "e2el_s"))
     okr = okr[okr["send_ts"].notna()]
     rows = []
     for key, g in okr.groupby(_MEASUREMENT_KEY, sort=True, dropna=False):
@@ -699,10 +711,16 @@ def _suite_warmup(gxe: Any, req: pd.DataFrame, th: QualityThresholds, out: _Coll
         if len(g) < 2 * k:
             continue
         first, rest = g.iloc[:k], g.iloc[k:]
-        rec = dict(zip(_MEASUREMENT_KEY, key))
-        for col, out_col in (("ttft_s", "ttft_ratio"), ("e2el_s", "e2el_ratio")):
-            a, b = first[col].median(), rest[col].median()
-            rec[out_col] = float(a / b) if b and not math.isnan(b) and not math.isnan(a) else np.nan
+        rec: dict[str, Any] = dict(zip(_MEASUREMENT_KEY, key))
+        for col in ("ttft", "e2el"):
+            a, b = first[f"{col}_s"].dropna(), rest[f"{col}_s"].dropna().to_numpy()
+            if a.empty or b.size == 0:
+                continue
+            med, p90 = float(np.median(b)), float(np.quantile(b, 0.9, method="lower"))
+            rec[f"{col}_first_max_s"] = float(a.max())
+            rec[f"{col}_allowed_s"] = max(ratio * med, p90)
+            rec[f"{col}_rest_median_s"] = med
+            rec[f"{col}_rest_p90_s"] = p90
         rows.append(rec)
     if not rows:
         for name in ("warmup_ttft_settled", "warmup_e2el_settled"):
@@ -710,15 +728,27 @@ def _suite_warmup(gxe: Any, req: pd.DataFrame, th: QualityThresholds, out: _Coll
         return
     w = pd.DataFrame(rows)
     w["label"] = _label(w, _MEASUREMENT_KEY)
-    specs = []
-    for name, col in (("warmup_ttft_settled", "ttft_ratio"), ("warmup_e2el_settled", "e2el_ratio")):
-        if w[col].notna().any():
-            specs.append(_Spec(name, gxe.ExpectColumnValuesToBeBetween(
-                column=col, max_value=th.warmup_slowdown_ratio), thr, "ratio " + _worst(w, col)))
-        else:
-            out.skips.append(_Skip(name, f"{col} could not be computed", thr))
-    if specs:
-        out.plans.append(_Plan(w, specs))
+    for name, col in (("warmup_ttft_settled", "ttft"), ("warmup_e2el_settled", "e2el")):
+        a_col, b_col = f"{col}_allowed_s", f"{col}_first_max_s"
+        f = (w[w[a_col].notna() & w[b_col].notna()].reset_index(drop=True)
+             if a_col in w.columns else w.iloc[0:0])
+        if f.empty or not (f[f"{col}_rest_median_s"] > 0).any():
+            out.skips.append(_Skip(name, f"{col.upper()} of the first {k} or of the rest "
+                                   "could not be read", thr))
+            continue
+        f["_excess"] = (f[b_col] / f[a_col]).where(f[a_col] > 0)
+        i = f["_excess"].idxmax() if f["_excess"].notna().any() else 0
+        r = f.loc[i]
+        med = float(r[f"{col}_rest_median_s"])
+        rel = [_fmt(float(r[c]) / med if med > 0 else float("nan")) + "x"
+               for c in (b_col, a_col, f"{col}_rest_p90_s")]
+        observed = (f"first {k} max {rel[0]} rest median, allowed {rel[1]} "
+                    f"(rest p90 {rel[2]}) ({r['label']})")
+        out.plans.append(_Plan(f.drop(columns="_excess"), [_Spec(
+            name,
+            gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A=a_col, column_B=b_col,
+                                                        or_equal=True),
+            thr, observed)]))
 
 
 # ----------------------------------------------------------------------------- GX runner

@@ -7,6 +7,7 @@ a clean synthetic trial and to fail on data crafted to break exactly that gate.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -150,6 +151,17 @@ def _first_k_slower(col, factor):
     return mutate
 
 
+def _stall(rows, factor=20.0, cols=("e2el_s", "tpot_s"), repeat=1):
+    """Requests `rows` (request_index) of one window stalled: `cols` x `factor`."""
+    def mutate(t):
+        df = t["requests"]
+        idx = df[(df["repeat"] == repeat) & df["request_index"].isin(list(rows))].index
+        assert len(idx) == len(list(rows))
+        for col in cols:
+            df.loc[idx, col] = df.loc[idx, col] * factor
+    return mutate
+
+
 def _throttle(t):
     t["gpu_samples"].loc[5:8, "throttle_reasons"] = HW_THERMAL | SW_POWER_CAP
 
@@ -248,6 +260,60 @@ def test_failing_groups_are_named_in_detail():
     res = validate_trial(tables, make_trial(), QualityThresholds())
     detail = res.checks.set_index("expectation").loc["achieved_concurrency", "detail"]
     assert "chat/concurrency/4/1" in detail
+
+
+# ------------------------------------------------------------------ within a window
+
+
+def _row(res, name):
+    return res.checks.set_index("expectation").loc[name]
+
+
+@pytest.mark.parametrize("col", ["ttft_s", "e2el_s"])
+def test_one_cold_first_request_is_flagged(col):
+    """One first request 20x slower than the rest: the median of the first 3 hides it, the
+    check must not."""
+    tables = make_tables(n_req=16)
+    _stall([0], cols=(col,), repeat=0)(tables)
+    res = validate_trial(tables, make_trial(), QualityThresholds())
+    name = f"warmup_{col[:4]}_settled"
+    assert failed(res) == {name: "warn"}, res.checks[res.checks["success"] != True]  # noqa: E712
+    row = _row(res, name)
+    m = re.match(r"first 3 max ([0-9.]+)x rest median, allowed 2x", row["observed"])
+    assert m and float(m.group(1)) > 15, row["observed"]
+    assert row["observed"].endswith("(chat/concurrency/4/0)")
+    assert "failing: chat/concurrency/4/0" in row["detail"]
+
+
+def test_slow_request_in_the_middle_is_not_a_warmup_problem():
+    tables = make_tables(n_req=16)
+    _stall([8], cols=("ttft_s", "e2el_s", "tpot_s"), repeat=0)(tables)
+    res = validate_trial(tables, make_trial(), QualityThresholds())
+    assert res.verdict == "pass", res.summary
+
+
+def test_slow_first_request_no_worse_than_the_window_tail_passes():
+    """The first request is 3x the rest's median (above warmup_slowdown_ratio), but the window
+    has slow requests in the middle of that size too (its p90): its normal tail, not warm-up."""
+    tables = make_tables(n_req=16)
+    _stall([0], factor=3.0, cols=("ttft_s", "e2el_s"), repeat=0)(tables)
+    _stall([5, 9, 13], factor=3.5, cols=("ttft_s", "e2el_s"), repeat=0)(tables)
+    res = validate_trial(tables, make_trial(), QualityThresholds())
+    assert res.verdict == "pass", res.summary
+    # without the slow tail the same first request is flagged
+    tables = make_tables(n_req=16)
+    _stall([0], factor=3.0, cols=("ttft_s", "e2el_s"), repeat=0)(tables)
+    res = validate_trial(tables, make_trial(), QualityThresholds())
+    assert failed(res) == {"warmup_ttft_settled": "warn", "warmup_e2el_settled": "warn"}
+
+
+def test_one_random_slow_request_does_not_hide_a_cold_first_request():
+    """The rest's tail is its p90 at the nearest lower rank: a single slow request elsewhere
+    in the window does not raise it to the cold first request's level."""
+    tables = make_tables(n_req=16)
+    _stall([0, 9], cols=("ttft_s",), repeat=0)(tables)
+    res = validate_trial(tables, make_trial(), QualityThresholds())
+    assert failed(res) == {"warmup_ttft_settled": "warn"}
 
 
 # ------------------------------------------------------------------ bursty delivery
