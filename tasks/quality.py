@@ -10,7 +10,8 @@ Suites (each check, its GX expectation and severity are listed in ``CHECKS`` and
 ``docs/quality.md``):
 
 * ``requests``          - required fields present, TTFT > 0, ITL >= 0, fixed output lengths
-                          honoured (``ignore_eos``), error rate.
+                          honoured (``ignore_eos``), error rate, no cluster of stalled
+                          requests (E2EL/TPOT far above the window median) in a window.
 * ``aggregates``        - repeat-to-repeat CV of p50 TTFT/TPOT, achieved vs. target
                           concurrency, load generator not saturated.
 * ``environment``       - GPU clean at boot, no thermal/power throttling, stable SM clock.
@@ -91,6 +92,9 @@ _GPU_IDLE_BIT = pynvml.nvmlClocksEventReasonGpuIdle
 
 _MEASUREMENT_KEY = ["workload", "load_kind", "load_value", "repeat"]
 _GROUP_KEY = ["workload", "load_kind", "load_value"]
+_OUTLIER_MIN_REQUESTS = 5
+"""Smallest window ``no_outlier_cluster`` assesses: with 5 ok requests a cluster of two
+outliers is still a minority, so the window median is a normal request."""
 
 _REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
     "requests": (
@@ -169,6 +173,11 @@ CHECKS: dict[str, CheckInfo] = {
     "output_tokens_match_requested": _ci("requests", "ExpectColumnPairValuesToBeEqual", "fail",
                                          "output_tokens == requested_output_tokens for ok "
                                          "requests that asked for a fixed length (ignore_eos)"),
+    "no_outlier_cluster": _ci("requests", "ExpectColumnPairValuesAToBeGreaterThanB", "warn",
+                              "per window (workload, load level, repeat) at most "
+                              "max(1, floor(max_outlier_request_frac x n)) of its n ok "
+                              "requests have E2EL or TPOT > outlier_request_ratio x the "
+                              "window's median: no cluster of stalled requests"),
     # aggregates
     "repeats_for_cv": _ci("aggregates", "ExpectColumnValuesToBeBetween", "warn",
                           "every (workload, load_kind, load_value) has >= 2 repeats, "
@@ -695,6 +704,50 @@ def _ok_requests(req: pd.DataFrame, cols: tuple[str, ...]) -> pd.DataFrame:
     return okr
 
 
+def _suite_outliers(gxe: Any, req: pd.DataFrame, th: QualityThresholds, out: _Collector) -> None:
+    """``no_outlier_cluster``: per window, count the ok requests whose E2EL or TPOT is above
+    ``outlier_request_ratio`` x the window's median and allow max(1, floor(frac x n))."""
+    m, frac = th.outlier_request_ratio, th.max_outlier_request_frac
+    thr = f"<= max(1, floor({frac} x n)) requests > {m:g}x window median E2EL or TPOT"
+    okr = _ok_requests(req, ("e2el_s", "ttft_s", "output_tokens"))
+    # TPOT as tasks/metrics.py: (E2EL - TTFT) / (output_tokens - 1); the stored column wins.
+    derived = (okr["e2el_s"] - okr["ttft_s"]) / (okr["output_tokens"] - 1)
+    derived = derived.where(okr["output_tokens"] > 1)
+    okr["tpot"] = (_num(okr["tpot_s"]).fillna(derived) if "tpot_s" in okr.columns
+                   else derived)
+    rows = []
+    for key, g in okr.groupby(_MEASUREMENT_KEY, sort=True, dropna=False):
+        if len(g) < _OUTLIER_MIN_REQUESTS:
+            continue
+        ratios = []
+        for col in ("e2el_s", "tpot"):
+            med = g[col].median()
+            ratios.append(g[col] / med if med and med > 0 else pd.Series(np.nan, index=g.index))
+        ratio = np.fmax(ratios[0], ratios[1])  # NaN only where both are NaN
+        n = len(g)
+        rec = dict(zip(_MEASUREMENT_KEY, key))
+        rec.update(n=float(n), n_outliers=float((ratio > m).sum()),
+                   allowed_outliers=float(max(1, math.floor(frac * n + 1e-9))),
+                   max_ratio=float(ratio.max()) if ratio.notna().any() else np.nan)
+        rows.append(rec)
+    if not rows:
+        out.skips.append(_Skip("no_outlier_cluster",
+                               f"no window has >= {_OUTLIER_MIN_REQUESTS} ok requests", thr))
+        return
+    w = pd.DataFrame(rows)
+    w["label"] = _label(w, _MEASUREMENT_KEY)
+    worst = w.assign(_e=w["n_outliers"] - w["allowed_outliers"]).sort_values(
+        ["_e", "n_outliers", "max_ratio"], ascending=False, kind="stable").index[0]
+    observed = (f"{int(w.at[worst, 'n_outliers'])} of {int(w.at[worst, 'n'])} requests "
+                f"> {m:g}x median (allowed {int(w.at[worst, 'allowed_outliers'])}), largest "
+                f"{_fmt(w.at[worst, 'max_ratio'])}x ({w.at[worst, 'label']})")
+    out.plans.append(_Plan(w, [_Spec(
+        "no_outlier_cluster",
+        gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A="allowed_outliers",
+                                                    column_B="n_outliers", or_equal=True),
+        thr, observed)]))
+
+
 def _suite_warmup(gxe: Any, req: pd.DataFrame, th: QualityThresholds, out: _Collector) -> None:
     """The slowest of the first k requests of each window against the rest of the window:
     allowed is max(ratio x median of the rest, p90 of the rest). The max, not a median of
@@ -950,6 +1003,7 @@ def validate_trial(
 
         out = _Collector()
         _suite_requests(gxe, req, trial, th, out)
+        _suite_outliers(gxe, req, th, out)
         _suite_aggregates(gxe, meas, th, out)
         _suite_environment(gxe, gpu, trial, th, out)
         _suite_server_vs_client(gxe, meas, sm, th, out)
