@@ -10,13 +10,15 @@ Suites (each check, its GX expectation and severity are listed in ``CHECKS`` and
 ``docs/quality.md``):
 
 * ``requests``          - required fields present, TTFT > 0, ITL >= 0, fixed output lengths
-                          honoured (``ignore_eos``), error rate.
+                          honoured (``ignore_eos``), error rate, no cluster of stalled
+                          requests (E2EL/TPOT far above the window median) in a window.
 * ``aggregates``        - repeat-to-repeat CV of p50 TTFT/TPOT, achieved vs. target
                           concurrency, load generator not saturated.
 * ``environment``       - GPU clean at boot, no thermal/power throttling, stable SM clock.
 * ``server_vs_client``  - the client's TTFT/ITL agree with vLLM's own histograms (catches
                           bursty delivery), no unexpected preemptions.
-* ``warmup``            - the first measured requests are not much slower than the rest.
+* ``warmup``            - none of the first measured requests of a window is much slower
+                          than the rest of it (its median and its tail).
 
 Where GX has an expectation for the question it is used on the table itself; where the
 question is about a derived statistic (a CV, a ratio, a server/client difference) the
@@ -90,6 +92,9 @@ _GPU_IDLE_BIT = pynvml.nvmlClocksEventReasonGpuIdle
 
 _MEASUREMENT_KEY = ["workload", "load_kind", "load_value", "repeat"]
 _GROUP_KEY = ["workload", "load_kind", "load_value"]
+_OUTLIER_MIN_REQUESTS = 5
+"""Smallest window ``no_outlier_cluster`` assesses: with 5 ok requests a cluster of two
+outliers is still a minority, so the window median is a normal request."""
 
 _REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
     "requests": (
@@ -168,6 +173,11 @@ CHECKS: dict[str, CheckInfo] = {
     "output_tokens_match_requested": _ci("requests", "ExpectColumnPairValuesToBeEqual", "fail",
                                          "output_tokens == requested_output_tokens for ok "
                                          "requests that asked for a fixed length (ignore_eos)"),
+    "no_outlier_cluster": _ci("requests", "ExpectColumnPairValuesAToBeGreaterThanB", "warn",
+                              "per window (workload, load level, repeat) at most "
+                              "max(1, floor(max_outlier_request_frac x n)) of its n ok "
+                              "requests have E2EL or TPOT > outlier_request_ratio x the "
+                              "window's median: no cluster of stalled requests"),
     # aggregates
     "repeats_for_cv": _ci("aggregates", "ExpectColumnValuesToBeBetween", "warn",
                           "every (workload, load_kind, load_value) has >= 2 repeats, "
@@ -205,12 +215,12 @@ CHECKS: dict[str, CheckInfo] = {
     "preemptions": _ci("server_vs_client", "ExpectColumnValuesToBeBetween", "warn",
                        "preemptions counter delta per measurement <= max_preemptions"),
     # warmup
-    "warmup_ttft_settled": _ci("warmup", "ExpectColumnValuesToBeBetween", "warn",
-                               "median TTFT of the first k requests / median of the rest "
-                               "<= warmup_slowdown_ratio"),
-    "warmup_e2el_settled": _ci("warmup", "ExpectColumnValuesToBeBetween", "warn",
-                               "median E2EL of the first k requests / median of the rest "
-                               "<= warmup_slowdown_ratio"),
+    "warmup_ttft_settled": _ci("warmup", "ExpectColumnPairValuesAToBeGreaterThanB", "warn",
+                               "per window, each of the first k requests has TTFT <= "
+                               "max(warmup_slowdown_ratio x median, p90) of the rest"),
+    "warmup_e2el_settled": _ci("warmup", "ExpectColumnPairValuesAToBeGreaterThanB", "warn",
+                               "per window, each of the first k requests has E2EL <= "
+                               "max(warmup_slowdown_ratio x median, p90) of the rest"),
 }
 """Every check ``validate_trial`` can emit, keyed by its ``quality_checks.expectation`` name."""
 
@@ -686,12 +696,67 @@ def _suite_server_vs_client(gxe: Any, meas: pd.DataFrame | None, sm: pd.DataFram
         thr, f"total {int(p['preemptions'].sum())}, " + _worst(p, "preemptions"))]))
 
 
-def _suite_warmup(gxe: Any, req: pd.DataFrame, th: QualityThresholds, out: _Collector) -> None:
-    k = th.warmup_first_k
-    thr = f"<= {th.warmup_slowdown_ratio} x median of the rest (first {k})"
+def _ok_requests(req: pd.DataFrame, cols: tuple[str, ...]) -> pd.DataFrame:
+    """The ok requests with ``cols`` as float64 (NaN for missing)."""
     okr = req[_bool_obj(req["ok"]) == True].copy()  # noqa: E712
-    for c in ("send_ts", "ttft_s", "e2el_s"):
+    for c in cols:
         okr[c] = _num(okr[c])
+    return okr
+
+
+def _suite_outliers(gxe: Any, req: pd.DataFrame, th: QualityThresholds, out: _Collector) -> None:
+    """``no_outlier_cluster``: per window, count the ok requests whose E2EL or TPOT is above
+    ``outlier_request_ratio`` x the window's median and allow max(1, floor(frac x n))."""
+    m, frac = th.outlier_request_ratio, th.max_outlier_request_frac
+    thr = f"<= max(1, floor({frac} x n)) requests > {m:g}x window median E2EL or TPOT"
+    okr = _ok_requests(req, ("e2el_s", "ttft_s", "output_tokens"))
+    # TPOT as tasks/metrics.py: (E2EL - TTFT) / (output_tokens - 1); the stored column wins.
+    derived = (okr["e2el_s"] - okr["ttft_s"]) / (okr["output_tokens"] - 1)
+    derived = derived.where(okr["output_tokens"] > 1)
+    okr["tpot"] = (_num(okr["tpot_s"]).fillna(derived) if "tpot_s" in okr.columns
+                   else derived)
+    rows = []
+    for key, g in okr.groupby(_MEASUREMENT_KEY, sort=True, dropna=False):
+        if len(g) < _OUTLIER_MIN_REQUESTS:
+            continue
+        ratios = []
+        for col in ("e2el_s", "tpot"):
+            med = g[col].median()
+            ratios.append(g[col] / med if med and med > 0 else pd.Series(np.nan, index=g.index))
+        ratio = np.fmax(ratios[0], ratios[1])  # NaN only where both are NaN
+        n = len(g)
+        rec = dict(zip(_MEASUREMENT_KEY, key))
+        rec.update(n=float(n), n_outliers=float((ratio > m).sum()),
+                   allowed_outliers=float(max(1, math.floor(frac * n + 1e-9))),
+                   max_ratio=float(ratio.max()) if ratio.notna().any() else np.nan)
+        rows.append(rec)
+    if not rows:
+        out.skips.append(_Skip("no_outlier_cluster",
+                               f"no window has >= {_OUTLIER_MIN_REQUESTS} ok requests", thr))
+        return
+    w = pd.DataFrame(rows)
+    w["label"] = _label(w, _MEASUREMENT_KEY)
+    worst = w.assign(_e=w["n_outliers"] - w["allowed_outliers"]).sort_values(
+        ["_e", "n_outliers", "max_ratio"], ascending=False, kind="stable").index[0]
+    observed = (f"{int(w.at[worst, 'n_outliers'])} of {int(w.at[worst, 'n'])} requests "
+                f"> {m:g}x median (allowed {int(w.at[worst, 'allowed_outliers'])}), largest "
+                f"{_fmt(w.at[worst, 'max_ratio'])}x ({w.at[worst, 'label']})")
+    out.plans.append(_Plan(w, [_Spec(
+        "no_outlier_cluster",
+        gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A="allowed_outliers",
+                                                    column_B="n_outliers", or_equal=True),
+        thr, observed)]))
+
+
+def _suite_warmup(gxe: Any, req: pd.DataFrame, th: QualityThresholds, out: _Collector) -> None:
+    """The slowest of the first k requests of each window against the rest of the window:
+    allowed is max(ratio x median of the rest, p90 of the rest). The max, not a median of
+    the first k, so that one cold request is caught; the rest's p90 (nearest lower rank, so
+    the single slowest of the rest never sets it) so that a first request no slower than
+    the window's normal tail is not flagged, whatever one random slow request does."""
+    k, ratio = th.warmup_first_k, th.warmup_slowdown_ratio
+    thr = f"each of first {k} <= max({ratio} x median, p90) of the rest"
+    okr = _ok_requests(req, ("send_ts", "ttft_s", "e2el_s"))
     okr = okr[okr["send_ts"].notna()]
     rows = []
     for key, g in okr.groupby(_MEASUREMENT_KEY, sort=True, dropna=False):
@@ -699,10 +764,16 @@ def _suite_warmup(gxe: Any, req: pd.DataFrame, th: QualityThresholds, out: _Coll
         if len(g) < 2 * k:
             continue
         first, rest = g.iloc[:k], g.iloc[k:]
-        rec = dict(zip(_MEASUREMENT_KEY, key))
-        for col, out_col in (("ttft_s", "ttft_ratio"), ("e2el_s", "e2el_ratio")):
-            a, b = first[col].median(), rest[col].median()
-            rec[out_col] = float(a / b) if b and not math.isnan(b) and not math.isnan(a) else np.nan
+        rec: dict[str, Any] = dict(zip(_MEASUREMENT_KEY, key))
+        for col in ("ttft", "e2el"):
+            a, b = first[f"{col}_s"].dropna(), rest[f"{col}_s"].dropna().to_numpy()
+            if a.empty or b.size == 0:
+                continue
+            med, p90 = float(np.median(b)), float(np.quantile(b, 0.9, method="lower"))
+            rec[f"{col}_first_max_s"] = float(a.max())
+            rec[f"{col}_allowed_s"] = max(ratio * med, p90)
+            rec[f"{col}_rest_median_s"] = med
+            rec[f"{col}_rest_p90_s"] = p90
         rows.append(rec)
     if not rows:
         for name in ("warmup_ttft_settled", "warmup_e2el_settled"):
@@ -710,15 +781,27 @@ def _suite_warmup(gxe: Any, req: pd.DataFrame, th: QualityThresholds, out: _Coll
         return
     w = pd.DataFrame(rows)
     w["label"] = _label(w, _MEASUREMENT_KEY)
-    specs = []
-    for name, col in (("warmup_ttft_settled", "ttft_ratio"), ("warmup_e2el_settled", "e2el_ratio")):
-        if w[col].notna().any():
-            specs.append(_Spec(name, gxe.ExpectColumnValuesToBeBetween(
-                column=col, max_value=th.warmup_slowdown_ratio), thr, "ratio " + _worst(w, col)))
-        else:
-            out.skips.append(_Skip(name, f"{col} could not be computed", thr))
-    if specs:
-        out.plans.append(_Plan(w, specs))
+    for name, col in (("warmup_ttft_settled", "ttft"), ("warmup_e2el_settled", "e2el")):
+        a_col, b_col = f"{col}_allowed_s", f"{col}_first_max_s"
+        f = (w[w[a_col].notna() & w[b_col].notna()].reset_index(drop=True)
+             if a_col in w.columns else w.iloc[0:0])
+        if f.empty or not (f[f"{col}_rest_median_s"] > 0).any():
+            out.skips.append(_Skip(name, f"{col.upper()} of the first {k} or of the rest "
+                                   "could not be read", thr))
+            continue
+        f["_excess"] = (f[b_col] / f[a_col]).where(f[a_col] > 0)
+        i = f["_excess"].idxmax() if f["_excess"].notna().any() else 0
+        r = f.loc[i]
+        med = float(r[f"{col}_rest_median_s"])
+        rel = [_fmt(float(r[c]) / med if med > 0 else float("nan")) + "x"
+               for c in (b_col, a_col, f"{col}_rest_p90_s")]
+        observed = (f"first {k} max {rel[0]} rest median, allowed {rel[1]} "
+                    f"(rest p90 {rel[2]}) ({r['label']})")
+        out.plans.append(_Plan(f.drop(columns="_excess"), [_Spec(
+            name,
+            gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A=a_col, column_B=b_col,
+                                                        or_equal=True),
+            thr, observed)]))
 
 
 # ----------------------------------------------------------------------------- GX runner
@@ -920,6 +1003,7 @@ def validate_trial(
 
         out = _Collector()
         _suite_requests(gxe, req, trial, th, out)
+        _suite_outliers(gxe, req, th, out)
         _suite_aggregates(gxe, meas, th, out)
         _suite_environment(gxe, gpu, trial, th, out)
         _suite_server_vs_client(gxe, meas, sm, th, out)
