@@ -7,9 +7,10 @@ these elsewhere, in one place (``tasks.metrics``).
 
 Design choices, and why:
 - The streaming requests go over a small HTTP/1.1 keep-alive transport of its own (:class:`RawPool`,
-  :func:`send_streaming_raw`): each network read is stamped in the protocol's ``data_received`` before it
-  is parsed, and its SSE events are handled right there (one ``json.loads`` each), with no task switch per
-  chunk. httpx's pure-Python stack (h11/httpcore/anyio) made the client itself the bottleneck from
+  :func:`send_streaming_raw`): each network read carries the kernel's receive time of its bytes
+  (``SO_TIMESTAMPNS``, :mod:`tasks.rx_stamps`), so a busy or descheduled event loop does not make a stamp
+  late, and its SSE events are handled right there (one ``json.loads`` each), with no task switch per
+  chunk. Where the kernel gives no stamp the read time is used, and :class:`LevelResult` says so. httpx's pure-Python stack (h11/httpcore/anyio) made the client itself the bottleneck from
   concurrency 64 on a 2-core machine (docs/measurement.md has the numbers); it stays available
   (``transport='httpx'``, :func:`send_streaming`) and serves every non-streaming call (/tokenize, /metrics).
   Not the openai client: per-chunk pydantic parsing would cost CPU on the cores that time the stream.
