@@ -262,7 +262,8 @@ async def _measure(
                     meas_rows.append({**ident, **agg, "rx_stamps": res.rx_stamps,
                                       "read_delay_p99_s": res.read_delay_p99_s,
                                       "loop_lag_p99_s": res.loop_lag_p99_s,
-                                      "same_read_itl_frac": res.same_read_itl_frac()})
+                                      "same_read_itl_frac": res.same_read_itl_frac(),
+                                      "load_processes": res.processes})
                     req_rows.extend(derived)
                     notes.extend(_window_notes(label, df, res, lv))
                     if before is not None and after is not None:
@@ -294,10 +295,10 @@ def _window_notes(label: str, df: pd.DataFrame, res: Any, lv: LoadLevel) -> list
     if same is not None and same > SAME_READ_NOTE_FRAC:
         out.append(f"{label}: {same:.1%} of inter-chunk gaps fell inside one read (the client fell behind; "
                    "those chunks carry the later one's arrival stamp): TTFT/ITL of those requests are coarse; "
-                   "raise load_processes")
+                   "raise the plan's load_processes")
     if res.client_cpu_frac >= M.CLIENT_BOUND_CPU_FRAC:
         out.append(f"{label}: client-bound: load generator loop used {res.client_cpu_frac:.2f} of a core "
-                   f"({res.processes} process(es)); raise load_processes")
+                   f"({res.processes} process(es)); raise the plan's load_processes")
     return out
 
 

@@ -90,6 +90,7 @@ def test_env_bool_becomes_int_string(tmp_path):
         ("repeats: 2", "repeats", "greater than or equal to 1"),
         ("max-model-len: 2048", "engine_args", "set by tunelab"),
         ("name: t\n", "workloadz", "unknown field"),
+        ("repeats: 2\n", "load_processes", "greater than or equal to 1"),
     ],
 )
 def test_bad_plans_name_the_field(tmp_path, patch, field, hint):
@@ -99,6 +100,7 @@ def test_bad_plans_name_the_field(tmp_path, patch, field, hint):
         "repeats: 2": "repeats: 0",
         "max-model-len: 2048": "port: 8000",
         "name: t\n": "name: t\nworkloadz: []\n",
+        "repeats: 2\n": "repeats: 2\nload_processes: 0\n",
     }[patch]
     with pytest.raises(PlanError) as ei:
         load_plan(write(tmp_path, GOOD.replace(patch, bad, 1)))

@@ -24,6 +24,7 @@ def sweep(tmp_path_factory, cpu_runtime, tiny_model):
     out = tmp_path_factory.mktemp("sweep")
     plan = yaml.safe_load(PLAN.read_text())
     plan["model"] = str(tiny_model)  # the installed tiny model (the plan's relative path assumes the checkout's home)
+    plan["load_processes"] = 2  # the plan's setting reaches the load generator (and the warehouse)
     (out / "plan.yaml").write_text(yaml.safe_dump(plan))
     env = dict(os.environ, TUNELAB_DB=str(out / "wh.duckdb"), TUNELAB_RESULTS=str(out / "results"),
                PREFECT_HOME=str(out / "prefect"))
@@ -46,10 +47,10 @@ def test_rows_in_duckdb(sweep):
     assert verdict in ("pass", "warn", "fail")  # validated, whatever the noise of the box
     # 1 workload x 1 load level x 2 repeats
     meas = con.execute("SELECT repeat, completed, failed, output_tokens_per_s, ttft_p50_s, tpot_p50_s, rx_stamps, "
-                       "read_delay_p99_s, loop_lag_p99_s FROM measurements ORDER BY repeat").fetchall()
+                       "read_delay_p99_s, loop_lag_p99_s, load_processes FROM measurements ORDER BY repeat").fetchall()
     assert [m[0] for m in meas] == [0, 1]
-    for _, completed, failed, tps, ttft, tpot, rx, delay, lag in meas:
-        assert completed == 4 and failed == 0 and tps > 0 and 0 < ttft and tpot > 0
+    for _, completed, failed, tps, ttft, tpot, rx, delay, lag, processes in meas:
+        assert completed == 4 and failed == 0 and tps > 0 and 0 < ttft and tpot > 0 and processes == 2
         # the real server's chunks were stamped by the kernel on arrival (Linux), with the client's lateness kept
         assert rx == "kernel" and delay is not None and delay >= 0 and lag is not None
     # every measured request, none of the warm-up ones; exact output length under ignore_eos

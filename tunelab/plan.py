@@ -182,6 +182,11 @@ class Plan(BaseModel):
     seed: int = Field(0, description="Seed for prompts, arrivals and shuffles.")
     boot_timeout_s: float = Field(600.0, gt=0, description="Give up on a boot after this many seconds.")
     request_timeout_s: float = Field(120.0, gt=0, description="Per-request timeout, seconds.")
+    load_processes: int = Field(
+        1, ge=1, le=64,
+        description="Load-generator processes per window (each its own event loop and share of the load). Raise it "
+                    "when a window's notes say the client fell behind or was client-bound.",
+    )
     eager_diagnosis: bool = Field(False, description="Re-boot a config that failed to boot with only --enforce-eager added.")
     slo: SLO = Field(default_factory=SLO)
     quality: QualityThresholds = Field(default_factory=QualityThresholds)
