@@ -239,7 +239,8 @@ async def _ours(base_url: str, key: str, model: str, c: int, n: int, in_len: int
     gaps = M.itl_values(df)
     ok = df[df["ok"]]
     out.update(output_tokens_per_s=agg["output_tokens_per_s"] or math.nan, completed=agg["completed"],
-               failed=agg["failed"], client_cpu_frac=res.client_cpu_frac,
+               failed=agg["failed"], client_cpu_frac=res.client_cpu_frac, rx_stamps=res.rx_stamps,
+               read_delay_p99_ms=math.nan if res.read_delay_p99_s is None else res.read_delay_p99_s * 1e3,
                prompt_lengths=sorted({int(r["prompt_tokens"]) - special for r in res.records
                                       if r["prompt_tokens"] is not None}),
                prompts_verified=b.stats["verified"], prompts_adjusted=b.stats["adjusted"],
@@ -560,7 +561,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{np.mean([r['tokens_per_request'] for r in ta]):.1f} tokens; zero ITL gaps "
               f"{100 * np.nanmean([r['zero_gap_frac'] for r in ta]):.1f}%; client CPU "
               f"{max(r['client_cpu_frac'] for r in ta):.2f} max in the window, "
-              f"{np.mean([r['client_cpu_s'] for r in ta]):.2f} CPU-s per round (whole round)")
+              f"{np.mean([r['client_cpu_s'] for r in ta]):.2f} CPU-s per round (whole round); receive stamps "
+              f"{'/'.join(sorted({r['rx_stamps'] for r in ta}))}, read delay p99 (what read-time stamps would have "
+              f"added) {np.nanmedian([r['read_delay_p99_ms'] for r in ta]):.2f} ms median over rounds, "
+              f"{np.nanmax([r['read_delay_p99_ms'] for r in ta]):.2f} ms max")
         cpr = [r["chunks_per_request"] for r in tb if "chunks_per_request" in r]
         print(f"vllm bench: prompt lengths as counted by the server {lens_b or 'n/a'}; chunks per request "
               f"{np.mean(cpr) if cpr else math.nan:.1f}; wall per round "

@@ -51,7 +51,8 @@ carry the later arrival stamp, see tasks/rx_stamps.py).
 Client health: ``cpu`` = tunelab's busiest event-loop thread CPU / wall (>= 0.9: client-bound),
 ``lag99`` = p99 of that loop's wake-up lateness. Rows marked ``client-bound`` have cpu >= 0.9 or did not
 reach the requested concurrency; ``client behind`` rows have more than 1 % of their gaps inside one read
-(tasks.measure notes such a window too).
+while the client read later than a typical gap at least once (tasks.measure.same_read_note, which notes such
+a window too).
 
 ``--busy-clients N``: N busy-looping processes share the clients' CPUs for the whole run (a stand-in for a
 busy machine: the clients' event loops get the CPU late). Kernel receive stamps should keep tunelab's
@@ -89,7 +90,7 @@ sys.path.insert(0, str(REPO / "tests" / "fakes"))
 
 from tasks import metrics as M  # noqa: E402
 from tasks.loadgen import Clock, make_client, run_level  # noqa: E402
-from tasks.measure import SAME_READ_NOTE_FRAC  # noqa: E402
+from tasks.measure import same_read_note  # noqa: E402
 from tunelab import paths  # noqa: E402
 from timed_openai_server import FakeServerProcess, FakeTiming  # noqa: E402
 
@@ -222,7 +223,9 @@ async def _ours(fake: FakeServerProcess, c: int, n: int, out_tokens: int, tag: s
     errs, ok = errors_ours(res.records, prompts, log, out_tokens, Clock(res.clock_origin).to_perf)
     name = "tunelab" + ("" if transport == "raw" else f" ({transport})") + (f" x{processes}p" if processes > 1 else "")
     same = res.same_read_itl_frac()
+    note = same_read_note(res)
     return {"client": name, "ok": ok, "n": n, "rx_stamps": res.rx_stamps,
+            "client_behind": bool(note and "client fell behind" in note),
             "same_read_pct": None if same is None else same * 100,
             "read_delay_p99_ms": None if res.read_delay_p99_s is None else res.read_delay_p99_s * 1e3,
             **_summary(errs), "client_cpu_frac": res.client_cpu_frac, "loop_lag_p99_ms": res.loop_lag_p99_s * 1e3,
@@ -367,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
                             flags.append("client-bound (cpu)")
                         if r["max_in_flight"] < M.CLIENT_BOUND_CONCURRENCY_FRAC * min(c, n):
                             flags.append("concurrency not reached at server")
-                        if (r.get("same_read_pct") or 0) > 100 * SAME_READ_NOTE_FRAC:
+                        if r.pop("client_behind", False):
                             flags.append("client behind (chunks share reads)")
                         if r["fake_late_p99_ms"] is not None and r["fake_late_p99_ms"] > 5:
                             flags.append("fake late")

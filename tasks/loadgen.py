@@ -875,6 +875,13 @@ class LevelResult:
             same += sum(1 for a, b in zip(ts, ts[1:]) if a == b)
         return same / gaps if gaps else None
 
+    def median_nonzero_gap_s(self) -> float | None:
+        """Median of the window's inter-chunk gaps that are not 0 s (seconds; None without one): the typical
+        ITL, against which a read delay says whether the client could have merged two chunks."""
+        gaps = sorted(b - a for r in self.records for a, b in zip(r.get("chunk_ts") or [], (r.get("chunk_ts") or [])[1:])
+                      if b > a)
+        return gaps[len(gaps) // 2] if gaps else None
+
 
 async def prewarm_connections(client: httpx.AsyncClient, n: int) -> None:
     """Open ``n`` keep-alive connections (``n`` concurrent ``GET /health``) so a window's first wave does not

@@ -46,7 +46,7 @@ from tunelab.plan import Plan, Workload, requests_for_level
 
 __all__ = ["LoadLevel", "MeasureResult", "load_levels", "measure_server", "run_interruptible", "window_prompts",
            "progress_reporter",
-           "LOOP_LAG_NOTE_S", "SAME_READ_NOTE_FRAC"]
+           "LOOP_LAG_NOTE_S", "SAME_READ_NOTE_FRAC", "same_read_note"]
 
 #: p99 event-loop wake-up lateness (seconds) above which a window gets a note: timestamps may be that stale.
 LOOP_LAG_NOTE_S = 0.005
@@ -274,6 +274,25 @@ async def _measure(
     return MeasureResult(pd.DataFrame(req_rows), pd.DataFrame(meas_rows), pd.DataFrame(sm_rows), notes)
 
 
+def same_read_note(res: Any) -> str | None:
+    """A note when more than :data:`SAME_READ_NOTE_FRAC` of a window's inter-chunk gaps fell inside one read
+    (``LevelResult.same_read_itl_frac``), saying which side it was: the client, when it read at least once
+    later than the window's median non-zero gap (late enough to find two chunks that the server wrote an
+    ITL apart; those then share the later arrival stamp); else the server, which wrote them together (the
+    0 s gaps are then true). None below the threshold."""
+    same = res.same_read_itl_frac()
+    if same is None or same <= SAME_READ_NOTE_FRAC:
+        return None
+    gap, late = res.median_nonzero_gap_s(), res.read_delay_max_s
+    head = f"{same:.1%} of inter-chunk gaps fell inside one read (0 s ITL)"
+    if late is not None and gap is not None and late < gap:
+        return (f"{head}: the server sent those chunks together (the client read within {late * 1e3:.2f} ms, "
+                f"under the median gap of {gap * 1e3:.2f} ms)")
+    lateness = "" if late is None else f" (read up to {late * 1e3:.1f} ms late)"
+    return (f"{head}: the client fell behind{lateness}; those chunks carry the later one's arrival stamp, so "
+            "TTFT/ITL of those requests are coarse; raise the plan's load_processes")
+
+
 def _window_notes(label: str, df: pd.DataFrame, res: Any, lv: LoadLevel) -> list[str]:
     out = []
     pt = df.loc[df["ok"].astype(bool), "prompt_tokens"].dropna()
@@ -291,11 +310,9 @@ def _window_notes(label: str, df: pd.DataFrame, res: Any, lv: LoadLevel) -> list
                    f"{res.loop_lag_max_s * 1e3:.1f} ms): "
                    + ("requests may have been sent that late (receive stamps are the kernel's)" if kernel
                       else "timestamps may be that late"))
-    same = res.same_read_itl_frac()
-    if same is not None and same > SAME_READ_NOTE_FRAC:
-        out.append(f"{label}: {same:.1%} of inter-chunk gaps fell inside one read (the client fell behind; "
-                   "those chunks carry the later one's arrival stamp): TTFT/ITL of those requests are coarse; "
-                   "raise the plan's load_processes")
+    same = same_read_note(res)
+    if same:
+        out.append(f"{label}: {same}")
     if res.client_cpu_frac >= M.CLIENT_BOUND_CPU_FRAC:
         out.append(f"{label}: client-bound: load generator loop used {res.client_cpu_frac:.2f} of a core "
                    f"({res.processes} process(es)); raise the plan's load_processes")

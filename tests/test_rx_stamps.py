@@ -132,3 +132,30 @@ def test_rx_fields_of_a_window():
     assert loadgen._rx_fields([k, dict(k, delay_p99_s=0.001, delay_max_s=0.009)]) == ("kernel", 0.002, 0.009)
     assert loadgen._rx_fields([k, r]) == ("mixed", 0.002, 0.004)
     assert loadgen._rx_fields([None]) == ("read", None, None)
+
+
+def _window(chunk_ts_lists, read_delay_max_s):
+    recs = [{"chunk_ts": ts} for ts in chunk_ts_lists]
+    return loadgen.LevelResult(recs, 1.0, 0.1, rx_stamps="kernel", read_delay_p99_s=read_delay_max_s,
+                               read_delay_max_s=read_delay_max_s)
+
+
+def test_same_read_gaps_and_who_caused_them():
+    from tasks.measure import same_read_note
+
+    # 2 streams, 6 gaps, 2 of them 0 s (two chunks in one read); typical gap 10 ms
+    ts = [[0.0, 0.01, 0.01, 0.03], [1.0, 1.01, 1.02, 1.02]]
+    late = _window(ts, read_delay_max_s=0.025)
+    assert late.same_read_itl_frac() == pytest.approx(2 / 6)
+    assert late.median_nonzero_gap_s() == pytest.approx(0.01)
+    note = same_read_note(late)
+    assert note and "client fell behind" in note and "25.0 ms late" in note and "33.3%" in note
+    # the client always read within 1 ms, less than a gap: the server must have written those chunks together
+    prompt = _window(ts, read_delay_max_s=0.001)
+    assert "server sent those chunks together" in same_read_note(prompt)
+    # without kernel stamps there is no read delay: the client is not cleared
+    assert "client fell behind" in same_read_note(_window(ts, read_delay_max_s=None))
+    # under the threshold (1 %): no note
+    many = [[i + k * 0.01 for k in range(40)] for i in range(3)] + [[9.0, 9.0]]
+    assert 0 < _window(many, 0.05).same_read_itl_frac() < 0.01 and same_read_note(_window(many, 0.05)) is None
+    assert _window([[0.0], []], 0.0).same_read_itl_frac() is None
