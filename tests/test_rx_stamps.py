@@ -54,6 +54,7 @@ class _ScriptedFake(threading.Thread):
 
     def run(self) -> None:
         conn, _ = self.lsock.accept()
+        self.lsock.close()
         with conn:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             buf = b""
