@@ -592,10 +592,12 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
               "runtime": job.trial.runtime, "replicate": job.trial.replicate,
               "device": "+".join(d.label for d in devs) or "-", "status": "failed",
               "failure_class": "orchestrator_error" if error else None, "failure_reason": error,
-              "boot_s": None, "compile_cache": None, "teardown_clean": None, "verdict": "unvalidated"}
+              "boot_s": None, "compile_cache": None, "teardown_clean": None, "verdict": "unvalidated",
+              "measurement_notes": None}
         if bundle is not None:
             row = _status_of(bundle)
-            for k in ("status", "failure_class", "failure_reason", "boot_s", "compile_cache", "teardown_clean"):
+            for k in ("status", "failure_class", "failure_reason", "boot_s", "compile_cache", "teardown_clean",
+                      "measurement_notes"):
                 st[k] = row.get(k)
             if row.get("teardown_clean") is False:
                 with lock:

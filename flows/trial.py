@@ -224,7 +224,11 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: di
                               server_metrics=res.server_metrics, gpu_samples=gpu)
                 row["status"] = "ok"
                 if res.notes:
-                    row["failure_reason"] = "; ".join(res.notes)[:2000]
+                    # Not a failure: what the measurement noticed about its windows (see tasks.measure). Logged
+                    # so the terminal and the Prefect UI show it, stored for SQL.
+                    row["measurement_notes"] = "\n".join(res.notes)[:4000]
+                    for note in res.notes:
+                        logger.warning("measurement note: %s", note)
             except BootFailed as e:
                 row["boot_s"] = e.boot_s
                 row["status"] = "boot_failed"

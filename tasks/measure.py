@@ -274,7 +274,19 @@ async def _measure(
     return MeasureResult(pd.DataFrame(req_rows), pd.DataFrame(meas_rows), pd.DataFrame(sm_rows), notes)
 
 
-def same_read_note(res: Any) -> str | None:
+def _client_advice(res: Any, concurrency: float | None) -> str:
+    """What to do about a client that fell behind: more load processes only help a client that was busy
+    itself and has concurrency to split; a client that used little CPU was waiting for one."""
+    if res.client_cpu_frac < 0.5:
+        return (f"the client's loop used only {res.client_cpu_frac:.2f} of a core, so it waited for a CPU: the "
+                "machine is oversubscribed (e.g. a CPU vLLM server on the same cores); more load processes will "
+                "not help")
+    if concurrency is not None and concurrency < 2:
+        return "at concurrency 1 the load runs in one process whatever load_processes says"
+    return "raise the plan's load_processes"
+
+
+def same_read_note(res: Any, concurrency: float | None = None) -> str | None:
     """A note when more than :data:`SAME_READ_NOTE_FRAC` of a window's inter-chunk gaps fell inside one read
     (``LevelResult.same_read_itl_frac``), saying which side it was: the client, when it read at least once
     later than the window's median non-zero gap (late enough to find two chunks that the server wrote an
@@ -290,11 +302,12 @@ def same_read_note(res: Any) -> str | None:
                 f"under the median gap of {gap * 1e3:.2f} ms)")
     lateness = "" if late is None else f" (read up to {late * 1e3:.1f} ms late)"
     return (f"{head}: the client fell behind{lateness}; those chunks carry the later one's arrival stamp, so "
-            "TTFT/ITL of those requests are coarse; raise the plan's load_processes")
+            f"TTFT/ITL of those requests are coarse; {_client_advice(res, concurrency)}")
 
 
 def _window_notes(label: str, df: pd.DataFrame, res: Any, lv: LoadLevel) -> list[str]:
     out = []
+    conc = lv.value if lv.kind == "concurrency" else None
     pt = df.loc[df["ok"].astype(bool), "prompt_tokens"].dropna()
     if pt.nunique() > 1:
         out.append(f"{label}: server counted {pt.nunique()} different prompt lengths "
@@ -309,8 +322,8 @@ def _window_notes(label: str, df: pd.DataFrame, res: Any, lv: LoadLevel) -> list
         out.append(f"{label}: load generator event loop lagged (p99 {res.loop_lag_p99_s * 1e3:.1f} ms, max "
                    f"{res.loop_lag_max_s * 1e3:.1f} ms): "
                    + ("requests may have been sent that late (receive stamps are the kernel's)" if kernel
-                      else "timestamps may be that late"))
-    same = same_read_note(res)
+                      else "timestamps may be that late") + f"; {_client_advice(res, conc)}")
+    same = same_read_note(res, conc)
     if same:
         out.append(f"{label}: {same}")
     if res.client_cpu_frac >= M.CLIENT_BOUND_CPU_FRAC:

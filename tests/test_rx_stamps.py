@@ -135,9 +135,9 @@ def test_rx_fields_of_a_window():
     assert loadgen._rx_fields([None]) == ("read", None, None)
 
 
-def _window(chunk_ts_lists, read_delay_max_s):
+def _window(chunk_ts_lists, read_delay_max_s, cpu=0.1):
     recs = [{"chunk_ts": ts} for ts in chunk_ts_lists]
-    return loadgen.LevelResult(recs, 1.0, 0.1, rx_stamps="kernel", read_delay_p99_s=read_delay_max_s,
+    return loadgen.LevelResult(recs, 1.0, cpu, rx_stamps="kernel", read_delay_p99_s=read_delay_max_s,
                                read_delay_max_s=read_delay_max_s)
 
 
@@ -151,6 +151,12 @@ def test_same_read_gaps_and_who_caused_them():
     assert late.median_nonzero_gap_s() == pytest.approx(0.01)
     note = same_read_note(late)
     assert note and "client fell behind" in note and "25.0 ms late" in note and "33.3%" in note
+    # the advice depends on why: an idle client waited for a CPU; a busy one needs more processes, which
+    # concurrency 1 cannot use
+    assert "oversubscribed" in note and "raise the plan" not in note
+    busy = _window(ts, read_delay_max_s=0.025, cpu=0.8)
+    assert "raise the plan's load_processes" in same_read_note(busy, 8)
+    assert "at concurrency 1" in same_read_note(busy, 1)
     # the client always read within 1 ms, less than a gap: the server must have written those chunks together
     prompt = _window(ts, read_delay_max_s=0.001)
     assert "server sent those chunks together" in same_read_note(prompt)

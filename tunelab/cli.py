@@ -226,6 +226,7 @@ def run(
     print_comparison(pd.DataFrame(summary["comparison"]), title=f"sweep {summary['sweep_id']}",
                      left_out=summary.get("left_out", []))
     bad = [t for t in summary["trials"] if t["status"] != "ok"]
+    _print_notes([(t["config"], t.get("replicate"), t.get("measurement_notes")) for t in summary["trials"]])
     console.print(f"warehouse: {summary['db']}  bundles: {summary['results']}")
     if bad:
         console.print(f"[yellow]{len(bad)} trial(s) not ok:[/] " + ", ".join(f"{t['config']} ({t['status']}: {t['failure_class']})" for t in bad))
@@ -234,6 +235,20 @@ def run(
         # boot failures still exits 0; its failures are results in the warehouse.
         err.print("[red]no trial of this sweep succeeded[/]")
         raise typer.Exit(1)
+
+
+def _print_notes(rows: list[tuple]) -> None:
+    """Print each trial's measurement notes (``trials.measurement_notes``: one per line), at most 3 per trial."""
+    for label, rep, text in rows:
+        if not text or (isinstance(text, float) and text != text):
+            continue
+        items = [n for n in str(text).splitlines() if n]
+        more = f" (+{len(items) - 3} more in trials.measurement_notes)" if len(items) > 3 else ""
+        console.print(f"[yellow]notes[/] {label} r{rep}:", highlight=False)
+        for n in items[:3]:
+            console.print(f"  {n}", highlight=False, soft_wrap=True, markup=False)
+        if more:
+            console.print(f" {more}", highlight=False)
 
 
 @app.command("load")
@@ -289,11 +304,16 @@ def report(
             _fail(f"no sweep {sweep!r} in {dbp}; latest: {', '.join(known) or 'none'}")
         failed = con.execute("SELECT config_label, replicate, status, failure_class, substr(failure_reason, 1, 160) "
                              "FROM trials WHERE sweep_id = ? AND status <> 'ok' ORDER BY started_at", [sweep]).fetchall()
+        cols = {r[0] for r in con.execute("SELECT column_name FROM information_schema.columns "
+                                          "WHERE table_name = 'trials'").fetchall()}
+        notes = con.execute("SELECT config_label, replicate, measurement_notes FROM trials WHERE sweep_id = ? "
+                            "ORDER BY started_at", [sweep]).fetchall() if "measurement_notes" in cols else []
     finally:
         con.close()
     print_comparison(comparison_frame(dbp, sweep, all_quality=all_quality), title=f"sweep {sweep}")
     for label, rep, status, cls, why in failed:
         console.print(f"[yellow]{label} r{rep}: {status}[/] ({cls}): {why}", highlight=False)
+    _print_notes(notes)
     if plots is not None:
         from tasks.plots import write_plots
 

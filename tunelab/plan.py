@@ -184,8 +184,9 @@ class Plan(BaseModel):
     request_timeout_s: float = Field(120.0, gt=0, description="Per-request timeout, seconds.")
     load_processes: int = Field(
         1, ge=1, le=64,
-        description="Load-generator processes per window (each its own event loop and share of the load). Raise it "
-                    "when a window's notes say the client fell behind or was client-bound.",
+        description="Load-generator processes per window (each its own event loop and share of the load); a "
+                    "concurrency window uses at most one per in-flight request, so concurrency 1 always runs in one. "
+                    "Raise it when a window's notes say the client was busy and fell behind or was client-bound.",
     )
     eager_diagnosis: bool = Field(False, description="Re-boot a config that failed to boot with only --enforce-eager added.")
     slo: SLO = Field(default_factory=SLO)
