@@ -15,7 +15,10 @@ REPO = Path(__file__).resolve().parent.parent
 # A sweep-like orchestrator: starts the ephemeral server the way `tunelab run` does, runs a flow that sleeps
 # (a measurement), prints the server's PID when the flow runs.
 ORCHESTRATOR = """
-import sys, time
+import signal, sys, time
+# Ctrl-C as in a terminal: an ignored signal stays ignored across exec, and tests started as a background job
+# (`pytest &` in a script) inherit SIGINT ignored; Python then installs no KeyboardInterrupt handler.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from tunelab import prefect_env
 prefect_env.configure()
 pid = prefect_env.start_ephemeral_server()
@@ -39,7 +42,7 @@ def _alive(pid: int) -> bool:
 
 
 def _start(tmp_path: Path) -> tuple[subprocess.Popen, int]:
-    env = dict(os.environ, PREFECT_HOME=str(tmp_path / "prefect"))
+    env = dict(os.environ, PREFECT_HOME=str(tmp_path / "prefect"), PYTHONFAULTHANDLER="1")
     env.pop("PREFECT_API_URL", None)
     p = subprocess.Popen([sys.executable, "-c", ORCHESTRATOR], cwd=REPO, env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -82,7 +85,13 @@ def test_one_ctrl_c_ends_the_run(tmp_path):
     try:
         t0 = time.monotonic()
         os.killpg(p.pid, signal.SIGINT)
-        out = p.communicate(timeout=60)[0]
+        try:
+            out = p.communicate(timeout=60)[0]
+        except subprocess.TimeoutExpired:
+            # Say where it hung: Python's tracebacks of every thread (faulthandler on SIGABRT), then its output.
+            os.kill(p.pid, signal.SIGABRT)
+            out = p.communicate(timeout=20)[0]
+            raise AssertionError("no exit 60 s after one Ctrl-C:\n" + out[-6000:]) from None
         assert p.returncode != 0 and time.monotonic() - t0 < 30, out[-3000:]
         assert "Finished in state Crashed" in out, out[-3000:]  # the state was recorded on a live server
         assert _gone_within(server, 15)  # stopped by Prefect's exit hook
