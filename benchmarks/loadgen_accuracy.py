@@ -376,7 +376,8 @@ def main(argv: list[str] | None = None) -> int:
                             flags.append("fake late")
                         r["flags"] = ", ".join(flags)
                         rows.append(r)
-                        print(_table([r]).splitlines()[-1], flush=True)
+                        # Progress on stderr: `> file` keeps only the final table and verdicts.
+                        print(_table([r]).splitlines()[-1], file=sys.stderr, flush=True)
     load1 = os.getloadavg()
     for b in busy:
         b.terminate()
