@@ -108,6 +108,20 @@ def test_bad_plans_name_the_field(tmp_path, patch, field, hint):
     assert "plan.yaml" in msg and field in msg and hint in msg, msg
 
 
+@pytest.mark.parametrize("yaml_line, field", [
+    ("load_processes: true", "load_processes"),
+    ("replicates: yes", "replicates"),
+    ("warmup_requests: 2.5", "warmup_requests"),
+])
+def test_a_boolean_or_fraction_where_a_count_belongs_is_an_error(tmp_path, yaml_line, field):
+    # pydantic's lax mode would read `true` as 1 and 2.0 as 2; a count field takes only an integer.
+    with pytest.raises(PlanError) as ei:
+        load_plan(write(tmp_path, GOOD + yaml_line + "\n"))
+    assert field in str(ei.value) and "valid integer" in str(ei.value), str(ei.value)
+    with pytest.raises(PlanError, match=r"concurrency\.0.*valid integer|concurrency\[0\].*valid integer"):
+        load_plan(write(tmp_path, GOOD.replace("concurrency: [1, 4]", "concurrency: [true, 4]")))
+
+
 def test_missing_required_field_and_bad_yaml(tmp_path):
     with pytest.raises(PlanError, match=r"workloads: required field is missing"):
         load_plan(write(tmp_path, "name: t\nmodel: m\n"))

