@@ -611,6 +611,7 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
         with lock:
             statuses[job.index] = st
             bundles[job.index] = bundle
+            unrecorded.discard(job.index)
             done_count[0] += 1
             n = done_count[0]
         if bundle is not None:
@@ -658,6 +659,7 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
                             t.runtime, "+".join(d.label for d in devs))
                 with lock:
                     in_flight[job.index] = trial_id
+                    unrecorded.add(job.index)
                 name = trial_run_name(t, devs)
                 try:
                     with _no_subflow_heartbeats():
@@ -682,6 +684,9 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
         return b
 
     cancelled_jobs: set[int] = set()
+    # Trials started and not yet recorded: a trial on the main thread that Ctrl-C interrupts writes its own
+    # cancelled bundle and leaves `in_flight` on the way out, without reaching `record`.
+    unrecorded: set[int] = set()
 
     def on_interrupt() -> None:
         with lock:
@@ -704,7 +709,7 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
         by_pool()
     except INTERRUPTS:
         with lock:
-            running_then = set(cancelled_jobs) | set(in_flight)
+            running_then = set(cancelled_jobs) | set(in_flight) | unrecorded
         logger.warning("sweep %s cancelled; %d trial(s) were running", sweep_id, len(running_then))
         for i in running_then:
             _mark_cancelled(bundles[i], statuses[i], logger)
