@@ -955,16 +955,21 @@ async def _run_shard(
     on_done: Callable[[], None] | None,
     worker: int,
     transport: str = "raw",
+    shared_next: Any = None,
 ) -> tuple[list[dict[str, Any]], float, float, float, float, dict[str, Any] | None]:
     """One event loop's share: returns (records, wall_s, cpu_frac, lag_p99_s, lag_max_s, rx) where rx is
-    :meth:`RxStats.summary` of the raw transport's reads (None for httpx)."""
+    :meth:`RxStats.summary` of the raw transport's reads (None for httpx). With ``shared_next`` (a
+    ``multiprocessing.Value('i')`` shared by the load processes of one concurrency window) the workers take the
+    next request index from it, so every process pulls from one queue; each record then carries its index as
+    ``"index"``."""
     pool: RawPool | None = None
     if transport == "raw":
         auth = client.headers.get("authorization", "")
         pool = RawPool(str(client.base_url), auth.removeprefix("Bearer ") or None, clock)
     try:
         out = await _run_shard_with(client, pool, clock, model, prompts, max_tokens, load_kind, concurrency,
-                                    endpoint, ignore_eos, timeout_s, offsets, t_start_perf, on_done, worker)
+                                    endpoint, ignore_eos, timeout_s, offsets, t_start_perf, on_done, worker,
+                                    shared_next)
         return (*out, pool.rx.summary() if pool is not None else None)
     finally:
         if pool is not None:
@@ -987,6 +992,7 @@ async def _run_shard_with(
     t_start_perf: float | None,
     on_done: Callable[[], None] | None,
     worker: int,
+    shared_next: Any = None,
 ) -> tuple[list[dict[str, Any]], float, float, float, float]:
     if load_kind == "concurrency":
         if pool is not None:
@@ -1008,17 +1014,30 @@ async def _run_shard_with(
         else:
             r = await send_streaming(client, clock, model, prompts[i], max_tokens, endpoint, ignore_eos, timeout_s)
         r["worker"] = worker
+        if shared_next is not None:
+            r["index"] = i
         records[i] = r
         if on_done:
             on_done()
 
     if load_kind == "concurrency":
         # Exactly `concurrency` workers pull from one queue: never more in flight, and no idle slot while
-        # requests remain.
+        # requests remain. Several load processes share that queue through `shared_next`: a static split left
+        # one process idle while another still had requests (c=2 over 2 processes fell to 1.75 in flight).
         nxt = iter(range(len(prompts)))
 
+        def claim() -> int | None:
+            if shared_next is None:
+                return next(nxt, None)
+            with shared_next.get_lock():  # held for one increment: microseconds
+                i = shared_next.value
+                if i >= len(prompts):
+                    return None
+                shared_next.value = i + 1
+                return i
+
         async def slot() -> None:
-            for i in nxt:
+            while (i := claim()) is not None:
                 await go(i)
 
         await asyncio.gather(*(slot() for _ in range(min(concurrency, len(prompts)))))
@@ -1040,8 +1059,9 @@ async def _run_shard_with(
     return [r for r in records if r is not None], wall, (cpu / wall if wall > 0 else 0.0), lag_p99, lag_max
 
 
-def _worker_main(conn: Any, spec: dict[str, Any]) -> None:
-    """Entry point of a load process (multiprocessing 'spawn'): runs its shard, sends back the result."""
+def _worker_main(conn: Any, spec: dict[str, Any], shared_next: Any = None) -> None:
+    """Entry point of a load process (multiprocessing 'spawn'): runs its shard, sends back the result.
+    ``shared_next``: the window's shared request counter (concurrency mode), see :func:`_run_shard`."""
 
     async def main() -> Any:
         # Rate mode has no concurrency bound: size the (httpx) pool for every request of the shard.
@@ -1066,7 +1086,8 @@ def _worker_main(conn: Any, spec: dict[str, Any]) -> None:
                 return await _run_shard(
                     client, Clock(spec["clock_origin"]), spec["model"], spec["prompts"], spec["max_tokens"],
                     spec["load_kind"], spec["concurrency"], spec["endpoint"], spec["ignore_eos"],
-                    spec["timeout_s"], spec["offsets"], t_start, tick, spec["worker"], spec["transport"])
+                    spec["timeout_s"], spec["offsets"], t_start, tick, spec["worker"], spec["transport"],
+                    shared_next)
             finally:
                 tk.cancel()
                 if pending[0]:
@@ -1092,18 +1113,18 @@ async def _run_processes(
 ) -> LevelResult:
     clock = Clock()
     n = len(prompts)
+    ctx = mp.get_context("spawn")
+    shared_next = None
     if load_kind == "concurrency":
         conc = [c for c in _split(int(load_value), processes) if c > 0]
         processes = len(conc)
-        # Prompts in proportion to each process's concurrency (request i goes to the least loaded share).
-        shares: list[list[int]] = [[] for _ in conc]
-        for i in range(n):
-            w = min(range(processes), key=lambda k: (len(shares[k]) + 1) / conc[k])
-            shares[w].append(i)
+        # Every process gets every prompt and takes the next index from one shared counter (one queue for
+        # the window, as in one process); records come back with their index.
+        shares: list[list[int]] = [list(range(n)) for _ in conc]
+        shared_next = ctx.Value("i", 0)
     else:
         conc = [0] * processes
         shares = [list(range(w, n, processes)) for w in range(processes)]
-    ctx = mp.get_context("spawn")
     procs, conns = [], []
     for w in range(processes):
         parent, child = ctx.Pipe()
@@ -1112,7 +1133,7 @@ async def _run_processes(
                     ignore_eos=ignore_eos, timeout_s=timeout_s, worker=w, clock_origin=clock.origin,
                     transport=transport,
                     offsets=None if arrival_offsets_s is None else [arrival_offsets_s[i] for i in shares[w]])
-        p = ctx.Process(target=_worker_main, args=(child, spec), daemon=True)
+        p = ctx.Process(target=_worker_main, args=(child, spec, shared_next), daemon=True)
         p.start()
         child.close()
         procs.append(p)
@@ -1147,8 +1168,12 @@ async def _run_processes(
                 p.terminate()
     records: list[dict[str, Any] | None] = [None] * n
     for w, (recs, *_rest) in enumerate(results):
-        for i, r in zip(shares[w], recs):
-            records[i] = r
+        if shared_next is not None:
+            for r in recs:
+                records[r.pop("index")] = r
+        else:
+            for i, r in zip(shares[w], recs):
+                records[i] = r
     wall = max(r[1] for r in results)
     fracs = [r[2] for r in results]
     return LevelResult([r for r in records if r is not None], wall, max(fracs), max(r[3] for r in results),

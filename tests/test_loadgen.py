@@ -146,6 +146,22 @@ def test_concurrency_is_reached_and_never_exceeded(fake, processes):
     assert {r["worker"] for r in res.records} == set(range(processes))
 
 
+def test_load_processes_share_one_queue(fake):
+    """Two processes at c=2 pull from one queue: when one process's requests end fast (HTTP 503 here), it takes
+    the next ones instead of idling. A static split (every other request per process) ran the slow requests
+    one at a time in the other process, and the window's achieved concurrency fell short."""
+    prompts = [f"share {i}" if i % 2 == 0 else f"[[fault:503]] share {i}" for i in range(8)]
+    res = _run(fake, prompts, max_tokens=6, load_kind="concurrency", load_value=2, processes=2)
+    assert res.processes == 2 and len(res.records) == 8
+    # Records come back in request order, whichever process sent them:
+    for i, r in enumerate(res.records):
+        assert ("HTTP 503" in (r.get("transport_error") or "")) == (i % 2 == 1), (i, r.get("transport_error"))
+    ok = [r for i, r in enumerate(res.records) if i % 2 == 0]
+    events = sorted([(r["send_ts"], 1) for r in ok] + [(r["end_ts"], -1) for r in ok], key=lambda x: (x[0], x[1]))
+    assert max(np.cumsum([d for _, d in events])) == 2  # two slow requests in flight at once
+    assert {r["worker"] for r in ok} == {0, 1}
+
+
 def test_rate_mode_follows_the_schedule(fake):
     offs = arrival_offsets(8, 20.0, 1.0, seed=3)
     prompts = [f"rate {i}" for i in range(8)]
