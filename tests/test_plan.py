@@ -122,6 +122,19 @@ def test_a_boolean_or_fraction_where_a_count_belongs_is_an_error(tmp_path, yaml_
         load_plan(write(tmp_path, GOOD.replace("concurrency: [1, 4]", "concurrency: [true, 4]")))
 
 
+@pytest.mark.parametrize("old, new, field, hint", [
+    ("concurrency: [1, 4]", "concurrency: [2, 2]", "concurrency", "distinct"),
+    ("concurrency: [1, 4]", "concurrency: [1]\nrequest_rates: [.nan]", "request_rates", "finite"),
+    ("concurrency: [1, 4]", "concurrency: [1]\nrequest_rates: [2, 2.0]", "request_rates", "distinct"),
+    ("repeats: 2", "repeats: 2\nrequest_timeout_s: .inf", "request_timeout_s", "finite"),
+])
+def test_load_levels_are_distinct_finite_and_timeouts_finite(tmp_path, old, new, field, hint):
+    # A level given twice produced two windows with one key, and the trial's bundle could not be written.
+    with pytest.raises(PlanError) as ei:
+        load_plan(write(tmp_path, GOOD.replace(old, new, 1)))
+    assert field in str(ei.value) and hint in str(ei.value), str(ei.value)
+
+
 def test_missing_required_field_and_bad_yaml(tmp_path):
     with pytest.raises(PlanError, match=r"workloads: required field is missing"):
         load_plan(write(tmp_path, "name: t\nmodel: m\n"))

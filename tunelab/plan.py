@@ -17,6 +17,7 @@ import difflib
 import hashlib
 import itertools
 import json
+import math
 import random
 import re
 from pathlib import Path
@@ -174,7 +175,7 @@ class Plan(BaseModel):
                     "measured requests, so high levels are really reached and low levels stay short; 0 = off.",
     )
     request_rates: list[float] = Field(default_factory=list, description="Request rates (req/s) with random arrivals; empty = none.")
-    burstiness: float = Field(1.0, gt=0, description="Gamma shape of inter-arrival gaps; 1.0 = Poisson (as vllm bench serve).")
+    burstiness: float = Field(1.0, gt=0, allow_inf_nan=False, description="Gamma shape of inter-arrival gaps; 1.0 = Poisson (as vllm bench serve).")
     warmup_requests: int = Field(4, strict=True, ge=0, description="Requests per load level sent before measuring, excluded from numbers.")
     repeats: int = Field(2, strict=True, ge=1, description="Measured repeats per load level on one server.")
     replicates: int = Field(1, strict=True, ge=1, description="Boots per config (the unit of noise for A/B verdicts).")
@@ -182,8 +183,8 @@ class Plan(BaseModel):
         "round_robin", description="Order of boots: A B A B (round_robin) or a seeded shuffle."
     )
     seed: int = Field(0, strict=True, description="Seed for prompts, arrivals and shuffles.")
-    boot_timeout_s: float = Field(600.0, gt=0, description="Give up on a boot after this many seconds.")
-    request_timeout_s: float = Field(120.0, gt=0, description="Per-request timeout, seconds.")
+    boot_timeout_s: float = Field(600.0, gt=0, allow_inf_nan=False, description="Give up on a boot after this many seconds.")
+    request_timeout_s: float = Field(120.0, gt=0, allow_inf_nan=False, description="Per-request timeout, seconds.")
     load_processes: int = Field(
         1, ge=1, le=64, strict=True,
         description="Load-generator processes per window (each its own event loop and share of the load); a "
@@ -216,13 +217,19 @@ class Plan(BaseModel):
     def _conc_ok(cls, v: list[int]) -> list[int]:
         if any(c < 1 for c in v):
             raise ValueError("concurrency levels must be >= 1")
+        if len(set(v)) != len(v):
+            raise ValueError(f"concurrency levels must be distinct, got {v}: a level measured twice is what "
+                             "`repeats` is for")
         return v
 
     @field_validator("request_rates")
     @classmethod
     def _rates_ok(cls, v: list[float]) -> list[float]:
-        if any(r <= 0 for r in v):
-            raise ValueError("request rates must be > 0 requests/s")
+        if any(not math.isfinite(r) or r <= 0 for r in v):
+            raise ValueError("request rates must be finite numbers > 0 requests/s")
+        if len(set(v)) != len(v):
+            raise ValueError(f"request rates must be distinct, got {v}: a level measured twice is what "
+                             "`repeats` is for")
         return v
 
     @model_validator(mode="after")
