@@ -244,7 +244,8 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: di
             except Exception as e:  # measurement failure: record, keep the sweep going
                 row["status"] = "failed"
                 row["failure_class"] = "measurement_error"
-                row["failure_reason"] = f"{type(e).__name__}: {e}"[:2000]
+                # httpx's ReadError / ReadTimeout carry no text: say what the server was doing.
+                row["failure_reason"] = f"{_server_state(server)}; {type(e).__name__}: {e or repr(e)}"[:2000]
                 logger.error("trial failed: %s\n%s", e, traceback.format_exc())
     except BaseException as e:  # cancellation / Ctrl-C: tear down, record, propagate
         interrupted = e
@@ -270,6 +271,23 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: di
     if interrupted is not None:
         raise interrupted
     return bundle
+
+
+def _server_state(server: Any) -> str:
+    """One line on the server after a failed measurement: exited (with its status, or the signal that killed
+    it), alive but not answering ``/health`` within 2 s (hung or stopped), or alive and healthy."""
+    proc = getattr(server, "proc", None)
+    rc = proc.poll() if proc is not None else None
+    if rc is not None:
+        how = f"killed by signal {-rc}" if rc < 0 else f"exit status {rc}"
+        return f"server process exited during the measurement ({how})"
+    try:
+        import httpx
+
+        r = httpx.get(f"{server.base_url}/health", timeout=2.0)
+        return f"server alive, /health answered {r.status_code}"
+    except Exception as e:
+        return f"server process alive but /health did not answer within 2 s ({type(e).__name__}): hung or stopped"
 
 
 def _eager_diagnosis(trial: Trial, runtime: Runtime, plan: Plan, log_path: Path, trial_id: str, gpu_index,

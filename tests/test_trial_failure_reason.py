@@ -1,0 +1,36 @@
+"""A failed measurement says what the server was doing (flows.trial._server_state): httpx's ReadError and
+ReadTimeout carry no text, so "ReadError: " alone did not tell a killed server from a hung one."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+from types import SimpleNamespace
+
+from flows.trial import _server_state
+
+
+def test_a_killed_server_is_named_with_its_signal():
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    state = _server_state(SimpleNamespace(proc=proc, base_url="http://127.0.0.1:9"))
+    assert state == "server process exited during the measurement (killed by signal 9)", state
+
+
+def test_a_live_server_that_does_not_answer_is_called_hung():
+    # A listening socket that never answers: connections are accepted by the kernel, /health gets no reply.
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(8)
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        state = _server_state(SimpleNamespace(proc=proc, base_url=f"http://127.0.0.1:{lsock.getsockname()[1]}"))
+        assert state.startswith("server process alive but /health did not answer within 2 s"), state
+        assert "hung or stopped" in state
+    finally:
+        proc.kill()
+        proc.wait(10)
+        lsock.close()
