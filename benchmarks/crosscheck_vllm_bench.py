@@ -586,7 +586,7 @@ def main(argv: list[str] | None = None) -> int:
         ok = ok and level_ok
     print("\nALL GATED METRICS AGREE" if ok else "\nNOT ALL GATED METRICS AGREE (see the verdicts above)")
     if a.json:
-        a.json.write_text(json.dumps({"settings": {**vars(a), "model": str(model), "vllm": rt.vllm_version,
+        a.json.write_text(json.dumps({"settings": {**vars(a), "model": Path(model).name, "vllm": rt.vllm_version,
                                                    "bench_flags": feats, "special_tokens": special},
                                       "started": started.isoformat(), "elapsed_s": elapsed,
                                       "loadavg_start": load_start, "loadavg_end": load_end,
