@@ -1023,7 +1023,7 @@ async def _run_shard_with(
     if load_kind == "concurrency":
         # Exactly `concurrency` workers pull from one queue: never more in flight, and no idle slot while
         # requests remain. Several load processes share that queue through `shared_next`: a static split left
-        # one process idle while another still had requests (c=2 over 2 processes fell to 1.75 in flight).
+        # a process idle, once its own requests had ended sooner, while another still had requests queued.
         nxt = iter(range(len(prompts)))
 
         def claim() -> int | None:
