@@ -436,6 +436,10 @@ def test_compare_cli(prefect_server, tmp_path):
                         "--candidate", "version=latest", "--db", str(db)], cwd=REPO, env=env,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "colour" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "tunelab.cli", "compare", "--baseline", "sweep=no-such-sweep",
+                        "--candidate", "version=latest", "--db", str(db)], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "no measurements match both selectors" in " ".join(r.stderr.split()), r.stderr[-2000:]
 
 
 # -- real CPU runtime ------------------------------------------------------------------------------------------

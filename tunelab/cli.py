@@ -359,6 +359,10 @@ def compare_cmd(
     from rich.markdown import Markdown
 
     Console(width=200).print(Markdown(out["markdown"]))
+    if not out["rows"]:
+        # Nothing compared is a selector problem (an unknown sweep or version), not a result.
+        _fail(f"no measurements match both selectors (baseline {out['baseline']}, candidate {out['candidate']}); "
+              "`tunelab report` lists the sweeps, configs and versions in the warehouse")
 
 
 @app.command("serve")
