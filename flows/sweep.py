@@ -64,7 +64,7 @@ from tasks.gpu import Inventory, inventory
 from tasks import report as R
 from tunelab import paths
 from tunelab.cancel_watch import watch_for_cancel
-from tunelab.plan import Plan, PlanError, Trial, load_plan, unknown_engine_args, unknown_env_warnings
+from tunelab.plan import Plan, PlanError, Trial, load_plan, runtime_checks
 from tunelab.runtime import Runtime, RuntimeError_, load_runtime
 from warehouse.loader import load_pending
 
@@ -355,7 +355,7 @@ def run_on_devices(
 def preflight(plan: Plan) -> dict[str, Runtime]:
     """Everything that must hold before any server starts: runtimes exist, model folder exists, parallel
     sizes are integers, every engine-arg name is a ``vllm serve`` option of at least one of the plan's runtimes
-    (``tunelab.plan.unknown_engine_args``).
+    (``tunelab.plan.unknown_engine_args``, through ``runtime_checks``: a check that raises is skipped, never fatal).
 
     Raises:
         PlanError: with the field and the fix.
@@ -374,7 +374,7 @@ def preflight(plan: Plan) -> dict[str, Runtime]:
         )
     for t in plan.trials():
         gpus_needed(t)
-    arg_errors, _ = unknown_engine_args(plan, runtimes)
+    arg_errors, _ = runtime_checks(plan, runtimes)
     if arg_errors:
         raise PlanError("\n".join(arg_errors))
     return runtimes
@@ -518,7 +518,9 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
            logger: Any) -> SweepSummary:
     plan = load_plan(plan_path)
     runtimes = preflight(plan)
-    for msg in unknown_env_warnings(plan, runtimes) + unknown_engine_args(plan, runtimes)[1]:
+    # Optional checks against the cached runtime facts: warnings only, and a check that fails is one more
+    # warning (runtime_checks never raises), never a failed sweep.
+    for msg in runtime_checks(plan, runtimes)[1]:
         logger.warning(msg)
     db_path = Path(db) if db else paths.db_path()
     results_dir = Path(results) if results else paths.results_dir()

@@ -69,7 +69,7 @@ def _plan(tmp_path: Path, engine_args: dict, runtimes: list[str] | None = None) 
 
 @pytest.fixture(autouse=True)
 def _fresh_memo(monkeypatch):
-    monkeypatch.setattr(runtime_mod, "_SERVE_FLAGS_MEMO", {})
+    monkeypatch.setattr(runtime_mod, "_FACTS_MEMO", {})
 
 
 def test_probe_reads_the_serve_parser_and_caches_it_per_vllm_version(tmp_path):
@@ -82,13 +82,13 @@ def test_probe_reads_the_serve_parser_and_caches_it_per_vllm_version(tmp_path):
             "compilation-config", "O", "help"} <= flags
     assert not any(f.startswith("-") for f in flags)
     assert "model_tag" not in flags  # positionals are not options
-    assert (rt_dir / "serve_flags.json").is_file()
+    assert (rt_dir / "runtime_facts.json").is_file()
     # Second call in a new process: the cache answers, the (now broken) CLI is not run.
-    runtime_mod._SERVE_FLAGS_MEMO.clear()
+    runtime_mod._FACTS_MEMO.clear()
     (Path(rt.pythonpath[0]) / "vllm" / "entrypoints" / "cli" / "main.py").write_text("raise SystemExit(3)\n")
     assert rt.serve_flags() == flags
     # Another vLLM version in the same folder is probed again (and now fails: no claim).
-    runtime_mod._SERVE_FLAGS_MEMO.clear()
+    runtime_mod._FACTS_MEMO.clear()
     newer = rt.model_copy(update={"versions": {"vllm": "0.0.2"}})
     assert newer.serve_flags() is None
 

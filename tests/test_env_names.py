@@ -1,5 +1,6 @@
 """Env vars a runtime's vLLM does not know are reported before any server starts (tunelab.runtime.vllm_env_names,
-tunelab.plan.unknown_env_warnings)."""
+tunelab.plan.unknown_env_warnings). The names are read by the runtime's own interpreter (tests/test_runtime_facts.py
+covers the probe and its cache)."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def _plan(tmp_path: Path) -> Plan:
     })
 
 
-def test_env_names_are_read_from_envs_py_without_importing(tmp_path):
+def test_env_names_are_the_keys_of_the_runtimes_envs_module(tmp_path):
     rt = _fake_runtime(tmp_path, OLD_ENVS)
     assert rt.vllm_env_names() == {"VLLM_HOST_IP", "VLLM_USE_FLASHINFER_SAMPLER"}
 

@@ -156,12 +156,10 @@ def plan_check(
     console.print(f"workloads: {', '.join(w.name for w in p.workloads)}; load levels: {', '.join(levels)}; "
                   f"repeats {p.repeats}, warm-up {p.warmup_requests} requests")
     # The plan is valid; can it run on THIS machine? (A GPU plan checked on a laptop is still a valid plan.)
-    from tunelab.plan import unknown_engine_args, unknown_env_warnings
+    from tunelab.plan import runtime_checks
 
     runtimes, problems = _readiness(p)
-    for msg in unknown_env_warnings(p, runtimes):
-        err.print(f"[yellow]warning:[/] {msg}", highlight=False)
-    arg_errors, arg_warnings = unknown_engine_args(p, runtimes)
+    arg_errors, arg_warnings = runtime_checks(p, runtimes)  # never raises: a failed check is a warning
     for msg in arg_warnings:
         err.print(f"[yellow]warning:[/] {msg}", highlight=False)
     if arg_errors:

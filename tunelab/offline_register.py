@@ -3,7 +3,10 @@
 ``python -m tunelab.offline_register DEST`` reads every ``DEST/vllm-*/runtime.json`` written by
 ``tunelab.offline.install_bundle`` and writes ``<tunelab home>/runtimes/gpu-<vLLM version>/runtime.json``
 (kind ``host-python``, device ``cuda``): the host's interpreter with the bundle on PYTHONPATH and the env the
-bundle needs (e.g. ``VLLM_USE_FLASHINFER_SAMPLER=0`` when FlashInfer was left out).
+bundle needs (e.g. ``VLLM_USE_FLASHINFER_SAMPLER=0`` when FlashInfer was left out). Registering also reads the
+runtime facts (``Runtime.facts``: ``vllm serve`` options and ``VLLM_*`` names, read by the host interpreter with the
+bundle on PYTHONPATH) into ``runtime_facts.json`` beside the record, so plan checks and sweeps on the host only read
+that file.
 """
 
 from __future__ import annotations
@@ -18,8 +21,14 @@ from tunelab.runtime import Runtime
 __all__ = ["register_offline"]
 
 
-def register_offline(record_path: Path, name: str | None = None) -> Runtime:
+def register_offline(record_path: Path, name: str | None = None, read_facts: bool = True) -> Runtime:
     """Turn one offline runtime record into a tunelab runtime (see module docstring).
+
+    Args:
+        record_path: ``runtime.json`` written by ``tunelab.offline.install_bundle``.
+        name: runtime name (default ``gpu-<vLLM version>``).
+        read_facts: read the runtime facts now (imports vLLM's CLI once, ~10-60 s); a probe that fails leaves
+            the facts unread (the checks that need them skip this runtime) and does not fail the registration.
 
     Raises:
         ValueError: the record is not a vLLM runtime record.
@@ -43,6 +52,8 @@ def register_offline(record_path: Path, name: str | None = None) -> Runtime:
     d = paths.runtimes_dir() / name
     d.mkdir(parents=True, exist_ok=True)
     (d / "runtime.json").write_text(rt.model_dump_json(indent=2))
+    if read_facts:
+        rt.facts()
     return rt
 
 
@@ -54,7 +65,10 @@ def main(argv: list[str]) -> int:
         return 1
     for r in recs:
         rt = register_offline(r)
-        print(f"registered runtime {rt.name}: {rt.versions}")
+        facts = rt.facts()  # cached by register_offline: a file read
+        print(f"registered runtime {rt.name}: {rt.versions}; "
+              f"{len(facts.serve_flags) if facts.serve_flags else 'unknown'} vllm serve options, "
+              f"{len(facts.env_names) if facts.env_names else 'unknown'} VLLM_* variables")
     return 0
 
 

@@ -41,6 +41,7 @@ __all__ = [
     "RESERVED_FLAGS",
     "unknown_env_warnings",
     "unknown_engine_args",
+    "runtime_checks",
 ]
 
 # Flags tunelab sets itself for every boot: a plan that sets them would break isolation between trials.
@@ -466,17 +467,65 @@ def load_plan(path: str | Path) -> Plan:
     return plan
 
 
-def unknown_env_warnings(plan: "Plan", runtimes: dict) -> list[str]:
-    """One line per (runtime, env var) where a trial sets a ``VLLM_*`` variable that the runtime's vLLM does
-    not know (``Runtime.vllm_env_names``): vLLM would only warn at boot and run without it, so those trials
-    do not test the setting (the boot log confirms it and ``trials.env_not_applied`` records it). A warning,
-    not an error: comparing a release that lacks a flag with one that has it is a legitimate plan.
+def _facts(runtimes: dict, method: str, what: str) -> tuple[dict[str, frozenset[str] | None], list[str]]:
+    """Each runtime's fact (``Runtime.vllm_env_names`` / ``serve_flags``: cached, read in the runtime's own
+    interpreter) and one warning per runtime whose reading raised. Such a runtime is not judged, as when its
+    probe found nothing: the check is optional and must not stop a plan check or a sweep."""
+    known, warnings = {}, []
+    for name, rt in runtimes.items():
+        try:
+            known[name] = getattr(rt, method)()
+        except Exception as exc:  # noqa: BLE001 - whatever went wrong, the trials can still run
+            known[name] = None
+            warnings.append(f"runtime {name!r}: its {what} could not be read ({type(exc).__name__}: {exc}); "
+                            f"that check is skipped for its trials")
+    return known, warnings
+
+
+def runtime_checks(plan: "Plan", runtimes: dict) -> tuple[list[str], list[str]]:
+    """The checks of a plan against its runtimes' facts, as one call that never raises.
+
+    Runs :func:`unknown_engine_args` (errors and warnings) and :func:`unknown_env_warnings` (warnings). These
+    checks only save a failed or misleading boot, so they must never stop a sweep or a plan check themselves:
+    a check that raises (whatever the cause, e.g. an interpreter bug while reading a runtime) is skipped and
+    becomes one warning that names it and the exception.
+
+    Returns:
+        (errors, warnings), one line each. Errors are plan errors (an engine-arg name no runtime accepts).
 
     Args:
         plan: the validated plan.
         runtimes: runtime name -> ``tunelab.runtime.Runtime``.
     """
-    known_by = {name: rt.vllm_env_names() for name, rt in runtimes.items()}  # one parse of envs.py each
+    errors: list[str] = []
+    warnings: list[str] = []
+    try:
+        e, w = unknown_engine_args(plan, runtimes)
+        errors += e
+        warnings += w
+    except Exception as exc:  # noqa: BLE001
+        warnings.append(f"engine-arg name check skipped ({type(exc).__name__}: {exc}); a misspelt name will "
+                        "show as a boot failure (invalid_config) instead")
+    try:
+        warnings += unknown_env_warnings(plan, runtimes)
+    except Exception as exc:  # noqa: BLE001
+        warnings.append(f"VLLM_* env name check skipped ({type(exc).__name__}: {exc}); an unknown variable will "
+                        "show in the boot log and in trials.env_not_applied instead")
+    return errors, warnings
+
+
+def unknown_env_warnings(plan: "Plan", runtimes: dict) -> list[str]:
+    """One line per (runtime, env var) where a trial sets a ``VLLM_*`` variable that the runtime's vLLM does
+    not know (``Runtime.vllm_env_names``): vLLM would only warn at boot and run without it, so those trials
+    do not test the setting (the boot log confirms it and ``trials.env_not_applied`` records it). A warning,
+    not an error: comparing a release that lacks a flag with one that has it is a legitimate plan. A runtime
+    whose names cannot be read is not judged; when reading them raised, a line says so.
+
+    Args:
+        plan: the validated plan.
+        runtimes: runtime name -> ``tunelab.runtime.Runtime``.
+    """
+    known_by, out = _facts(runtimes, "vllm_env_names", "VLLM_* variable names")
     affected: dict[tuple[str, str], list[str]] = {}
     for t in plan.trials():
         known = known_by.get(t.runtime)
@@ -487,7 +536,6 @@ def unknown_env_warnings(plan: "Plan", runtimes: dict) -> list[str]:
                 labels = affected.setdefault((t.runtime, k), [])
                 if t.label not in labels:
                     labels.append(t.label)
-    out = []
     for (rt_name, k), labels in affected.items():
         rt = runtimes[rt_name]
         close = difflib.get_close_matches(k, sorted(known_by[rt_name]), n=1)
@@ -515,16 +563,16 @@ def unknown_engine_args(plan: "Plan", runtimes: dict) -> tuple[list[str], list[s
         boot of the config would fail; the line says which flag is close). A warning is a name that some of
         the plan's runtimes accept and others do not (comparing releases across a new flag is a legitimate
         plan; those trials will fail to boot with ``invalid_config``). A runtime whose flags cannot be read
-        is not judged.
+        is not judged; when reading them raised, a warning says so.
 
     Args:
         plan: the validated plan.
         runtimes: runtime name -> ``tunelab.runtime.Runtime``.
     """
-    known_by = {name: rt.serve_flags() for name, rt in runtimes.items()}
+    known_by, read_warnings = _facts(runtimes, "serve_flags", "`vllm serve` option names")
     judged = {n: k for n, k in known_by.items() if k is not None}
     if not judged:
-        return [], []
+        return [], read_warnings
     unknown_in: dict[str, list[str]] = {}
     for t in plan.trials():
         known = judged.get(t.runtime)
@@ -535,7 +583,7 @@ def unknown_engine_args(plan: "Plan", runtimes: dict) -> tuple[list[str], list[s
                 rts = unknown_in.setdefault(flag, [])
                 if t.runtime not in rts:
                     rts.append(t.runtime)
-    errors, warnings = [], []
+    errors, warnings = [], list(read_warnings)
     for flag, rts in unknown_in.items():
         accepted_by = [n for n, k in judged.items() if _flag_known(flag, k)]
         if not accepted_by:

