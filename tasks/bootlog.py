@@ -12,6 +12,8 @@ Public API:
 - ``classify_boot_failure(log_text, returncode, timed_out, *, died_before_ready=True) -> BootFailure``:
   one of ``FAILURE_CLASSES`` with the most telling log line and whether a retry can help.
 - ``summarize_phases(report) -> dict[str, float]``: flat ``{"torch_compile_s": 22.18, ...}`` for the UI.
+- ``compile_lines(text) -> list[str]``: lines reporting compilation or graph capture, for the log slice of a
+  measured window (compilation while serving).
 
 Version tolerance: lines may carry a process prefix (``(APIServer pid=N)``, ``(EngineCore pid=N)``,
 ``(EngineCore_DP0 pid=N)``, ``(Worker_TP0 pid=N)``, ...) or none; the vLLM header is
@@ -47,6 +49,7 @@ __all__ = [
     "parse_boot_log",
     "classify_boot_failure",
     "summarize_phases",
+    "compile_lines",
 ]
 
 #: Canonical phase names, in boot order. ``boot_phases.phase`` in the warehouse uses these.
@@ -830,3 +833,40 @@ def summarize_phases(report: BootReport) -> dict[str, float]:
     if report.max_concurrency is not None:
         out["max_concurrency"] = float(report.max_concurrency)
     return out
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Compilation while serving
+# --------------------------------------------------------------------------------------------------------------
+
+#: Messages that mean the server compiled (or captured a graph) — work vLLM normally does at boot; seen in the
+#: log slice of a measured window they mean that window paid for it. Sources: ``vllm/triton_utils/jit_monitor.py``
+#: ("Triton kernel JIT compilation during inference: <kernel>. This causes a latency spike; consider extending
+#: warmup to cover this shape/config."; the monitor's own start-up line says "JIT compilations during inference"
+#: and must not match), ``vllm/compilation/backends.py`` ("Compiling a graph for dynamic shape / compile range /
+#: shape N takes X s", "Directly load the compiled graph(s) for ... from the cache": a new shape's artefact),
+#: ``vllm/compilation/monitor.py`` ("torch.compile took X s in total"), Dynamo ("Dynamo bytecode transform
+#: time"), ``vllm/v1/worker/gpu_model_runner.py`` ("Capturing CUDA graphs", "Graph capturing finished").
+_RE_SERVING_COMPILE = re.compile(
+    r"JIT compilation during inference"
+    r"|Compiling a graph for "
+    r"|Directly load the compiled graph"
+    r"|torch\.compile (?:took|takes) "
+    r"|Dynamo bytecode transform time"
+    r"|Capturing CUDA graph"
+    r"|Graph capturing finished"
+)
+
+
+def compile_lines(text: str) -> list[str]:
+    """The lines of ``text`` (a slice of a ``vllm serve`` log) that report compilation or CUDA graph capture.
+
+    Meant for the part of the log written while a measured window ran (``tasks.measure`` reads it by file
+    offsets): any hit means the server compiled a kernel or graph for a shape it had not seen, and that cost is
+    in the window's latencies. Patterns: see ``_RE_SERVING_COMPILE`` (vLLM's JIT monitor, torch.compile /
+    Inductor, Dynamo, CUDA graph capture).
+
+    Returns:
+        The matching lines, stripped, in log order (empty list when none; never raises on odd text).
+    """
+    return [ln.raw.strip() for ln in _lines(text) if _RE_SERVING_COMPILE.search(ln.msg)]

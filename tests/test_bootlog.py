@@ -17,6 +17,7 @@ from tasks.bootlog import (
     PHASES,
     BootReport,
     classify_boot_failure,
+    compile_lines,
     parse_boot_log,
     summarize_phases,
 )
@@ -359,3 +360,25 @@ def test_logged_oom_wins_over_a_later_timeout():
     f = classify_boot_failure(_read("crafted_oom_kv_cache_none.log"), returncode=None, timed_out=True)
     assert f.failure_class == "oom_kv_cache" and f.retryable is False
     assert "timeout" in f.reason
+
+
+def test_compile_lines_finds_compilation_while_serving():
+    text = "\n".join([
+        # the JIT monitor's start-up line says "compilations" and is not a compilation
+        "(EngineCore pid=1638) INFO 11-29 09:47:42 [jit_monitor.py:73] Kernel JIT monitor activated; monitored JIT "
+        "compilations during inference will use mode=warn.",
+        '(APIServer pid=9446) INFO:     127.0.0.1:53002 - "POST /v1/completions HTTP/1.1" 200 OK',
+        "(EngineCore pid=9738) WARNING 05-22 12:30:11 [jit_monitor.py:103] Triton kernel JIT compilation during "
+        "inference: _compute_slot_mapping_kernel. This causes a latency spike; consider extending warmup to cover "
+        "this shape/config.",
+        "(APIServer pid=9446) INFO 05-22 12:30:17 [loggers.py:271] Engine 000: Avg prompt throughput: 253.9 tokens/s",
+        "(EngineCore pid=798) INFO 11-29 07:19:34 [backends.py:393] Compiling a graph for compile range (1, 8192) "
+        "takes 12.85 s",
+        "(EngineCore pid=798) INFO 11-29 07:19:37 [monitor.py:53] torch.compile took 22.18 s in total",
+        "(EngineCore pid=798) Capturing CUDA graphs (PIECEWISE):   0%|          | 0/51 [00:00<?, ?it/s]",
+    ])
+    got = compile_lines(text)
+    assert [("jit_monitor.py:103" in g, "Compiling a graph" in g, "torch.compile" in g, "Capturing" in g)
+            for g in got] == [(True, False, False, False), (False, True, False, False),
+                              (False, False, True, False), (False, False, False, True)]
+    assert compile_lines("") == [] and compile_lines("INFO: nothing here\n\x00garbage") == []
