@@ -151,7 +151,7 @@ def errors_ours(records: list[dict], prompts: list[str], log: list[dict], output
         if e is None or not row["ok"]:
             continue
         ok += 1
-        t = _truth(e, "done")
+        t = _truth(e, "last_chunk")  # tunelab's E2EL/TPOT end at the last token, as vllm bench's
         errs["ttft"].append(row["ttft_s"] - t["ttft"])
         errs["ttft_read"].append(row["ttft_s"] - t["ttft_read"])
         if to_perf is not None:

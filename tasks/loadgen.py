@@ -325,8 +325,9 @@ async def send_streaming(
 
     Returns a dict with ``send_ts`` (epoch s, just before the request is handed to httpx), ``chunk_ts``
     (epoch s at which the network read holding each chunk with non-empty generated text reached the event
-    loop; role-only and empty chunks excluded; several events in one read share its stamp), ``end_ts``
-    (last byte; None if the stream was cut), ``prompt_tokens``/``output_tokens`` (server usage; None if
+    loop; role-only and empty chunks excluded; several events in one read share its stamp; the last one is
+    the request's end, where ``tasks.metrics`` ends E2EL and TPOT), ``end_ts`` (the stream's end: the last
+    byte, after the usage-only chunk and ``[DONE]``; None if the stream was cut), ``prompt_tokens``/``output_tokens`` (server usage; None if
     absent), ``finish_reason``, ``transport_error`` (None on success: e.g. ``HTTP 503: ...``,
     ``RemoteProtocolError: ...``, ``stream ended without [DONE]``). Never raises for HTTP or stream errors.
     """

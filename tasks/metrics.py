@@ -21,8 +21,10 @@ each chosen so that a number means the same thing for every config and version:
   (``delta = {"role": "assistant"}``) the server sends before any token.
 * ITL gaps are between successive *content* chunks (vLLM: between any chunks with
   ``choices``, empty ones included).
-* E2EL ends at the last byte of the stream (vLLM: at the last token chunk), so it
-  includes the trailing usage chunk; TPOT inherits this.
+* E2EL and TPOT end at the last chunk that carried generated text, as vLLM's do.
+  (Before 2026-12 they ended at the stream's last byte, so a usage-only chunk sent
+  late, then ``[DONE]``, made them longer; the stream's end is still stored as
+  ``end_ts``.)
 * A request without ``usage`` fails (vLLM falls back to re-tokenizing the text);
   a request that stopped early although ``ignore_eos`` was set fails (vLLM counts
   it as a success with fewer tokens), so throughput compares like with like.
@@ -49,6 +51,7 @@ __all__ = [
     "CLIENT_BOUND_CONCURRENCY_FRAC",
     "derive_request",
     "itl_values",
+    "in_flight",
     "aggregate",
     "summarize_repeats",
 ]
@@ -69,6 +72,7 @@ REQUEST_COLUMNS: tuple[str, ...] = (
     "send_ts",
     "first_token_ts",
     "end_ts",
+    "last_token_ts",
     "chunk_offsets_s",
     "prompt_tokens",
     "output_tokens",
@@ -94,6 +98,8 @@ MEASUREMENT_COLUMNS: tuple[str, ...] = (
     "total_tokens_per_s",
     "goodput_per_s",
     "achieved_concurrency",
+    "peak_in_flight",
+    "in_flight_while_sending",
     "total_input_tokens",
     "total_output_tokens",
     *(f"{m}_{s}_s" for m in _LATENCIES for s in ("mean", *(f"p{p}" for p in PERCENTILES))),
@@ -106,7 +112,7 @@ SLO_KEYS: tuple[str, ...] = ("ttft_s", "tpot_s", "e2el_s")
 
 #: Load-generator CPU time / wall time at or above which a measurement is client-bound.
 CLIENT_BOUND_CPU_FRAC = 0.9
-#: Achieved / target concurrency below which a concurrency measurement is client-bound.
+#: In flight while sending / target concurrency below which a concurrency measurement is client-bound.
 CLIENT_BOUND_CONCURRENCY_FRAC = 0.9
 
 _RAW_FIELDS = (
@@ -183,7 +189,11 @@ def derive_request(raw: Mapping[str, Any]) -> dict[str, Any]:
 
         * ``ttft_s`` = first content chunk - send (``vllm bench serve`` stamps the
           first chunk with ``choices`` instead, which can be a role-only chunk);
-        * ``e2el_s`` = end (last byte) - send;
+        * ``last_token_ts`` = the last content chunk (epoch s): the request's end;
+        * ``e2el_s`` = last content chunk - send, as ``vllm bench serve`` (its
+          ``latency`` ends at the last chunk with text); not the stream's end
+          ``end_ts`` (last byte, after the usage chunk and ``[DONE]``), which is kept
+          for the window's duration and the time the request held its slot;
         * ``itl_mean_s`` = mean gap between successive content chunks (None with
           fewer than two chunks);
         * ``tpot_s`` = (E2EL - TTFT) / (output_tokens - 1), output_tokens from the
@@ -265,6 +275,7 @@ def derive_request(raw: Mapping[str, Any]) -> dict[str, Any]:
         send_ts=send,
         first_token_ts=chunks[0] if chunks else None,
         end_ts=end,
+        last_token_ts=chunks[-1] if chunks else None,
         chunk_offsets_s=[] if send is None else [c - send for c in chunks],
         prompt_tokens=prompt_tokens,
         output_tokens=output_tokens,
@@ -280,7 +291,9 @@ def derive_request(raw: Mapping[str, Any]) -> dict[str, Any]:
 
     assert send is not None and end is not None and output_tokens is not None  # guarded above
     ttft = chunks[0] - send
-    e2el = end - send
+    # The request's end is its last token: a usage-only chunk (stream_options.include_usage) and [DONE] may
+    # come later and are not generation.
+    e2el = chunks[-1] - send
     row["ttft_s"] = ttft
     row["e2el_s"] = e2el
     if len(chunks) >= 2:
@@ -324,6 +337,48 @@ def itl_values(derived_rows: pd.DataFrame | Iterable[Mapping[str, Any]]) -> np.n
 
 
 # --------------------------------------------------------------------------- per measurement
+
+
+def in_flight(send_ts: Any, end_ts: Any) -> tuple[int | None, float | None]:
+    """How many requests were in flight, from their send and end stamps (the client's own record).
+
+    Args:
+        send_ts: epoch seconds per request (array-like; NaN/None = never sent, left out).
+        end_ts: the stream's end per request (same length; NaN/None = no end recorded: counted as still in
+            flight, so an unknown end never lowers the numbers below).
+
+    Returns:
+        ``(peak, while_sending)``:
+
+        * ``peak``: the most requests in flight at once (an end and a send at the same instant are a slot
+          handed on, not two in flight);
+        * ``while_sending``: the time-average number in flight from the first send to the last send, i.e.
+          while the client still had requests to send (seconds in flight / seconds). In a concurrency window
+          the client keeps every slot busy then, so anything below the target is time the client itself
+          took between one request's end and the next send; the drain after the last send (the last
+          requests finishing with fewer in flight) is left out, because no client could fill it. When all
+          requests were sent at the same instant: the number in flight right after that instant.
+
+        ``(None, None)`` when no request was sent.
+    """
+    s = pd.to_numeric(pd.Series(send_ts, dtype="object"), errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    e = pd.to_numeric(pd.Series(end_ts, dtype="object"), errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    if s.shape != e.shape:
+        raise ValueError(f"in_flight: send_ts and end_ts must have the same length, got {s.size} and {e.size}")
+    sent = ~np.isnan(s)
+    s, e = s[sent], e[sent]
+    if s.size == 0:
+        return None, None
+    e = np.where(np.isnan(e), np.inf, np.maximum(e, s))
+    times = np.concatenate([s, e])
+    steps = np.concatenate([np.ones(s.size), -np.ones(e.size)])
+    order = np.lexsort((steps, times))  # at equal times ends (-1) before sends (+1)
+    peak = int(np.max(np.cumsum(steps[order])))
+    t0, t1 = float(s.min()), float(s.max())
+    if t1 <= t0:
+        return peak, float(np.sum(e > t1))
+    busy = np.clip(np.minimum(e, t1) - s, 0.0, None)
+    return peak, float(busy.sum() / (t1 - t0))
 
 
 def _check_slo(slo: Mapping[str, Any] | None) -> dict[str, float]:
@@ -407,14 +462,20 @@ def aggregate(
           request with no TPOT (output_tokens <= 1) counts as TPOT 0, i.e. meets it.
         * ``achieved_concurrency``: Little's law, L = sum over requests of their time
           in flight (end - send, failed requests with an end included) / duration.
+          ``end`` is the stream's end (``end_ts``): the request holds its slot until then.
+        * ``peak_in_flight``, ``in_flight_while_sending``: see :func:`in_flight`.
         * ``*_mean_s``/``*_p50_s``..``*_p99_s`` of TTFT, TPOT, E2EL over ok requests
           (TPOT over those with output_tokens > 1) and of ITL over all gaps of ok
           requests pooled, percentiles by ``numpy.percentile(method='linear')`` as
           vLLM. None where there is no value (e.g. no ok request).
-        * ``client_bound``: True when ``client_cpu_frac >= 0.9``, or for a concurrency
-          target when achieved concurrency < 0.9 * min(target, num_requests) (the
-          client did not keep the requested number of requests in flight); False when
-          a check was possible and neither holds; None when neither input was given.
+        * ``client_bound``: the client's own evidence only. True when
+          ``client_cpu_frac >= 0.9`` (its loop was saturated), or for a concurrency
+          target when ``in_flight_while_sending`` < 0.9 * min(target, num_requests)
+          (while it still had requests to send, the client did not keep the slots
+          busy). A window whose achieved concurrency is low only because slow requests
+          (e.g. a server compiling a new batch shape) drained after the last send is
+          not client-bound: ``achieved_concurrency`` shows that. False when a check was
+          possible and neither holds; None when neither input was given.
 
     Raises:
         ValueError: empty frame, missing columns, mixed groups, or a bad SLO / argument.
@@ -475,6 +536,7 @@ def aggregate(
 
     both = ~np.isnan(send) & ~np.isnan(end)
     in_flight_s = float(np.sum(end[both] - send[both]))
+    peak, while_sending = in_flight(send, end)
 
     def rate(x: float | None) -> float | None:
         return None if x is None or duration is None else x / duration
@@ -484,6 +546,8 @@ def aggregate(
     out["total_tokens_per_s"] = rate(in_tokens + out_tokens)
     out["goodput_per_s"] = rate(good)
     out["achieved_concurrency"] = rate(in_flight_s)
+    out["peak_in_flight"] = peak
+    out["in_flight_while_sending"] = while_sending
     out["total_input_tokens"] = in_tokens
     out["total_output_tokens"] = out_tokens
     out.update(_stats(ttft, "ttft"))
@@ -495,9 +559,9 @@ def aggregate(
     bound: bool | None = None
     if client_cpu_frac is not None:
         bound = float(client_cpu_frac) >= CLIENT_BOUND_CPU_FRAC
-    if target is not None and out["load_kind"] == "concurrency" and out["achieved_concurrency"] is not None:
+    if target is not None and out["load_kind"] == "concurrency" and while_sending is not None:
         expected = min(float(target), float(n))
-        low = out["achieved_concurrency"] < CLIENT_BOUND_CONCURRENCY_FRAC * expected
+        low = while_sending < CLIENT_BOUND_CONCURRENCY_FRAC * expected
         bound = bool(bound) or low
     out["client_bound"] = bound
     return out

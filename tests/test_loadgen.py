@@ -78,7 +78,7 @@ def test_timings_match_fake_emission_times_at_low_concurrency(fake, transport):
         assert all(clock.to_perf(c) >= em for c, em in zip(raw["chunk_ts"], e["emit_pre"]))
         assert len(raw["chunk_ts"]) == len(e["emit"]) == 10
         assert abs(row["ttft_s"] - (e["emit"][0] - e["recv"])) < TOL_S
-        assert abs(row["e2el_s"] - (e["done"] - e["recv"])) < TOL_S
+        assert abs(row["e2el_s"] - (e["emit"][-1] - e["recv"])) < TOL_S  # E2EL ends at the last token
         gaps_err = np.diff(row["chunk_offsets_s"]) - np.diff(e["emit"])
         assert np.max(np.abs(gaps_err)) < TOL_S
         assert row["ttft_s"] >= 0.05 - 1e-3  # the fake never emits before its schedule
@@ -112,10 +112,47 @@ def test_several_tokens_per_chunk_tpot_from_usage(fake4, transport):
         assert len(raw["chunk_ts"]) == 3 and raw["output_tokens"] == 10
         row = _derive(raw, i, 10)
         assert row["ok"], row["error"]
-        true_tpot = (e["done"] - e["emit"][0]) / 9
+        true_tpot = (e["emit"][-1] - e["emit"][0]) / 9
         assert abs(row["tpot_s"] - true_tpot) < TOL_S / 9 + 1e-3
         # TPOT counts tokens, not chunks: a chunk gap spans 4 tokens.
         assert row["itl_mean_s"] > 2 * row["tpot_s"]
+
+
+@pytest.fixture(scope="module")
+def fake_late_usage():
+    """A FAKE that sends the usage-only chunk 50 ms after the last token (then [DONE]): 16 tokens at 5 ms."""
+    with FakeServerProcess(FakeTiming(ttft_s=0.035, itl_s=0.005, tokens_per_chunk=1, usage_delay_s=0.05),
+                           model=MODEL) as s:
+        yield s
+
+
+@pytest.mark.parametrize("server", ["uvicorn", "raw"])
+@pytest.mark.parametrize("transport", ["raw", "httpx"])
+def test_late_usage_chunk_ends_e2el_and_tpot_at_the_last_token(fake_late_usage, transport, server):
+    if server == "raw":  # the lean fake must behave the same
+        ctx = FakeServerProcess(fake_late_usage.timing, model=MODEL, server="raw")
+    else:
+        ctx = None
+    srv = ctx.start() if ctx else fake_late_usage
+    try:
+        prompts = [f"late usage {transport} {server} {i}" for i in range(3)]
+        res = _run(srv, prompts, max_tokens=16, load_kind="concurrency", load_value=1, transport=transport)
+        log = _by_sha(srv.log()["log"])
+        clock = Clock(res.clock_origin)
+        for i, (p, raw) in enumerate(zip(prompts, res.records)):
+            e = log[_sha(p)]
+            assert e["usage"] - e["emit"][-1] >= 0.05  # the fake did wait before the usage chunk
+            row = _derive(raw, i, 16)
+            assert row["ok"], row["error"]
+            true_tpot = (e["emit"][-1] - e["emit"][0]) / 15  # 5 ms, not (5 * 15 + 50) / 15 = 8.3 ms
+            assert abs(row["tpot_s"] - true_tpot) < 0.5 * (0.05 / 15)
+            assert abs(row["e2el_s"] - (e["emit"][-1] - e["recv"])) < 0.5 * 0.05
+            # The stream's end is kept: after the usage chunk, so at least 50 ms after the last token.
+            assert clock.to_perf(raw["end_ts"]) >= e["usage"]
+            assert row["end_ts"] - row["last_token_ts"] >= 0.05 - 1e-3
+    finally:
+        if ctx:
+            ctx.stop()
 
 
 @pytest.mark.parametrize("transport", ["raw", "httpx"])

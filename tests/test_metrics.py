@@ -11,6 +11,7 @@ from tasks.metrics import (
     REQUEST_COLUMNS,
     aggregate,
     derive_request,
+    in_flight,
     itl_values,
     summarize_repeats,
 )
@@ -58,17 +59,18 @@ def test_role_only_first_chunk_is_not_the_first_token():
     assert row["ttft_s"] == pytest.approx(0.25, abs=1e-6)
     assert row["first_token_ts"] == pytest.approx(T0 + 0.25)
     assert row["chunk_offsets_s"] == pytest.approx([0.25, 0.35, 0.45], abs=1e-6)
-    assert row["e2el_s"] == pytest.approx(0.5, abs=1e-6)
+    assert row["e2el_s"] == pytest.approx(0.45, abs=1e-6)  # ends at the last token, not at the last byte (0.5)
+    assert row["last_token_ts"] == pytest.approx(T0 + 0.45) and row["end_ts"] == pytest.approx(T0 + 0.5)
     assert row["itl_mean_s"] == pytest.approx(0.1, abs=1e-6)
-    assert row["tpot_s"] == pytest.approx((0.5 - 0.25) / 2, abs=1e-6)
+    assert row["tpot_s"] == pytest.approx((0.45 - 0.25) / 2, abs=1e-6)
 
 
 def test_tpot_uses_usage_tokens_not_chunk_count():
     # 3 chunks carrying 9 tokens: TPOT = (0.6 - 0.2) / (9 - 1) = 0.05, not (0.4)/2 = 0.2
-    row = derive_request(raw(offsets=(0.2, 0.3, 0.5), end=0.6, out=9, req=9))
+    row = derive_request(raw(offsets=(0.2, 0.3, 0.6), end=0.65, out=9, req=9))
     assert row["ok"]
     assert row["tpot_s"] == pytest.approx(0.05, abs=1e-6)
-    assert row["itl_mean_s"] == pytest.approx(0.15, abs=1e-6)  # ITL is per chunk
+    assert row["itl_mean_s"] == pytest.approx(0.2, abs=1e-6)  # ITL is per chunk
     assert row["output_tokens"] == 9
 
 
@@ -194,7 +196,7 @@ def test_percentiles_match_numpy_linear_on_known_list():
 
 def test_percentiles_hand_computed():
     # E2EL 1, 2, 3, 4 s -> linear p50 = 2.5, p90 = 3.7, p99 = 3.97
-    recs = [raw(offsets=(0.5,), end=e, out=1, req=1, request_index=i) for i, e in enumerate((1.0, 2.0, 3.0, 4.0))]
+    recs = [raw(offsets=(e,), end=e, out=1, req=1, request_index=i) for i, e in enumerate((1.0, 2.0, 3.0, 4.0))]
     m = aggregate(frame(*recs), slo=None)
     assert m["e2el_p50_s"] == pytest.approx(2.5, abs=1e-6)
     assert m["e2el_p90_s"] == pytest.approx(3.7, abs=1e-6)
@@ -246,6 +248,48 @@ def test_achieved_concurrency_littles_law_and_client_bound():
     assert aggregate(df, slo=None, target=64)["client_bound"] is True
 
 
+def test_late_usage_chunk_does_not_lengthen_e2el_or_tpot():
+    # 16 tokens at 5 ms from +35 ms, then a usage-only chunk and [DONE] 50 ms after the last token: E2EL and
+    # TPOT end at the last token (as vllm bench serve); the stream's end stays in end_ts.
+    offs = tuple(0.035 + 0.005 * k for k in range(16))
+    row = derive_request(raw(offsets=offs, end=offs[-1] + 0.050, out=16, req=16))
+    assert row["ok"]
+    assert row["e2el_s"] == pytest.approx(offs[-1], abs=1e-6)
+    assert row["tpot_s"] == pytest.approx(0.005, abs=1e-6)
+    assert row["end_ts"] - row["last_token_ts"] == pytest.approx(0.050, abs=1e-6)
+
+
+def test_drain_tail_is_not_client_bound():
+    # c=2: slot A runs r0 [0, 1] then r2 [1, 2]; slot B runs r1 [0, 3], slowed down by the server. Both slots
+    # were busy until the last send (t=1); the tail [2, 3] with one request left is not the client's doing.
+    recs = [
+        raw(send=0.0, offsets=(0.5,), end=1.0, out=1, req=1, request_index=0),
+        raw(send=0.0, offsets=(2.5,), end=3.0, out=1, req=1, request_index=1),
+        raw(send=1.0, offsets=(0.5,), end=1.0, out=1, req=1, request_index=2),
+    ]
+    m = aggregate(frame(*recs), slo=None, client_cpu_frac=0.03, target=2)
+    assert m["achieved_concurrency"] == pytest.approx(5 / 3, abs=1e-6)  # below 0.9 x 2: the load was low...
+    assert m["in_flight_while_sending"] == pytest.approx(2.0, abs=1e-6)  # ...but the client kept both slots
+    assert m["peak_in_flight"] == 2
+    assert m["client_bound"] is False
+    # A client that waited 0.5 s before refilling slot A is to blame: 2.5 s in flight over 1.5 s of sending.
+    late = [recs[0], recs[1], raw(send=1.5, offsets=(0.5,), end=1.0, out=1, req=1, request_index=2)]
+    m = aggregate(frame(*late), slo=None, client_cpu_frac=0.03, target=2)
+    assert m["in_flight_while_sending"] == pytest.approx((1.0 + 1.5) / 1.5, abs=1e-6)  # < 0.9 x 2
+    assert m["client_bound"] is True
+
+
+def test_in_flight_peak_and_while_sending():
+    nan = float("nan")
+    # a slot handed on at t=1 (an end and a send at the same instant) is one in flight, not two
+    assert in_flight([0.0, 1.0], [1.0, 2.0]) == (1, 1.0)
+    assert in_flight([0.0, 0.0, 0.0], [1.0, 2.0, 3.0]) == (3, 3.0)  # all sent at once
+    assert in_flight([0.0, 0.5], [nan, 1.0]) == (2, 1.0)  # unknown end: still in flight
+    assert in_flight([nan], [nan]) == (None, None)
+    with pytest.raises(ValueError, match="same length"):
+        in_flight([0.0], [1.0, 2.0])
+
+
 def test_failed_requests_with_an_end_count_toward_concurrency():
     recs = [
         raw(send=0.0, offsets=(0.5,), end=2.0, out=1, req=1, request_index=0),
@@ -265,9 +309,9 @@ def test_rate_target_is_not_a_concurrency_check():
 def test_goodput_follows_vllm_goodput_rule():
     # (ttft, e2el, tokens) -> tpot = (e2el - ttft)/(tokens - 1)
     recs = [
-        raw(offsets=(0.1,), end=1.0, out=10, req=10, request_index=0),  # ttft .1 tpot .1   e2el 1.0
-        raw(offsets=(0.4,), end=1.3, out=10, req=10, request_index=1),  # ttft .4 tpot .1   e2el 1.3
-        raw(offsets=(0.2,), end=2.0, out=10, req=10, request_index=2),  # ttft .2 tpot .2   e2el 2.0
+        raw(offsets=(0.1, 1.0), end=1.0, out=10, req=10, request_index=0),  # ttft .1 tpot .1   e2el 1.0
+        raw(offsets=(0.4, 1.3), end=1.3, out=10, req=10, request_index=1),  # ttft .4 tpot .1   e2el 1.3
+        raw(offsets=(0.2, 2.0), end=2.0, out=10, req=10, request_index=2),  # ttft .2 tpot .2   e2el 2.0
         raw(offsets=(0.3,), end=0.3, out=1, req=1, request_index=3),  # ttft .3 tpot None e2el 0.3
         raw(offsets=(0.05,), end=0.5, out=None, request_index=4),  # failed: never good
     ]

@@ -157,8 +157,9 @@ class _State:
     """The fake's shared state: request log, counters and the fake tokenizer's vocabulary."""
 
     def __init__(self, timing: Any, model: str, tokenize: Callable[[str], list[str]], fault: Any,
-                 encode_chunk: Callable[..., bytes]) -> None:
+                 encode_chunk: Callable[..., bytes], stalls: Any = None) -> None:
         self.timing = timing
+        self.stalls = stalls  # timed_openai_server.SizeStalls, or None: no new-size stalls
         self.model = model
         self.tokenize = tokenize
         self.fault = fault
@@ -280,7 +281,7 @@ class _Conn:
             self._json(200, {})
         elif path == "/fake/stats":
             self._json(200, {"in_flight": st.in_flight, "max_in_flight": st.max_in_flight, "requests": st.n,
-                             "cpu_s": time.process_time()})
+                             "cpu_s": time.process_time(), "stalls": st.stalls.stalls if st.stalls else []})
         else:
             self._json(404, {"error": {"message": f"fake: no route {method} {path}"}})
         if not keep:
@@ -306,6 +307,10 @@ class _Conn:
         st.n += 1
         st.in_flight += 1
         st.max_in_flight = max(st.max_in_flight, st.in_flight)
+        stalls = st.stalls
+        shift0 = stalls.shift_s if stalls else 0.0  # before: the request that makes a new size is in the slow batch
+        if stalls:
+            stalls.arrived(st.in_flight)
         entry: dict[str, Any] = {"rid": rid, "endpoint": "chat" if chat else "completions", "recv": t_recv,
                                  "recv_at_read": True, "recv_kernel": tk_recv,
                                  "prompt_head": prompt[:64], "prompt_len_chars": len(prompt),
@@ -346,12 +351,18 @@ class _Conn:
             else:
                 self._next()
 
+        def shift() -> float:
+            return (stalls.shift_s - shift0) if stalls else 0.0
+
         def step() -> None:
             if self.closed:
                 st.in_flight -= 1
                 return
             sent = progress["sent"]
-            due = t0 + sent * itl
+            due = t0 + sent * itl + shift()
+            if due > perf():  # a stall began after this step was scheduled
+                loop.call_at(due + to_loop, step)
+                return
             m = min(tpc, n_tokens - sent)
             last = sent + m >= n_tokens
             if sent == 0 or last or m != tpc:
@@ -373,7 +384,16 @@ class _Conn:
                 tr.close()  # mid-stream: no terminating chunk, no [DONE]
                 return
             if sent < n_tokens:
-                loop.call_at(t0 + sent * itl + to_loop, step)
+                loop.call_at(t0 + sent * itl + shift() + to_loop, step)
+                return
+            if timing.usage_delay_s > 0:
+                loop.call_later(timing.usage_delay_s, end)
+            else:
+                end()
+
+        def end() -> None:
+            if self.closed:
+                st.in_flight -= 1
                 return
             usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n_tokens,
                      "total_tokens": prompt_tokens + n_tokens}
@@ -385,17 +405,19 @@ class _Conn:
             entry["done"] = perf()
             finish()
 
-        loop.call_at(t0 + to_loop, step)
+        loop.call_at(t0 + shift() + to_loop, step)
 
 
 def serve_raw(timing: Any, model: str, tokenize: Callable[[str], list[str]], fault: Any,
-              encode_chunk: Callable[..., bytes], port: int | None = None, fd: int | None = None) -> None:
+              encode_chunk: Callable[..., bytes], port: int | None = None, fd: int | None = None,
+              stalls: Any = None) -> None:
     """Serve the lean fake on 127.0.0.1:``port`` or an inherited listening socket ``fd`` until killed.
-    ``tokenize``, ``fault`` and ``encode_chunk`` (one SSE event) come from the specification module, so both
-    fakes count tokens, inject faults and encode chunks the same way."""
+    ``tokenize``, ``fault``, ``encode_chunk`` (one SSE event) and ``stalls`` (``SizeStalls``: the
+    ``new_size_stall_s`` behaviour and its log) come from the specification module, so both fakes count
+    tokens, inject faults, encode chunks and stall the same way."""
 
     async def main() -> None:
-        st = _State(timing, model, tokenize, fault, encode_chunk)
+        st = _State(timing, model, tokenize, fault, encode_chunk, stalls)
         loop = asyncio.get_running_loop()
         if fd is not None:
             lsock = socket.socket(fileno=fd)

@@ -24,6 +24,20 @@ directly). ``GET /fake/log`` returns the log; ``POST /fake/reset`` clears it and
 ``GET /fake/stats`` returns in-flight counts (``max_in_flight``: concurrency actually reached) and the
 server's own CPU time.
 
+Server behaviours, per fake (``FakeTiming``; both HTTP stacks implement them):
+
+* ``usage_delay_s``: the usage-only chunk (``choices: []``, what ``stream_options.include_usage`` asks for) is
+  sent that many seconds after the last token chunk, then ``[DONE]`` (vLLM sends it right away; a slower
+  server or a proxy may not). The log's ``usage`` stamp says when it went out.
+* ``new_size_stall_s``: the first time the number of requests in flight reaches a size never reached before
+  (a new batch size), the whole fake stalls for that long: every chunk of every request in flight, and the
+  first chunk of the request that made the new size, is due that much later. This is a server that compiles
+  a kernel or graph on the first batch of each new shape (vLLM's Triton JIT, torch.compile for a new size).
+  With ``log_file`` set, the fake appends one vLLM-style line per stall to that file, the line vLLM's JIT
+  monitor (``vllm/triton_utils/jit_monitor.py``) writes: ``... WARNING MM-DD HH:MM:SS [jit_monitor.py:103]
+  Triton kernel JIT compilation during inference: fake_batch_<size>. This causes a latency spike; consider
+  extending warmup to cover this shape/config.`` ``/fake/stats`` lists the sizes that stalled (``stalls``).
+
 Faults, injected per request by a marker anywhere in the prompt (or chat message):
 
 * ``[[fault:503]]``: HTTP 503 with a JSON error body;
@@ -60,7 +74,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FakeTiming", "make_app", "FakeServerProcess", "fake_tokenize", "sse_chunk"]
+__all__ = ["FakeTiming", "SizeStalls", "jit_log_line", "make_app", "FakeServerProcess", "fake_tokenize", "sse_chunk"]
 
 _PIECE = re.compile(r" ?[A-Za-z0-9_]+| ?[^\sA-Za-z0-9_]+|\s+")
 _FAULT = re.compile(r"\[\[fault:(503|cut:(\d+))\]\]")
@@ -93,18 +107,55 @@ def sse_chunk(oid: str, created: int, model: str, chat: bool, text: str | None, 
 @dataclass(frozen=True)
 class FakeTiming:
     """The fake's schedule. ``ttft_s``: receipt -> first token chunk; ``itl_s``: seconds per token (a chunk of
-    k tokens follows the previous one after ``k * itl_s``); ``tokens_per_chunk``: tokens per streamed chunk."""
+    k tokens follows the previous one after ``k * itl_s``); ``tokens_per_chunk``: tokens per streamed chunk;
+    ``usage_delay_s``: last token chunk -> usage-only chunk; ``new_size_stall_s``: stall of the whole fake on
+    the first batch of each new in-flight size (module docstring)."""
 
     ttft_s: float = 0.05
     itl_s: float = 0.01
     tokens_per_chunk: int = 1
+    usage_delay_s: float = 0.0
+    new_size_stall_s: float = 0.0
 
 
-def make_app(timing: FakeTiming, model: str = "fake-model") -> Any:
+def jit_log_line(size: int) -> str:
+    """The log line the fake writes for a stall on a new batch ``size``: vLLM's JIT monitor warning (text of
+    ``vllm/triton_utils/jit_monitor.py``) with vLLM's header (``LEVEL MM-DD HH:MM:SS [file:line]``)."""
+    return (f"(EngineCore_DP0 pid={os.getpid()}) WARNING {time.strftime('%m-%d %H:%M:%S')} [jit_monitor.py:103] "
+            f"Triton kernel JIT compilation during inference: fake_batch_{size}. This causes a latency spike; "
+            "consider extending warmup to cover this shape/config.\n")
+
+
+class SizeStalls:
+    """The ``new_size_stall_s`` bookkeeping shared by both fakes: sizes seen, the total stall so far
+    (``shift_s``; a request's chunks are due ``shift_s`` at due time minus ``shift_s`` at its arrival later),
+    and the log file."""
+
+    def __init__(self, stall_s: float, log_file: str | None) -> None:
+        self.stall_s = stall_s
+        self.log_file = log_file
+        self.seen: set[int] = set()
+        self.stalls: list[int] = []
+        self.shift_s = 0.0
+
+    def arrived(self, in_flight: int) -> None:
+        """A request arrived and made ``in_flight`` requests: a new size stalls everyone (and is logged)."""
+        if self.stall_s <= 0 or in_flight in self.seen:
+            return
+        self.seen.add(in_flight)
+        self.stalls.append(in_flight)
+        self.shift_s += self.stall_s
+        if self.log_file:
+            with open(self.log_file, "a") as f:
+                f.write(jit_log_line(in_flight))
+
+
+def make_app(timing: FakeTiming, model: str = "fake-model", log_file: str | None = None) -> Any:
     """The ASGI app of the fake. Routes: /health, /v1/models, /v1/completions, /v1/chat/completions,
     /tokenize, /detokenize, /fake/log, /fake/reset, /fake/stats. Anything else: 404."""
     perf = time.perf_counter
     state: dict[str, Any] = {"log": [], "in_flight": 0, "max_in_flight": 0, "n": 0, "next_rid": 0}
+    stalls = SizeStalls(timing.new_size_stall_s, log_file)
     vocab: dict[str, int] = {}
     rev: list[str] = []
 
@@ -132,7 +183,7 @@ def make_app(timing: FakeTiming, model: str = "fake-model") -> Any:
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
 
-    async def stream(send: Any, req: dict, chat: bool, t_recv: float, recv_at_read: bool) -> None:
+    async def stream(send: Any, req: dict, chat: bool, t_recv: float, recv_at_read: bool, shift0: float) -> None:
         if chat:
             prompt = " ".join(str(m.get("content", "")) for m in req.get("messages") or [])
         else:
@@ -172,9 +223,11 @@ def make_app(timing: FakeTiming, model: str = "fake-model") -> Any:
         k = 0
         emit, pre, dues, ctoks = entry["emit"], entry["emit_pre"], entry["due"], entry["chunk_tokens"]
         while sent < n_tokens:
-            due = t_recv + timing.ttft_s + sent * timing.itl_s
-            delay = due - perf()
-            if delay > 0:
+            while True:  # re-check after a sleep: a stall that began meanwhile moves the chunk later
+                due = t_recv + timing.ttft_s + sent * timing.itl_s + (stalls.shift_s - shift0)
+                delay = due - perf()
+                if delay <= 0:
+                    break
                 await asyncio.sleep(delay)
             m = min(tpc, n_tokens - sent)
             last = sent + m >= n_tokens
@@ -196,6 +249,8 @@ def make_app(timing: FakeTiming, model: str = "fake-model") -> Any:
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n_tokens,
                  "total_tokens": prompt_tokens + n_tokens}
         u = {"id": oid, "object": obj_kind, "created": created, "model": model, "choices": [], "usage": usage}
+        if timing.usage_delay_s > 0:
+            await asyncio.sleep(timing.usage_delay_s)
         await send({"type": "http.response.body", "body": b"data: " + json.dumps(u).encode() + b"\n\n",
                     "more_body": True})
         entry["usage"] = perf()
@@ -226,8 +281,10 @@ def make_app(timing: FakeTiming, model: str = "fake-model") -> Any:
             state["n"] += 1
             state["in_flight"] += 1
             state["max_in_flight"] = max(state["max_in_flight"], state["in_flight"])
+            shift0 = stalls.shift_s  # taken before: the request that makes a new size is in the slow batch
+            stalls.arrived(state["in_flight"])
             try:
-                await stream(send, req, path.endswith("chat/completions"), t_recv, "fake_recv" in scope)
+                await stream(send, req, path.endswith("chat/completions"), t_recv, "fake_recv" in scope, shift0)
             finally:
                 state["in_flight"] -= 1
         elif path == "/health":
@@ -249,7 +306,8 @@ def make_app(timing: FakeTiming, model: str = "fake-model") -> Any:
             await respond(send, 200, {})
         elif path == "/fake/stats":
             await respond(send, 200, {"in_flight": state["in_flight"], "max_in_flight": state["max_in_flight"],
-                                      "requests": state["n"], "cpu_s": time.process_time()})
+                                      "requests": state["n"], "cpu_s": time.process_time(),
+                                      "stalls": stalls.stalls})
         else:
             await respond(send, 404, {"error": {"message": f"fake: no route {method} {path}"}})
 
@@ -264,6 +322,7 @@ class FakeServerProcess:
         server: ``"uvicorn"`` (uvicorn + h11 + ASGI) or ``"raw"`` (the lean asyncio.Protocol fake); default
             ``$TUNELAB_FAKE_SERVER`` or ``"uvicorn"`` (so the tests can be run against either).
         cpus: if given, the child is pinned to these CPUs (``os.sched_setaffinity``).
+        log_file: the fake's server log (its JIT-compilation lines, see ``new_size_stall_s``); None: none.
 
     Raises:
         RuntimeError: the child did not answer /health within ``start_timeout_s``.
@@ -271,12 +330,13 @@ class FakeServerProcess:
 
     def __init__(self, timing: FakeTiming = FakeTiming(), model: str = "fake-model",
                  start_timeout_s: float = 30.0, python: str | None = None, server: str | None = None,
-                 cpus: set[int] | None = None) -> None:
+                 cpus: set[int] | None = None, log_file: str | Path | None = None) -> None:
         server = server or os.environ.get("TUNELAB_FAKE_SERVER", "uvicorn")
         if server not in ("uvicorn", "raw"):
             raise ValueError(f"server must be 'uvicorn' or 'raw', got {server!r}")
         self.server = server
         self.cpus = cpus
+        self.log_file = None if log_file is None else str(log_file)
         self.timing = timing
         self.model = model
         self.start_timeout_s = start_timeout_s
@@ -300,7 +360,11 @@ class FakeServerProcess:
         os.set_inheritable(fd, True)
         argv = [self.python, str(Path(__file__).resolve()), "--fd", str(fd), "--model", self.model,
                 "--ttft-s", repr(self.timing.ttft_s), "--itl-s", repr(self.timing.itl_s),
-                "--tokens-per-chunk", str(self.timing.tokens_per_chunk), "--server", self.server]
+                "--tokens-per-chunk", str(self.timing.tokens_per_chunk), "--server", self.server,
+                "--usage-delay-s", repr(self.timing.usage_delay_s),
+                "--new-size-stall-s", repr(self.timing.new_size_stall_s)]
+        if self.log_file:
+            argv += ["--log-file", self.log_file]
         import tempfile
 
         self._err = tempfile.TemporaryFile()
@@ -333,7 +397,8 @@ class FakeServerProcess:
         return self._get("/fake/log")
 
     def stats(self) -> dict[str, Any]:
-        """``{'in_flight', 'max_in_flight', 'requests', 'cpu_s'}``."""
+        """``{'in_flight', 'max_in_flight', 'requests', 'cpu_s', 'stalls'}`` (``stalls``: the in-flight sizes
+        that stalled, in order)."""
         return self._get("/fake/stats")
 
     def reset(self) -> None:
@@ -394,15 +459,20 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--itl-s", type=float, default=0.01)
     ap.add_argument("--tokens-per-chunk", type=int, default=1)
     ap.add_argument("--server", choices=("uvicorn", "raw"), default="uvicorn")
+    ap.add_argument("--usage-delay-s", type=float, default=0.0)
+    ap.add_argument("--new-size-stall-s", type=float, default=0.0)
+    ap.add_argument("--log-file", default=None)
     a = ap.parse_args(argv)
+    timing = FakeTiming(a.ttft_s, a.itl_s, a.tokens_per_chunk, a.usage_delay_s, a.new_size_stall_s)
     if a.server == "raw":
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from raw_timed_server import serve_raw
 
-        serve_raw(FakeTiming(a.ttft_s, a.itl_s, a.tokens_per_chunk), a.model, fake_tokenize, _FAULT, sse_chunk,
-                  port=None if a.fd is not None else a.port, fd=a.fd)
+        serve_raw(timing, a.model, fake_tokenize, _FAULT, sse_chunk,
+                  port=None if a.fd is not None else a.port, fd=a.fd,
+                  stalls=SizeStalls(timing.new_size_stall_s, a.log_file))
         return
-    app = make_app(FakeTiming(a.ttft_s, a.itl_s, a.tokens_per_chunk), a.model)
+    app = make_app(timing, a.model, a.log_file)
     kw: dict[str, Any] = {"fd": a.fd} if a.fd is not None else {"host": "127.0.0.1", "port": a.port}
     uvicorn.run(app, http=_stamping_protocol(), loop="asyncio", lifespan="on", log_level="warning", access_log=False,
                 backlog=4096, timeout_keep_alive=120, **kw)
