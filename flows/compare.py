@@ -7,13 +7,16 @@
 ``warehouse.compare.regressions`` (consecutive violations along vLLM versions, the PyTorch HUD rule).
 
 Selector values may be symbolic: ``vllm_version: latest`` / ``previous`` (the newest and second newest vLLM
-version in the warehouse, PEP 440 order) and ``sweep_id: latest`` / ``previous`` (by start time). So the weekly
+release in the warehouse, PEP 440 order; untrusted versions such as ``0.1.devN`` are never one) and ``sweep_id: latest`` / ``previous`` (by start time). So the weekly
 cross-version deployment compares ``{vllm_version: previous}`` with ``{vllm_version: latest}`` without anyone
 editing it after an upgrade.
 
 Comparing two vLLM versions only means something config by config: unless a selector names a config
 (``config_key`` or ``config_label``), the comparison runs once per ``config_key`` found on both sides
 (``per_config``) instead of pooling different configs.
+
+A ``vllm_version`` value selects builds by release: ``0.26.0`` selects ``0.26.0``, ``0.26.0+empty`` and
+``0.26.0+cu128``; ``0.26.0+empty`` selects that build only (``warehouse.compare._version_clause``).
 
 Short selector names for the CLI: ``runtime`` -> ``runtime_name``, ``version`` -> ``vllm_version``,
 ``config`` -> ``config_label``, ``key`` -> ``config_key``, ``sweep`` -> ``sweep_id``, ``gpu`` -> ``gpu_name``.
@@ -67,8 +70,11 @@ def parse_selector(text: str) -> dict[str, Any]:
 def _nth(con: duckdb.DuckDBPyConnection, key: str, which: str) -> str:
     n = {"latest": 0, "previous": 1}[which]
     if key == "vllm_version":
-        rows = con.execute("SELECT vllm_version FROM trial_facts WHERE vllm_version_key IS NOT NULL "
-                           "GROUP BY vllm_version, vllm_version_key ORDER BY vllm_version_key DESC").fetchall()
+        # One release per key (its builds share it; untrusted versions have none): the public version, which
+        # as a selector selects every build of that release.
+        rows = con.execute("SELECT min(coalesce(vllm_public_version, vllm_version)) FROM trial_facts "
+                           "WHERE vllm_version_key IS NOT NULL GROUP BY vllm_version_key "
+                           "ORDER BY vllm_version_key DESC").fetchall()
     else:
         rows = con.execute("SELECT sweep_id FROM trial_facts GROUP BY sweep_id ORDER BY max(run_at) DESC").fetchall()
     if len(rows) <= n:

@@ -116,11 +116,12 @@ def version_plot(db_path: Path, out_dir: Path, metric: str = "output_tokens_per_
             params.append(workload)
         df = con.execute(
             f"""SELECT f.config_key, any_value(f.config_label) AS config_label, m.workload, m.load_kind,
-                       m.load_value, f.vllm_version, f.vllm_version_key, f.trial_id, avg(m.{metric}) AS boot_value
+                       m.load_value, min(coalesce(f.vllm_public_version, f.vllm_version)) AS vllm_version,
+                       f.vllm_version_key, f.trial_id, avg(m.{metric}) AS boot_value
                 FROM measurements m JOIN trial_facts f ON f.trial_id = m.trial_id
                 WHERE {' AND '.join(where)} AND m.{metric} IS NOT NULL AND f.vllm_version_key IS NOT NULL
-                GROUP BY f.config_key, m.workload, m.load_kind, m.load_value, f.vllm_version, f.vllm_version_key,
-                         f.trial_id""", params).fetchdf()
+                GROUP BY f.config_key, m.workload, m.load_kind, m.load_value, f.vllm_version_key, f.trial_id""",
+            params).fetchdf()  # builds of one release (0.26.0, 0.26.0+empty) share the key: one x position
     finally:
         con.close()
     if df.empty:

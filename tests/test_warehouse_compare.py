@@ -187,3 +187,45 @@ def test_env_var_not_applied_on_some_boots_keeps_the_verdict_and_lists_them(con)
     assert df.iloc[0].verdict == "better"
     assert df.attrs["not_applied"].to_dict("records") == [
         {"side": "candidate", "trial_id": "sw/B/r0", "env": "VLLM_MY_TYPO"}]
+
+
+# -- builds grouped by release (warehouse/versions.py) -------------------------------------------------------------
+def test_version_selector_takes_every_build_of_the_release(con):
+    from flows.compare import compare_frames, parse_selector
+
+    rng = np.random.default_rng(7)
+    for r, build in enumerate(["0.26.0", "0.26.0+empty", "0.26.0+empty"]):
+        add(con, sweep_id="old", config_key="A", replicate=r, vllm_version=build, rng=rng, boot_sd_rel=0.01)
+    for r in range(3):
+        add(con, sweep_id="new", config_key="A", replicate=r, vllm_version="0.27.0+cu128", effect_rel=0.2, rng=rng,
+            boot_sd_rel=0.01)
+    add(con, sweep_id="dev", config_key="A", replicate=0, vllm_version="0.1.dev123+gabc1234", rng=rng)
+    df = compare_frames(con, parse_selector("version=0.26.0"), parse_selector("version=0.27.0"))
+    (row,) = df.itertuples()
+    assert (row.baseline_boots, row.candidate_boots, row.verdict) == (3, 3, "better")
+    # a build with its local part selects that build only; an untagged build by its exact string
+    assert compare_frames(con, parse_selector("version=0.26.0+empty"), parse_selector("version=0.27.0")
+                          ).baseline_boots.tolist() == [2]
+    assert len(compare(con, {"vllm_version": "0.1.dev123+gabc1234"}, {"vllm_version": "0.27.0"}, min_boots=2)) == 1
+    # latest/previous are releases, never the untagged build (PEP 440 would put 0.1.dev123 before all)
+    from flows.compare import resolve_selector
+
+    assert resolve_selector(con, {"version": "latest"}) == {"vllm_version": "0.27.0"}
+    assert resolve_selector(con, {"version": "previous"}) == {"vllm_version": "0.26.0"}
+
+
+def test_version_series_has_one_point_per_release_and_no_untagged_build(con):
+    rng = np.random.default_rng(8)
+    for i, build in enumerate(["0.25.1", "0.26.0", "0.26.0+empty", "0.1.dev123+gabc1234", "0.27.0"]):
+        for r in range(2):
+            add(con, sweep_id=f"sw{i}", config_key="A", replicate=r, vllm_version=build, rng=rng, boot_sd_rel=0.01)
+    out = regressions(con, "output_tokens_per_s")
+    assert list(out.point) == ["0.25.1", "0.26.0", "0.27.0"]
+    assert out.set_index("point").loc["0.26.0", "boots"] == 4
+    assert out.set_index("point").loc["0.26.0", "vllm_version"] == "0.26.0, 0.26.0+empty"
+    sql = run_query(con, "regressions", metric="output_tokens_per_s", threshold_rel=0.05, noise_k=2.0, config_key=None)
+    assert list(sql.vllm_version) == ["0.25.1", "0.26.0", "0.27.0"]
+    assert list(sql.builds[1]) == ["0.26.0", "0.26.0+empty"]
+    series = run_query(con, "version_series", config_key="A", metric="output_tokens_per_s", workload=None)
+    assert "0.1.dev123" not in " ".join(series.vllm_version)
+    assert series.groupby("vllm_version").boots.sum().to_dict() == {"0.25.1": 2, "0.26.0": 4, "0.27.0": 2}

@@ -67,3 +67,26 @@ def test_bad_migration_name_is_refused(tmp_path):
     (tmp_path / "1_init.sql").write_text("SELECT 1;")
     with pytest.raises(ValueError, match="NNN_<what>.sql"):
         list_migrations(tmp_path)
+
+
+def test_migration_6_groups_stored_builds_by_release_and_flags_untagged_builds(tmp_path):
+    # A warehouse written before migration 6: keys held the local part, untagged builds had a key.
+    db = tmp_path / "wh.duckdb"
+    con = connect(db, target_version=5)
+    old_keys = {"0.26.0": "000000.000026.000000.000000|9000000|0000000|1000000|",
+                "0.26.0+empty": "000000.000026.000000.000000|9000000|0000000|1000000|+empty",
+                "0.1.dev123+gabc1234": "000000.000001.000000.000000|0000000|0000000|0000123|+gabc1234",
+                "0.10.2.dev5+g1234abc.d20250901": "000000.000010.000002.000000|0000000|0000000|0000005|+g1234abc.d20250901"}
+    for i, (v, key) in enumerate(old_keys.items()):
+        con.execute("INSERT INTO trials (trial_id, sweep_id, config_key, replicate, status, vllm_version, "
+                    "vllm_version_key) VALUES (?, 's', 'c', ?, 'ok', ?, ?)", [f"s/c/r{i}", i, v, key])
+    con.close()
+    con = connect(db)
+    rows = {r[0]: r[1:] for r in con.execute(
+        "SELECT vllm_version, vllm_version_key, vllm_public_version, vllm_platform, vllm_build_date, vllm_untrusted "
+        "FROM trial_facts").fetchall()}
+    con.close()
+    assert rows["0.26.0"][0] == rows["0.26.0+empty"][0] == old_keys["0.26.0"]
+    assert rows["0.26.0+empty"][1:4] == ("0.26.0", "empty", None)
+    assert rows["0.1.dev123+gabc1234"][0] is None and "untagged" in rows["0.1.dev123+gabc1234"][4]
+    assert str(rows["0.10.2.dev5+g1234abc.d20250901"][3]) == "2025-09-01"

@@ -84,7 +84,11 @@ def _where(selector: dict, alias: str = "f") -> tuple[str, list]:
         raise ValueError(f"selector keys {sorted(unknown)} are unknown; use keys from {list(SELECTOR_KEYS)}")
     clauses, params = [], []
     for k, v in selector.items():
-        if isinstance(v, (list, tuple, set)):
+        if k == "vllm_version":
+            clause, ps = _version_clause(list(v) if isinstance(v, (list, tuple, set)) else [v], alias)
+            clauses.append(clause)
+            params.extend(ps)
+        elif isinstance(v, (list, tuple, set)):
             vals = list(v)
             clauses.append(f"{alias}.{k} IN ({', '.join('?' for _ in vals)})")
             params.extend(vals)
@@ -92,6 +96,33 @@ def _where(selector: dict, alias: str = "f") -> tuple[str, list]:
             clauses.append(f"{alias}.{k} = ?")
             params.append(v)
     return " AND ".join(clauses), params
+
+
+def _version_clause(values: list, alias: str) -> tuple[str, list]:
+    """SQL for a ``vllm_version`` selector: builds are grouped by release (``warehouse.versions``).
+
+    A value without a local part (``0.26.0``) selects every build of that release: the exact string, and every
+    version with the same public version (``0.26.0+empty``, ``0.26.0+cu128``; PEP 440 equal, so ``0.26`` works
+    too). A value with a local part (``0.26.0+empty``) selects that build only. A value that is not a version
+    is matched as a plain string.
+    """
+    from warehouse.versions import parse_vllm_version
+
+    ors, params = [], []
+    for v in values:
+        ors.append(f"{alias}.vllm_version = ?")
+        params.append(v)
+        try:
+            pv = parse_vllm_version(str(v))
+        except ValueError:
+            continue
+        if pv.local is None:
+            ors.append(f"{alias}.vllm_public_version = ?")
+            params.append(pv.public)
+            if not pv.untrusted:
+                ors.append(f"{alias}.vllm_version_key = ?")
+                params.append(pv.sort_key)
+    return "(" + " OR ".join(ors) + ")", params
 
 
 def _trials(con, selector: dict) -> pd.DataFrame:
@@ -341,8 +372,10 @@ def regressions(
 
     Method: trials (boots) that pass the status/quality filter are reduced to boot means
     (repeats averaged). Series key: (config_key, gpu_name, workload, load_kind, load_value).
-    A point is one vLLM version (``order_by="version"``, PEP 440 order via
-    ``trials.vllm_version_key``, never the raw string) or one sweep (``order_by="date"``,
+    A point is one vLLM release (``order_by="version"``, PEP 440 order via
+    ``trials.vllm_version_key``, never the raw string; builds that differ only in their local part, such as
+    ``0.26.0`` and ``0.26.0+empty``, are one point, and untrusted versions such as ``0.1.devN`` are left out:
+    ``warehouse.versions``) or one sweep (``order_by="date"``,
     by start time); its value is the mean over its boots. Walking the series, the baseline is
     the mean over the boots of the last ``baseline_window`` points that did not violate (a
     window, as the HUD's baseline aggregation, so one lucky point does not make every later
@@ -354,8 +387,8 @@ def regressions(
     violations confirm a regression (PyTorch HUD: trailing run >= 2).
 
     Returns:
-        DataFrame, one row per point: series key, ``point`` (version or sweep_id),
-        ``vllm_version``, ``vllm_version_key``, ``first_run_at``, ``boots``, ``value`` (mean of
+        DataFrame, one row per point: series key, ``point`` (public version such as ``0.26.0``, or sweep_id),
+        ``vllm_version`` (by version: the point's builds, comma-separated), ``vllm_version_key``, ``first_run_at``, ``boots``, ``value`` (mean of
         boot means), ``boot_sd``, ``baseline_point``, ``baseline_value``, ``rel_change``
         ((value - baseline)/baseline), ``worse_rel`` (positive = worse), ``noise_band`` (metric
         unit), ``violation``, ``status`` (``baseline`` | ``ok`` | ``violation_unconfirmed`` |
@@ -380,6 +413,7 @@ def regressions(
     df = con.execute(
         f"""SELECT f.config_key, f.gpu_name, m.workload, m.load_kind, m.load_value,
                    f.trial_id, f.sweep_id, f.vllm_version, f.vllm_version_key, f.run_at,
+                   coalesce(f.vllm_public_version, f.vllm_version) AS vllm_public_version,
                    avg(m.{metric}) AS boot_value
             FROM measurements m JOIN trial_facts f ON f.trial_id = m.trial_id
             WHERE f.status IN ({', '.join('?' for _ in statuses)})
@@ -394,8 +428,11 @@ def regressions(
         df = df[df["vllm_version_key"].notna()]
     for skey, g in df.groupby(series_keys, dropna=False, sort=True):
         if order_by == "version":
+            # One point per release: builds that differ only in their local part (0.26.0, 0.26.0+empty) share
+            # the key; the point is named by the release and lists its builds.
             pts = g.groupby("vllm_version_key", sort=True).agg(
-                point=("vllm_version", "first"), vllm_version=("vllm_version", "first"),
+                point=("vllm_public_version", "first"),
+                vllm_version=("vllm_version", lambda s: ", ".join(sorted(set(s)))),
                 first_run_at=("run_at", "min"), boots=("boot_value", "size"),
                 value=("boot_value", "mean"), boot_sd=("boot_value", lambda s: s.std(ddof=1)),
             ).reset_index()

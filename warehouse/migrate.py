@@ -18,6 +18,17 @@ import duckdb
 __all__ = ["Migration", "SCHEMA_DIR", "applied_versions", "connect", "list_migrations", "migrate"]
 
 SCHEMA_DIR = Path(__file__).resolve().parent / "schema"
+
+
+def _refill_version_columns(con: duckdb.DuckDBPyConnection) -> None:
+    from warehouse.versions import refill_version_columns
+
+    refill_version_columns(con)
+
+
+#: Python steps run right after a migration's SQL, in its transaction, for what SQL cannot derive (version ->
+#: Python callable taking the connection). Only for files of SCHEMA_DIR.
+_PYTHON_STEPS = {6: _refill_version_columns}
 _NAME = re.compile(r"^(\d{3})_([A-Za-z0-9_]+)\.sql$")
 
 
@@ -80,8 +91,8 @@ def migrate(
 ) -> list[int]:
     """Apply every not-yet-applied migration up to ``target_version`` (default: all).
 
-    Each migration runs in one transaction with its ``schema_migrations`` row; on error the
-    transaction is rolled back and a RuntimeError names the file.
+    Each migration runs in one transaction with its ``schema_migrations`` row (and its Python step,
+    ``_PYTHON_STEPS``, if it has one); on error the transaction is rolled back and a RuntimeError names the file.
 
     Returns:
         The versions applied by this call, ascending (empty when already up to date).
@@ -95,6 +106,8 @@ def migrate(
         con.execute("BEGIN TRANSACTION")
         try:
             con.execute(mig.sql)
+            if schema_dir == SCHEMA_DIR and mig.version in _PYTHON_STEPS:
+                _PYTHON_STEPS[mig.version](con)
             con.execute(
                 "INSERT INTO schema_migrations (version, name, sha256) VALUES (?, ?, ?)",
                 [mig.version, mig.name, mig.sha256],

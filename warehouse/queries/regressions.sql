@@ -1,6 +1,7 @@
 -- Question: which configs got worse from one vLLM version to the next, beyond noise, and stayed worse?
 -- Points: per (config_key, gpu_name, workload, load level) one point per vLLM version, in PEP 440 order
--- (vllm_version_key); value = mean over boots of each boot's mean over repeats.
+-- (vllm_version_key; builds of one release such as 0.26.0 and 0.26.0+empty are one point, vllm_version names the
+-- release and builds lists them; untrusted versions have no key); value = mean over boots of each boot's mean over repeats.
 -- A point violates when it is worse than the previous point by more than $threshold_rel (relative,
 -- direction-aware: *_per_s higher is better, *_s lower is better) AND by more than the noise band
 -- $noise_k * sd * sqrt(1/n_prev + 1/n), sd = boot-to-boot SD pooled over the series (NULL when no
@@ -18,7 +19,8 @@
 --                    threshold_rel=0.05, noise_k=2.0, config_key=None)
 WITH pts AS (
     SELECT config_key, gpu_name, workload, load_kind, load_value, metric, vllm_version_key,
-           any_value(vllm_version) AS vllm_version, bool_and(higher_is_better) AS hib,
+           min(coalesce(vllm_public_version, vllm_version)) AS vllm_version,
+           list(DISTINCT vllm_version ORDER BY vllm_version) AS builds, bool_and(higher_is_better) AS hib,
            count(*) AS n, avg(boot_value) AS value, var_samp(boot_value) AS v, min(run_at) AS first_run_at
     FROM boot_values
     WHERE metric = $metric AND status = 'ok' AND quality_verdict IN ('pass', 'warn')
@@ -45,7 +47,7 @@ f AS (
            $noise_k * sd * sqrt(1.0 / prev_n + 1.0 / next_n) AS next_noise_band
     FROM seq
 )
-SELECT config_key, gpu_name, workload, load_kind, load_value, metric, vllm_version, vllm_version_key,
+SELECT config_key, gpu_name, workload, load_kind, load_value, metric, vllm_version, vllm_version_key, builds,
        first_run_at, n AS boots, value, prev_version, prev_value, worse_rel, noise_band,
        worse_rel > $threshold_rel AND abs(value - prev_value) > noise_band AS violation,
        (worse_rel > $threshold_rel AND abs(value - prev_value) > noise_band)
