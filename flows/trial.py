@@ -141,7 +141,8 @@ def measure_task(server: EngineServer, plan: Plan, gpu_index: int | None):
         sampler.__enter__()
     try:
         res = measure_server(server.base_url, server.api_key, server.served_model_name, plan,
-                             progress=progress, deadline_s=deadline, load_processes=plan.load_processes)
+                             progress=progress, deadline_s=deadline, load_processes=plan.load_processes,
+                             server_log=server.log_path)
     finally:
         if sampler:
             sampler.__exit__(None, None, None)

@@ -1,16 +1,22 @@
 """Warm-up and measurement of one running server: every workload x load level x repeat.
 
 For each (workload, load level): warm-up requests first (fresh prompts, never among the measured ones,
-excluded from every number), then ``repeats`` measured windows, each with its own prompts drawn from its
+excluded from every number; :func:`warmup_requests_for` says how many: at least the level's concurrency, so
+that every batch size the window will run was seen before it), then ``repeats`` measured windows, each with its own prompts drawn from its
 own seed so the prefix cache does not serve a repeat (a workload with ``shared_prefix_tokens`` gets one
 prefix, the same for every request and repeat of that workload). ``/metrics`` is scraped right before and
 right after each window; the deltas are the server's view of the same window. Between windows the prefix
 cache is reset where the server allows it (``/reset_prefix_cache``, needs ``VLLM_SERVER_DEV_MODE=1``;
 otherwise the fresh prompts keep the cache cold).
 
+Server log: given the server's log file (``server_log``), the bytes it gained during each window (file offsets
+at the window's start and end) are searched for compilation and CUDA graph capture (``bootlog.compile_lines``);
+``measurements.compile_during_window`` and ``compile_log_lines`` record the result and a note names it.
+
 Checks that become notes (``MeasureResult.notes``): /metrics not scrapable; the server's
 ``usage.prompt_tokens`` not the same for every request of a window (prompt lengths were not exact);
-the load generator's event loop lagging (p99 wake-up lateness > 5 ms) or saturated (client-bound).
+the load generator's event loop lagging (p99 wake-up lateness > 5 ms) or saturated (client-bound); the server
+compiling during a window; a window with more requests in flight than its warm-up reached.
 
 Interruption: a signal handler that raises (Prefect's SIGTERM bridge raises ``TerminationSignal`` when a run is
 cancelled, Ctrl-C raises ``KeyboardInterrupt``) ends the measurement at once with that exception. asyncio alone
@@ -28,16 +34,20 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import math
+import os
 import random
 import sys
 import time
 import weakref
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import httpx
 import pandas as pd
 
+from tasks import bootlog
 from tasks import metrics as M
 from tasks import server_metrics as SM
 from tasks.arrivals import arrival_offsets
@@ -45,14 +55,19 @@ from tasks.loadgen import PromptBuilder, make_client, run_level
 from tunelab.plan import Plan, Workload, requests_for_level
 
 __all__ = ["LoadLevel", "MeasureResult", "load_levels", "measure_server", "run_interruptible", "window_prompts",
-           "progress_reporter",
-           "LOOP_LAG_NOTE_S", "SAME_READ_NOTE_FRAC", "same_read_note"]
+           "progress_reporter", "warmup_requests_for", "ServerLogTail",
+           "LOOP_LAG_NOTE_S", "SAME_READ_NOTE_FRAC", "RATE_WARMUP_S", "COMPILE_LINES_KEPT", "same_read_note"]
 
 #: p99 event-loop wake-up lateness (seconds) above which a window gets a note: timestamps may be that stale.
 LOOP_LAG_NOTE_S = 0.005
 #: Fraction of inter-chunk gaps inside one read (LevelResult.same_read_itl_frac) above which a window gets a
 #: note. 1 %: in the accuracy benchmark's unstressed runs it was 0 at every level up to concurrency 256.
 SAME_READ_NOTE_FRAC = 0.01
+#: A request-rate level's warm-up lasts at least this many seconds of its arrivals (``ceil(rate x 1 s)``
+#: requests): enough to see the batch sizes that the rate brings in a second; see :func:`warmup_requests_for`.
+RATE_WARMUP_S = 1.0
+#: Log lines kept per window in ``measurements.compile_log_lines``.
+COMPILE_LINES_KEPT = 20
 
 
 @dataclass(frozen=True)
@@ -65,6 +80,75 @@ class LoadLevel:
     @property
     def label(self) -> str:
         return f"c={int(self.value)}" if self.kind == "concurrency" else f"rate={self.value:g}/s"
+
+
+def warmup_requests_for(plan: Plan, level: LoadLevel) -> int:
+    """How many warm-up requests run before ``level``'s measured windows (0: no warm-up).
+
+    A server may compile a kernel or graph the first time it runs a batch of a new size (vLLM's Triton JIT,
+    torch.compile for a new shape; vLLM logs "JIT compilation during inference ... latency spike"), so the
+    warm-up must reach the sizes the window will run. ``plan.warmup_requests`` is a minimum:
+
+    * concurrency c: ``max(warmup_requests, c)`` requests at concurrency c, so c requests are in flight at
+      once (every size up to c is passed on the way up) before the first measured request;
+    * request rate r: ``max(warmup_requests, ceil(r x RATE_WARMUP_S))`` requests on the level's own arrival
+      process. An open-loop window's in-flight count is random; the window records ``peak_in_flight`` and a
+      note says when it went above the warm-up's peak (raise ``warmup_requests`` towards ``r x E2EL`` then).
+
+    ``warmup_requests: 0`` turns the warm-up off (a cold-server measurement, on purpose).
+
+    Raises:
+        ValueError: ``level.kind`` is neither 'concurrency' nor 'rate'.
+    """
+    if plan.warmup_requests <= 0:
+        return 0
+    if level.kind == "concurrency":
+        return max(plan.warmup_requests, int(level.value))
+    if level.kind == "rate":
+        return max(plan.warmup_requests, math.ceil(level.value * RATE_WARMUP_S))
+    raise ValueError(f"level.kind must be 'concurrency' or 'rate', got {level.kind!r}")
+
+
+class ServerLogTail:
+    """The server's log file read window by window: :meth:`mark` at a window's start, :meth:`since_mark` at its
+    end gives the text the server wrote in between (by file offsets, so log timestamps with their 1 s
+    resolution and the log's clock do not matter).
+
+    Args:
+        path: the log file (``EngineServer.log_path``); None: no log (every read gives None).
+
+    A file that is missing, unreadable or shorter than at the mark (rotated or truncated) gives None for that
+    window rather than raising: the measurement never fails because of its log.
+    """
+
+    def __init__(self, path: str | os.PathLike | None) -> None:
+        self.path = None if path is None else Path(path)
+        self._mark: int | None = None
+
+    def _size(self) -> int | None:
+        if self.path is None:
+            return None
+        try:
+            return self.path.stat().st_size
+        except OSError:
+            return None
+
+    def mark(self) -> None:
+        """Remember the log's current end."""
+        self._mark = self._size()
+
+    def since_mark(self) -> str | None:
+        """The text written since :meth:`mark` (decoded leniently), or None when it cannot be told."""
+        start, end = self._mark, self._size()
+        if start is None or end is None or end < start or self.path is None:
+            return None
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(start)
+                data = f.read(end - start)
+        except OSError:
+            return None
+        return data.decode("utf-8", errors="replace")
 
 
 def load_levels(plan: Plan) -> list[LoadLevel]:
@@ -213,6 +297,7 @@ async def _measure(
     plan: Plan,
     progress: Callable[[str, int, int], None] | None,
     load_processes: int = 1,
+    server_log: str | os.PathLike | None = None,
 ) -> MeasureResult:
     levels = load_levels(plan)
     max_conc = int(max([lv.value for lv in levels if lv.kind == "concurrency"] or [1]))
@@ -221,18 +306,32 @@ async def _measure(
     sm_rows: list[dict] = []
     notes: list[str] = []
     slo = {k: v for k, v in plan.slo.model_dump().items() if v is not None}
+    log = ServerLogTail(server_log)
     async with make_client(base_url, api_key, max(max_conc, 64)) as client:
         builder = PromptBuilder(client, model)
         for w in plan.workloads:
             for lv in levels:
                 common = dict(max_tokens=w.output_tokens, load_kind=lv.kind, load_value=lv.value,
                               endpoint=w.endpoint, ignore_eos=w.ignore_eos, timeout_s=plan.request_timeout_s)
-                if plan.warmup_requests:
-                    # Warm-up: its own seed, so none of its prompts is among the measured ones; excluded.
-                    wp = await window_prompts(builder, w, plan.warmup_requests, _seed(plan.seed, w.name, lv, "warmup"))
+                n_warm = warmup_requests_for(plan, lv)
+                warm = {"warmup_requests": n_warm, "warmup_peak_in_flight": 0}
+                if n_warm:
+                    # Warm-up: its own seed, so none of its prompts is among the measured ones; excluded. At the
+                    # level's concurrency (and with the window's load processes), so the batch sizes the window
+                    # will run are compiled before it starts.
+                    wp = await window_prompts(builder, w, n_warm, _seed(plan.seed, w.name, lv, "warmup"))
                     offs = (list(arrival_offsets(len(wp), lv.value, plan.burstiness, seed=_seed(plan.seed, "wa")))
                             if lv.kind == "rate" else None)
-                    await run_level(client, model, wp, arrival_offsets_s=offs, **common)
+                    log.mark()
+                    wres = await run_level(client, model, wp, arrival_offsets_s=offs, processes=load_processes,
+                                           **common)
+                    warm["warmup_peak_in_flight"] = M.in_flight([r.get("send_ts") for r in wres.records],
+                                                                [r.get("end_ts") for r in wres.records])[0] or 0
+                    wlines = bootlog.compile_lines(log.since_mark() or "")
+                    if wlines:
+                        logging.getLogger("tunelab.measure").info(
+                            "%s %s warm-up: the server compiled (%d log lines), as a warm-up is for", w.name,
+                            lv.label, len(wlines))
                 for rep in range(plan.repeats):
                     s = _seed(plan.seed, w.name, lv, rep)
                     prompts = await window_prompts(builder, w, requests_for_level(plan, w, lv.kind, lv.value), s)
@@ -247,9 +346,12 @@ async def _measure(
                             progress(label, done[0], n)
 
                     before = await _scrape(client)
+                    log.mark()
                     res = await run_level(client, model, prompts, arrival_offsets_s=offs, on_done=tick,
                                           processes=load_processes, **common)
+                    text = log.since_mark()
                     after = await _scrape(client)
+                    clines = None if text is None else bootlog.compile_lines(text)
                     ident = {"workload": w.name, "load_kind": lv.kind, "load_value": lv.value, "repeat": rep}
                     derived = []
                     for i, raw in enumerate(res.records):
@@ -263,9 +365,16 @@ async def _measure(
                                       "read_delay_p99_s": res.read_delay_p99_s,
                                       "loop_lag_p99_s": res.loop_lag_p99_s,
                                       "same_read_itl_frac": res.same_read_itl_frac(),
-                                      "load_processes": res.processes})
+                                      "load_processes": res.processes, **warm,
+                                      "compile_during_window": None if clines is None else bool(clines),
+                                      "compile_log_lines": "\n".join(clines[:COMPILE_LINES_KEPT]) if clines else None})
                     req_rows.extend(derived)
                     notes.extend(_window_notes(label, df, res, lv))
+                    notes.extend(_warmup_notes(label, agg, warm, clines, plan))
+                    if agg.get("client_bound") and res.client_cpu_frac < M.CLIENT_BOUND_CPU_FRAC:
+                        notes.append(f"{label}: client-bound: while it still had requests to send, the client kept "
+                                     f"{agg['in_flight_while_sending']:.2f} of {int(lv.value)} in flight; "
+                                     f"{_client_advice(res, lv.value)}")
                     if before is not None and after is not None:
                         sm_rows.extend(SM.window_rows(before, after, ident))
                     else:
@@ -305,6 +414,21 @@ def same_read_note(res: Any, concurrency: float | None = None) -> str | None:
             f"TTFT/ITL of those requests are coarse; {_client_advice(res, concurrency)}")
 
 
+def _warmup_notes(label: str, agg: dict, warm: dict, clines: list[str] | None, plan: Plan) -> list[str]:
+    """Notes on what the warm-up did not cover: compilation in the window, more in flight than warmed up."""
+    out = []
+    if clines:
+        out.append(f"{label}: the server compiled during the measured window ({len(clines)} log line(s), first: "
+                   f"{clines[0][:200]!r}); its latencies include that cost. The warm-up ran "
+                   f"{warm['warmup_requests']} request(s) reaching {warm['warmup_peak_in_flight']} in flight")
+    peak = agg.get("peak_in_flight")
+    if warm["warmup_requests"] and peak is not None and peak > warm["warmup_peak_in_flight"]:
+        out.append(f"{label}: {peak} requests in flight in the window, more than the warm-up's "
+                   f"{warm['warmup_peak_in_flight']}: batch sizes above that were first run while measuring; "
+                   f"raise warmup_requests (now {plan.warmup_requests})")
+    return out
+
+
 def _window_notes(label: str, df: pd.DataFrame, res: Any, lv: LoadLevel) -> list[str]:
     out = []
     conc = lv.value if lv.kind == "concurrency" else None
@@ -340,6 +464,7 @@ def measure_server(
     progress: Callable[[str, int, int], None] | None = None,
     deadline_s: float | None = None,
     load_processes: int = 1,
+    server_log: str | os.PathLike | None = None,
 ) -> MeasureResult:
     """Run warm-up + measurement against a ready server (blocking).
 
@@ -351,6 +476,8 @@ def measure_server(
         deadline_s: tunelab's own deadline for the whole measurement; ``asyncio.TimeoutError`` past it.
         load_processes: load-generator processes per window (``loadgen.run_level(processes=...)``); more than
             one when a single event loop is the bottleneck (notes say "client-bound").
+        server_log: the server's log file (stdout+stderr); each window's share of it is searched for
+            compilation (``measurements.compile_during_window``). None: not read (the column stays NULL).
 
     Returns:
         :class:`MeasureResult` (requests, measurements, server_metrics frames; notes).
@@ -361,7 +488,7 @@ def measure_server(
     """
 
     def run(cb: Callable[[str, int, int], None] | None) -> MeasureResult:
-        coro = _measure(base_url, api_key, model, plan, cb, load_processes)
+        coro = _measure(base_url, api_key, model, plan, cb, load_processes, server_log)
         if deadline_s:
             coro = asyncio.wait_for(coro, timeout=deadline_s)
         return run_interruptible(coro)

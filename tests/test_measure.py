@@ -170,3 +170,71 @@ def test_sigterm_raising_handler_ends_a_measurement(fake):
         signal.signal(signal.SIGTERM, previous)
         killer.join(10)
     assert time.monotonic() - t0 < 60
+
+
+def _stalling_fake(tmp_path, name):
+    """A FAKE server whose first batch of each new in-flight size stalls it 0.4 s and logs vLLM's JIT line."""
+    log = tmp_path / f"{name}.log"
+    log.write_text("(APIServer pid=1) INFO 12-01 10:00:00 [api_server.py:1] boot lines before the windows\n")
+    timing = FakeTiming(ttft_s=0.02, itl_s=0.005, tokens_per_chunk=1, new_size_stall_s=0.4)
+    return FakeServerProcess(timing, model=MODEL, log_file=log), log
+
+
+def _jit_plan(**kw):
+    return _plan(workloads=[Workload(name="w", prompt_tokens=24, output_tokens=8, num_requests=8)],
+                 concurrency=[4], repeats=1, requests_per_concurrency=0, **kw)
+
+
+def test_warmup_reaches_the_level_concurrency_so_no_batch_size_is_new_in_the_window(tmp_path):
+    srv, log = _stalling_fake(tmp_path, "warm")
+    with srv:
+        res = measure_server(srv.base_url, "k", MODEL, _jit_plan(warmup_requests=2), progress=lambda *a: None,
+                             server_log=log)
+        stalls = srv.stats()["stalls"]
+    m = res.measurements.iloc[0]
+    # warmup_requests is a minimum: the warm-up ran 4 requests at concurrency 4, all 4 in flight at once...
+    assert m["warmup_requests"] == 4 and m["warmup_peak_in_flight"] == 4
+    assert stalls == [1, 2, 3, 4]  # ...so the fake stalled on every size during the warm-up...
+    assert log.read_text().count("JIT compilation during inference") == 4
+    # ...and not in the measured window: no stalled request, no compile line in the window's log slice.
+    assert m["compile_during_window"] == False and m["compile_log_lines"] is None  # noqa: E712 (numpy bool)
+    assert res.requests["ok"].all()
+    assert res.requests["ttft_s"].max() < 0.02 + 0.4 / 2
+    assert m["peak_in_flight"] == 4 and m["client_bound"] == False  # noqa: E712
+    assert not any("compiled" in n or "warm-up's" in n for n in res.notes)
+
+
+def test_compilation_in_a_window_is_flagged_and_not_blamed_on_the_client(tmp_path):
+    srv, log = _stalling_fake(tmp_path, "cold")
+    with srv:
+        # No warm-up on purpose (a cold measurement): the window runs every size for the first time.
+        res = measure_server(srv.base_url, "k", MODEL, _jit_plan(warmup_requests=0), progress=lambda *a: None,
+                             server_log=log)
+    m = res.measurements.iloc[0]
+    assert m["warmup_requests"] == 0
+    assert m["compile_during_window"] == True  # noqa: E712
+    assert m["compile_log_lines"].count("JIT compilation during inference") == 4
+    assert res.requests["ttft_s"].max() > 0.4  # the stalls are in the window's numbers...
+    assert any("compiled during the measured window" in n for n in res.notes)
+    # ...but the client kept its 4 slots busy while it had requests to send and used little CPU: not bound.
+    assert m["in_flight_while_sending"] >= 0.9 * 4 and m["client_bound"] == False  # noqa: E712
+
+
+def test_without_a_server_log_the_compile_flag_is_unknown(fake):
+    fake.reset()
+    res = measure_server(fake.base_url, "k", MODEL, _plan(repeats=1), progress=lambda *a: None)
+    m = res.measurements.iloc[0]
+    assert m["compile_during_window"] is None and m["warmup_requests"] == 3
+
+
+def test_warmup_requests_for_levels():
+    from tasks.measure import LoadLevel, warmup_requests_for
+
+    p = _plan(warmup_requests=4)
+    assert warmup_requests_for(p, LoadLevel("concurrency", 8.0)) == 8
+    assert warmup_requests_for(p, LoadLevel("concurrency", 2.0)) == 4  # the plan's count is a minimum
+    assert warmup_requests_for(p, LoadLevel("rate", 10.5)) == 11  # one second of arrivals
+    assert warmup_requests_for(p, LoadLevel("rate", 0.5)) == 4
+    assert warmup_requests_for(_plan(warmup_requests=0), LoadLevel("concurrency", 8.0)) == 0
+    with pytest.raises(ValueError, match="kind"):
+        warmup_requests_for(p, LoadLevel("burst", 1.0))
