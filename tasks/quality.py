@@ -192,8 +192,12 @@ CHECKS: dict[str, CheckInfo] = {
     "client_cpu_frac": _ci("aggregates", "ExpectColumnValuesToBeBetween", "warn",
                            "measurements.client_cpu_frac <= max_client_cpu_frac"),
     "client_not_bound": _ci("aggregates", "ExpectColumnValuesToBeInSet", "fail",
-                            "measurements.client_bound is false (set by tasks/metrics.py: "
-                            "client CPU >= 0.9 or concurrency not kept)"),
+                            "measurements.client_bound is false (set by tasks/metrics.py from the "
+                            "client's own evidence: its CPU >= 0.9, or fewer than 0.9 x target in "
+                            "flight while it still had requests to send)"),
+    "no_compile_in_window": _ci("aggregates", "ExpectColumnValuesToBeInSet", "warn",
+                                "measurements.compile_during_window is false: the server log "
+                                "written during the window shows no compilation or graph capture"),
     # environment
     "gpu_clean_at_boot": _ci("environment", "ExpectColumnValuesToBeInSet", "fail",
                              "trials.gpu_clean_at_boot is true"),
@@ -459,7 +463,7 @@ def _suite_requests(gxe: Any, req: pd.DataFrame, trial: Mapping[str, Any],
 def _suite_aggregates(gxe: Any, meas: pd.DataFrame | None, th: QualityThresholds,
                       out: _Collector) -> None:
     names = ("repeats_for_cv", "cv_ttft_p50", "cv_tpot_p50", "achieved_concurrency",
-             "client_cpu_frac", "client_not_bound")
+             "client_cpu_frac", "client_not_bound", "no_compile_in_window")
     if meas is None:
         for name in names:
             out.skips.append(_Skip(name, "no measurements rows"))
@@ -534,13 +538,33 @@ def _suite_aggregates(gxe: Any, meas: pd.DataFrame | None, th: QualityThresholds
     if bound.notna().any():
         m["client_bound"] = bound
         n_bound = int(bound.map(lambda v: v is True).sum())
+        detail = f"{n_bound} of {int(bound.notna().sum())} measurements client-bound"
+        if n_bound and "in_flight_while_sending" in m.columns:
+            # The evidence the verdict rests on, for the first bound window.
+            i = bound.map(lambda v: v is True).idxmax()
+            detail += (f" (first: {m.at[i, 'label']}, client CPU {_fmt(m.at[i, 'client_cpu_frac'])}, "
+                       f"in flight while sending {_fmt(_num(m['in_flight_while_sending'])[i])} of "
+                       f"{_fmt(m.at[i, 'load_value'])})")
         specs.append(_Spec("client_not_bound",
                            gxe.ExpectColumnValuesToBeInSet(column="client_bound",
                                                            value_set=[False]),
-                           "false",
-                           f"{n_bound} of {int(bound.notna().sum())} measurements client-bound"))
+                           "false", detail))
     else:
         out.skips.append(_Skip("client_not_bound", "client_bound not recorded", "false"))
+    comp = (_bool_obj(m["compile_during_window"]) if "compile_during_window" in m.columns
+            else pd.Series([None] * len(m), index=m.index, dtype=object))
+    if comp.notna().any():
+        m["compile_during_window"] = comp
+        hit = comp.map(lambda v: v is True)
+        specs.append(_Spec("no_compile_in_window",
+                           gxe.ExpectColumnValuesToBeInSet(column="compile_during_window",
+                                                           value_set=[False]),
+                           "false",
+                           f"{int(hit.sum())} of {int(comp.notna().sum())} measurements compiled"
+                           + (f" ({', '.join(m.loc[hit, 'label'].head(3))})" if hit.any() else "")))
+    else:
+        out.skips.append(_Skip("no_compile_in_window",
+                               "compile_during_window not recorded (server log not read)", "false"))
     if specs:
         out.plans.append(_Plan(m, specs))
 

@@ -81,7 +81,7 @@ def make_tables(repeats=3, n_req=12, concurrency=4, out_tokens=32, ttft=0.05, it
                      "ttft_mean_s": ttft, "ttft_p50_s": ttft * (1 + 0.02 * r),
                      "tpot_p50_s": itl * (1 + 0.01 * r), "itl_mean_s": itl,
                      "achieved_concurrency": concurrency * 0.97, "client_cpu_frac": 0.3,
-                     "client_bound": False})
+                     "client_bound": False, "compile_during_window": False})
         sm += [
             {**key, "metric": "server_ttft", "kind": "histogram", "value": server_ttft,
              "count": n_req, "sum": server_ttft * n_req},
@@ -143,6 +143,14 @@ def _set(table, col, value, rows=slice(0, 1)):
     return mutate
 
 
+def _compiled_in_window(t):
+    # The server log of the first window shows a JIT compilation (tasks/measure.py read it); the rest none.
+    m = t["measurements"]
+    m["compile_during_window"] = [True] + [False] * (len(m) - 1)
+    m["compile_log_lines"] = ["WARNING [jit_monitor.py:103] Triton kernel JIT compilation during inference"] + \
+        [None] * (len(m) - 1)
+
+
 def _first_k_slower(col, factor):
     def mutate(t):
         df = t["requests"]
@@ -202,6 +210,7 @@ CASES = {
                         {"client_cpu_frac": "warn"}),
     "client_not_bound": (_set("measurements", "client_bound", True), {}, {},
                          {"client_not_bound": "fail"}),
+    "no_compile_in_window": (_compiled_in_window, {}, {}, {"no_compile_in_window": "warn"}),
     "gpu_clean_at_boot": (None, {"gpu_clean_at_boot": False}, {}, {"gpu_clean_at_boot": "fail"}),
     "no_foreign_gpu_processes": (None, {"foreign_gpu_processes": 1}, {},
                                  {"no_foreign_gpu_processes": "fail"}),
