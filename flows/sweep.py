@@ -32,7 +32,10 @@ run (and the trial subflow) as Cancelled; a bare ``kill -TERM`` or Ctrl-C, which
 Prefect, ends them Crashed, as Prefect does for any run.
 
 Everything a trial produces is on disk (a bundle) before it is validated and loaded, so a failed load loses
-nothing: ``tunelab load`` picks the bundles up later.
+nothing: ``tunelab load`` picks the bundles up later. A warehouse file that another process holds for longer
+than ``lock_timeout_s`` is such a case: the sweep then reports from its bundles loaded into an in-memory
+warehouse (``warehouse.loader.bundles_warehouse``, the same tables) and says who holds the file
+(``SweepSummary["not_loaded"]``; ``tunelab run`` exits 3).
 """
 
 from __future__ import annotations
@@ -66,7 +69,7 @@ from tunelab import paths
 from tunelab.cancel_watch import watch_for_cancel
 from tunelab.plan import Plan, PlanError, Trial, load_plan, runtime_checks
 from tunelab.runtime import Runtime, RuntimeError_, load_runtime
-from warehouse.loader import load_pending
+from warehouse.loader import DEFAULT_LOCK_TIMEOUT_S, WarehouseLocked, bundles_warehouse, load_pending
 
 __all__ = [
     "INTERRUPTS",
@@ -100,7 +103,10 @@ class SweepSummary(dict):
     """Returned by :func:`tuning_sweep`: ``sweep_id``, ``db`` path, ``results`` folder, ``trials`` (one dict
     per trial: trial_id, config, config_key, runtime, device, status, failure_class, boot_s, verdict),
     ``comparison`` (records of ``tasks.report.comparison_frame``), ``quality`` (verdict counts),
-    ``report_markdown``, ``timings`` (per trial: queued/slot/start/end epoch seconds)."""
+    ``report_markdown``, ``timings`` (per trial: queued/slot/start/end epoch seconds), ``not_loaded`` (None,
+    or when the warehouse file stayed locked by another process: a dict with ``db``, ``results``, ``holder_pid``
+    (None if DuckDB did not name it), ``holder_exe``, ``bundles`` (how many of this sweep's) and ``error``; the
+    comparison and quality summary are then computed from the sweep's bundles in memory, the same tables)."""
 
 
 # -- devices ---------------------------------------------------------------------------------------------
@@ -439,15 +445,28 @@ def validate_task(bundle: Path, plan: Plan) -> str:
 
 
 @task(name="load", cache_policy=NO_CACHE)
-def load_task(db: Path, results: Path) -> int:
-    """Load every bundle not yet in the warehouse; returns how many were loaded. A bundle that fails to
-    load stays on disk (logged with its reason) for a later `tunelab load`."""
+def load_task(db: Path, results: Path, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> dict[str, Any]:
+    """Load every bundle not yet in the warehouse. A bundle that fails to load stays on disk (logged with its
+    reason) for a later `tunelab load`.
+
+    Returns:
+        ``{"loaded": n, "locked": None}``; when another process held the warehouse file for ``lock_timeout_s``
+        seconds: ``{"loaded": 0, "locked": {"holder_pid", "holder_exe", "error"}}`` (from
+        :class:`warehouse.loader.WarehouseLocked`; the PID is None when DuckDB did not name it). The lock is an
+        outcome, not a failure of the task: every bundle is safe on disk, and a raised error here cost the sweep
+        its report (and printed three tracebacks: task, flow, command).
+    """
     logger = get_run_logger()
-    results_ = load_pending(db, results)
+    try:
+        results_ = load_pending(db, results, lock_timeout_s=lock_timeout_s)
+    except WarehouseLocked as e:
+        logger.warning("warehouse %s is locked by %s: nothing loaded; the bundles stay in %s for `tunelab load`",
+                       db, e.holder, results)
+        return {"loaded": 0, "locked": {"holder_pid": e.holder_pid, "holder_exe": e.holder_exe, "error": str(e)}}
     for r in results_:
         if r.status == "failed":
             logger.error("bundle %s not loaded: %s", r.bundle_dir, r.error)
-    return len([r for r in results_ if r.status == "loaded"])
+    return {"loaded": len([r for r in results_ if r.status == "loaded"]), "locked": None}
 
 
 def _artifact_key(*parts: str) -> str:
@@ -490,7 +509,8 @@ def _mark_cancelled(bundle: Path | None, status: dict | None, logger: Any) -> No
 # -- the flow ------------------------------------------------------------------------------------------------
 @flow(name="tuning_sweep", flow_run_name="sweep {plan_path}", log_prints=True, validate_parameters=False)
 def tuning_sweep(plan_path: str, db: str | None = None, results: str | None = None,
-                 gpus: list[int] | None = None, plots: bool = True) -> dict:
+                 gpus: list[int] | None = None, plots: bool = True,
+                 lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> dict:
     """Run every trial of the plan, validate, load into DuckDB and report.
 
     Args:
@@ -499,6 +519,8 @@ def tuning_sweep(plan_path: str, db: str | None = None, results: str | None = No
         results: results folder for bundles (default ``<tunelab home>/results``).
         gpus: NVML indices of the GPUs this sweep may use (default: all GPUs NVML sees).
         plots: write the latency-vs-throughput plot of the sweep next to its bundles and link it from the report.
+        lock_timeout_s: how long the load step waits for another process holding the warehouse file, seconds;
+            then the bundles stay on disk (``not_loaded`` in the summary) and the report is made from them.
 
     Returns:
         :class:`SweepSummary`.
@@ -511,11 +533,11 @@ def tuning_sweep(plan_path: str, db: str | None = None, results: str | None = No
     """
     logger = get_run_logger()
     with watch_for_cancel(log=logger.warning):
-        return _sweep(plan_path, db, results, gpus, plots, logger)
+        return _sweep(plan_path, db, results, gpus, plots, logger, lock_timeout_s)
 
 
 def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] | None, plots: bool,
-           logger: Any) -> SweepSummary:
+           logger: Any, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> SweepSummary:
     plan = load_plan(plan_path)
     runtimes = preflight(plan)
     # Optional checks against the cached runtime facts: warnings only, and a check that fails is one more
@@ -732,20 +754,32 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
             continue
         statuses[i]["verdict"] = v
     sweep["finished_at"] = dt.datetime.now(dt.timezone.utc).isoformat()
-    loaded = load_task(db_path, results_dir)
-    logger.info("loaded %d bundle(s) into %s", loaded, db_path)
+    outcome = load_task(db_path, results_dir, lock_timeout_s)
     statuses_ = [s for s in statuses if s]
-    comp = R.comparison_frame(db_path, sweep_id)
-    quality = R.quality_summary(db_path, sweep_id)
-    plot_paths: list[Path] = []
-    if plots:
-        try:
-            from tasks.plots import latency_throughput_plot
+    not_loaded = None
+    mine = [b for b in bundles if b is not None]
+    if outcome["locked"] is None:
+        logger.info("loaded %d bundle(s) into %s", outcome["loaded"], db_path)
+    else:
+        not_loaded = {"db": str(db_path), "results": str(results_dir), "bundles": len(mine), **outcome["locked"]}
+    # The report reads the warehouse; when the file is locked, the same tables from this sweep's bundles in
+    # memory (loaded by the same loader), so the sweep still ends with its comparison.
+    report_db: Any = db_path if not_loaded is None else bundles_warehouse(mine)
+    try:
+        comp = R.comparison_frame(report_db, sweep_id)
+        quality = R.quality_summary(report_db, sweep_id)
+        plot_paths: list[Path] = []
+        if plots:
+            try:
+                from tasks.plots import latency_throughput_plot
 
-            p = latency_throughput_plot(db_path, sweep_id, results_dir / sweep_id / "plots")
-            plot_paths = [p] if p else []
-        except Exception as e:
-            logger.warning("could not draw the plots: %s", e)
+                p = latency_throughput_plot(report_db, sweep_id, results_dir / sweep_id / "plots")
+                plot_paths = [p] if p else []
+            except Exception as e:
+                logger.warning("could not draw the plots: %s", e)
+    finally:
+        if not isinstance(report_db, Path):
+            report_db.close()
     md = R.sweep_markdown(comp, sweep_id, statuses_, quality, plots=plot_paths, interleave=plan.interleave)
     try:
         from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -763,4 +797,4 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
     return SweepSummary(sweep_id=sweep_id, db=str(db_path), results=str(results_dir), trials=statuses_,
                         comparison=comp.to_dict("records"), left_out=comp.attrs.get("left_out", []),
                         quality=counts, report_markdown=md,
-                        timings=timings, plots=[str(p) for p in plot_paths])
+                        timings=timings, plots=[str(p) for p in plot_paths], not_loaded=not_loaded)

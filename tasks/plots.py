@@ -35,11 +35,13 @@ def _safe(s: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in s)[:80]
 
 
-def latency_throughput_plot(db_path: Path, sweep_id: str, out_dir: Path, latency: str = "ttft_p50_s") -> Path | None:
+def latency_throughput_plot(db_path: Path | duckdb.DuckDBPyConnection, sweep_id: str, out_dir: Path,
+                            latency: str = "ttft_p50_s") -> Path | None:
     """Latency (ms) against output tokens/s for each config of sweep ``sweep_id``; one panel per workload.
 
     Args:
-        db_path: the DuckDB warehouse (opened read-only).
+        db_path: the DuckDB warehouse (opened read-only), or an open connection (e.g. the sweep's bundles in
+            memory, ``warehouse.loader.bundles_warehouse``).
         sweep_id: the sweep.
         out_dir: folder for the PNG (created).
         latency: one of ``ttft_p50_s``, ``tpot_p50_s``, ``itl_p50_s``, ``e2el_p95_s`` (plotted in ms).
@@ -54,11 +56,12 @@ def latency_throughput_plot(db_path: Path, sweep_id: str, out_dir: Path, latency
         raise ValueError(f"latency {latency!r}: use one of {list(_LATENCIES)}")
     from tasks.report import comparison_frame
 
-    df = comparison_frame(Path(db_path), sweep_id)
+    db = db_path if isinstance(db_path, duckdb.DuckDBPyConnection) else Path(db_path)
+    df = comparison_frame(db, sweep_id)
     caveat = ""
     if df.empty:
         # No trial passed its quality gate: still draw what was measured, and say so in the title.
-        df = comparison_frame(Path(db_path), sweep_id, all_quality=True)
+        df = comparison_frame(db, sweep_id, all_quality=True)
         caveat = " (no trial passed its quality gate: all measured trials shown)"
     if df.empty:
         return None

@@ -6,10 +6,10 @@ The comparison SQL is ``warehouse/queries/sweep_comparison.sql``."""
 
 from __future__ import annotations
 
+import contextlib
 import json
-
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import duckdb
 import pandas as pd
@@ -35,15 +35,33 @@ VERDICT_ORDER = ("pass", "warn", "fail", "unvalidated")
 _SQL = Path(__file__).resolve().parent.parent / "warehouse" / "queries" / "sweep_comparison.sql"
 
 
-def comparison_frame(db_path: Path, sweep_id: str, all_quality: bool = False) -> pd.DataFrame:
+@contextlib.contextmanager
+def _reader(db: Path | str | duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A DuckDB file opened read-only (closed after), or an open connection as it is (left open: e.g. the
+    in-memory warehouse of ``warehouse.loader.bundles_warehouse``)."""
+    if isinstance(db, duckdb.DuckDBPyConnection):
+        yield db
+        return
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        yield con
+    finally:
+        con.close()
+
+
+def comparison_frame(db_path: Path | duckdb.DuckDBPyConnection, sweep_id: str,
+                     all_quality: bool = False) -> pd.DataFrame:
     """One row per (runtime, config, workload, load level) of the sweep; latencies in seconds.
 
     By default only trials whose quality verdict is pass or warn are used (issue: a measurement that failed
     its quality gate is not a number to compare); the trials left out are in ``df.attrs["left_out"]`` (list of
     dicts: config, replicate, verdict, failed checks). ``all_quality=True`` uses every measured trial.
-    Opens the DuckDB file read-only (the sweep's writer has already closed it)."""
-    con = duckdb.connect(str(db_path), read_only=True)
-    try:
+    Opens the DuckDB file read-only (the sweep's writer has already closed it); an open connection (the
+    sweep's bundles in memory when the file is locked) is read as it is.
+
+    Raises:
+        duckdb.IOException: the file is locked by a writing process."""
+    with _reader(db_path) as con:
         df = con.execute(_SQL.read_text(), {"sweep_id": sweep_id, "all_quality": all_quality}).df()
         left = [] if all_quality else con.execute("""
             SELECT t.config_label, t.replicate, t.quality_verdict,
@@ -51,8 +69,6 @@ def comparison_frame(db_path: Path, sweep_id: str, all_quality: bool = False) ->
             FROM trials t LEFT JOIN quality_checks q USING (trial_id)
             WHERE t.sweep_id = ? AND t.status = 'ok' AND coalesce(t.quality_verdict, 'unvalidated') NOT IN ('pass', 'warn')
             GROUP BY ALL ORDER BY 1, 2""", [sweep_id]).fetchall()
-    finally:
-        con.close()
     df.attrs["left_out"] = [{"config": c, "replicate": r, "verdict": v, "failed_checks": f} for c, r, v, f in left]
     return df
 
@@ -195,7 +211,7 @@ def trial_table(tables: dict[str, pd.DataFrame]) -> list[dict[str, str]]:
     return rows
 
 
-def quality_summary(db_path: Path, sweep_id: str) -> dict[str, Any]:
+def quality_summary(db_path: Path | duckdb.DuckDBPyConnection, sweep_id: str) -> dict[str, Any]:
     """How many trials of a sweep pass / warn / fail / are unvalidated, and why.
 
     Returns a dict: ``counts`` ({verdict: trials}, every verdict of :data:`VERDICT_ORDER` present, 0 if none),
@@ -203,9 +219,8 @@ def quality_summary(db_path: Path, sweep_id: str) -> dict[str, Any]:
     detail: one row per quality check that failed in at least one trial, from ``quality_checks``),
     ``unvalidated`` (DataFrame: trial_id, config, status, failure_class, failure_reason: why a trial was
     not validated: it did not measure, or validation itself could not run).
-    Opens the DuckDB file read-only."""
-    con = duckdb.connect(str(db_path), read_only=True)
-    try:
+    Opens the DuckDB file read-only, or reads an open connection as :func:`comparison_frame` does."""
+    with _reader(db_path) as con:
         counts = dict(con.execute(
             "SELECT coalesce(quality_verdict, 'unvalidated'), count(*) FROM trials WHERE sweep_id = ? GROUP BY 1",
             [sweep_id]).fetchall())
@@ -221,8 +236,6 @@ def quality_summary(db_path: Path, sweep_id: str) -> dict[str, Any]:
             """SELECT trial_id, config_label AS config, status, failure_class, failure_reason
                FROM trials WHERE sweep_id = ? AND coalesce(quality_verdict, 'unvalidated') = 'unvalidated'
                ORDER BY trial_id""", [sweep_id]).fetchdf()
-    finally:
-        con.close()
     full = {v: int(counts.pop(v, 0)) for v in VERDICT_ORDER}
     full.update({k: int(v) for k, v in counts.items()})
     return {"counts": full, "reasons": reasons, "unvalidated": unval}

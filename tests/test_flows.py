@@ -370,6 +370,52 @@ def test_ensure_slots_concurrently_creates_once(prefect_server):
         assert [x.name for x in c.read_global_concurrency_limits(limit=200)].count("tunelab-race-gpu0") == 1
 
 
+def _table_lines(text: str) -> list[str]:
+    """The lines of the rich comparison table in a command's output (header to bottom border)."""
+    lines = text.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("┏"))
+    end = next(i for i, ln in enumerate(lines) if ln.startswith("└"))
+    return lines[start:end + 1]
+
+
+def test_sweep_with_a_locked_warehouse_prints_the_table_from_its_bundles(prefect_server, tmp_path):
+    """A warehouse file held by another process when the sweep loads: the sweep still prints its comparison
+    table (built from its bundles), one line naming the holder's PID and the command to load later, no
+    traceback, exit 3; `tunelab load` later loads the bundles and `tunelab report` prints the same table.
+    Real `tunelab run` command and sweep flow; FAKE trial body and GPU (tests/fakes/fake_sweep_cli.py)."""
+    db, res = tmp_path / "wh.duckdb", tmp_path / "results"
+    plan = _write_plan(tmp_path / "plan.yaml", "fake-locked", {"max-model-len": [128, 256]})
+    env = dict(os.environ, PREFECT_API_URL=prefect_server, TUNELAB_DB=str(db), TUNELAB_RESULTS=str(res),
+               COLUMNS="220")
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('ready', flush=True); time.sleep(300)",
+         str(db)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        r = subprocess.run([sys.executable, str(REPO / "tests" / "fakes" / "fake_sweep_cli.py"), "run", str(plan),
+                            "--lock-timeout-s", "1"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    finally:
+        holder.kill()
+        holder.wait()
+    out = r.stdout + r.stderr
+    assert r.returncode == 3, out[-4000:]
+    assert "Traceback" not in out, out[-4000:]
+    pid_lines = [ln for ln in r.stderr.splitlines() if f"PID {holder.pid}" in ln and "not loaded" in ln]
+    assert len(pid_lines) == 1 and "`tunelab load`" in pid_lines[0] and "2 bundle(s)" in pid_lines[0], r.stderr[-3000:]
+    table = _table_lines(r.stdout)
+    assert sum("max-model-len=" in ln for ln in table) == 2, r.stdout
+    assert not db.exists() or not duckdb.connect(str(db), read_only=True).execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'trials'").fetchall()[0][0]
+    r = subprocess.run([sys.executable, "-m", "tunelab.cli", "load"], cwd=REPO, env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0 and "2 bundle(s) loaded" in r.stdout, r.stdout + r.stderr
+    r = subprocess.run([sys.executable, "-m", "tunelab.cli", "report"], cwd=REPO, env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert _table_lines(r.stdout) == table  # the table from the bundles is the warehouse's table
+
+
 # -- compare ---------------------------------------------------------------------------------------------------
 def _synthetic_warehouse(path: Path, results: Path) -> None:
     import numpy as np

@@ -102,10 +102,75 @@ def test_locked_db_raises_warehouse_locked(tmp_path):
             load_bundle(db, path, lock_timeout_s=0.5)
         msg = str(err.value)
         assert str(db) in msg and "stay on disk" in msg and "tunelab load" in msg
+        assert err.value.holder_pid == holder.pid and f"PID {holder.pid}" in msg  # DuckDB names the holder
     finally:
         holder.kill()
         holder.wait()
     assert load_bundle(db, path, lock_timeout_s=5).status == "loaded"
+
+
+def test_lock_holder_parsed_from_duckdb_message_with_fallback():
+    from warehouse.loader import lock_holder
+
+    msg = ('IO Error: Could not set lock on file "/x/wh.duckdb": Conflicting lock is held in '
+           "/usr/lib/my python/bin/python3.11 (PID 4148). See also https://duckdb.org/docs/current/connect/concurrency")
+    assert lock_holder(msg) == (4148, "/usr/lib/my python/bin/python3.11")
+    assert lock_holder(duckdb.IOException(msg)) == (4148, "/usr/lib/my python/bin/python3.11")
+    # a DuckDB that does not name the holder: no guess
+    assert lock_holder('IO Error: Could not set lock on file "/x/wh.duckdb": Resource temporarily unavailable') == (None, None)
+    e = WarehouseLocked("locked", db_path="/x/wh.duckdb")
+    assert e.holder_pid is None and e.holder == "another process"
+
+
+def test_load_command_on_a_locked_warehouse_exits_3_with_one_line(tmp_path):
+    """`tunelab load` while another process writes the warehouse: exit 3 (results on disk, not loaded), one line
+    naming the holder's PID and the command to run later, no traceback; the bundle loads once the holder is gone."""
+    import os
+
+    db, results = tmp_path / "wh.duckdb", tmp_path / "results"
+    _bundle(results)
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('ready', flush=True); time.sleep(60)",
+         str(db)], stdout=subprocess.PIPE, text=True)
+    env = dict(os.environ, TUNELAB_DB=str(db), TUNELAB_RESULTS=str(results), COLUMNS="100")
+    cmd = [sys.executable, "-m", "tunelab.cli", "load", "--lock-timeout-s", "0.5"]
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    finally:
+        holder.kill()
+        holder.wait()
+    out = r.stdout + r.stderr
+    assert r.returncode == 3, out
+    assert "Traceback" not in out
+    lines = [ln for ln in out.splitlines() if f"PID {holder.pid}" in ln]
+    assert len(lines) == 1 and "`tunelab load`" in lines[0] and str(db) in lines[0], out
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "1 bundle(s) loaded" in r.stdout, r.stdout + r.stderr
+
+
+def test_bundles_warehouse_gives_the_same_report_as_the_file(tmp_path):
+    """The in-memory warehouse of a sweep's bundles (what a sweep reports from when its warehouse file is
+    locked) gives the same comparison and quality summary as the file after `tunelab load`."""
+    import pandas as pd
+
+    from tasks.report import comparison_frame, quality_summary
+    from warehouse.loader import bundles_warehouse
+
+    db, results = tmp_path / "wh.duckdb", tmp_path / "results"
+    paths = [_bundle(results, config_key=k, replicate=r, effect_rel=e, repeat_sd_rel=0.05)[0]
+             for k, e in (("fast", 0.2), ("base", 0.0)) for r in (0, 1)]
+    load_pending(db, results)
+    con = bundles_warehouse(paths)
+    try:
+        mem, mem_q = comparison_frame(con, "sw1"), quality_summary(con, "sw1")
+    finally:
+        con.close()
+    disk, disk_q = comparison_frame(db, "sw1"), quality_summary(db, "sw1")
+    assert len(disk) == 2
+    pd.testing.assert_frame_equal(mem, disk)
+    assert mem_q["counts"] == disk_q["counts"]
 
 
 def test_corrupted_bundle_is_refused(tmp_path):

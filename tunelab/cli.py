@@ -9,6 +9,10 @@
     tunelab report [--sweep ID] [--plots DIR]   the comparison table of a sweep (default: the latest), PNG plots
     tunelab compare --baseline SEL --candidate SEL   A/B with noise bands + regressions (Prefect flow `compare`)
     tunelab serve                               serve the nightly sweep and weekly comparison deployments locally
+
+Exit codes (README, "Commands"): 0 ok; 1 failed (every trial of a sweep failed, a bundle that does not load);
+2 bad plan, input or selector (nothing ran); 3 results safe on disk but not in the warehouse (its file is locked
+by another process: `tunelab load` later); 143 sweep cancelled.
 """
 
 from __future__ import annotations
@@ -34,8 +38,14 @@ app.add_typer(plan_app, name="plan")
 console = Console()
 err = Console(stderr=True)
 
+#: Exit codes, documented in the README's command section.
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_NOT_LOADED = 3
+EXIT_CANCELLED = 143
 
-def _fail(msg: str, code: int = 2) -> None:
+
+def _fail(msg: str, code: int = EXIT_BAD_INPUT) -> None:
     err.print(f"[bold red]error:[/] {msg}", highlight=False)
     raise typer.Exit(code)
 
@@ -194,6 +204,9 @@ def run(
     plan: Path = typer.Argument(..., help="Plan YAML."),
     db: Optional[Path] = typer.Option(None, help="DuckDB file (default .tunelab/warehouse.duckdb)."),
     results: Optional[Path] = typer.Option(None, help="Results folder for bundles (default .tunelab/results)."),
+    lock_timeout_s: float = typer.Option(60.0, "--lock-timeout-s", help="How long loading waits for another process "
+                                         "holding the warehouse file (s); then the bundles stay on disk, the table is "
+                                         "printed from them and the command exits 3."),
 ) -> None:
     """Run a sweep now: boot, measure, tear down each trial; validate; load into DuckDB; print the comparison."""
     from tunelab.plan import PlanError, load_plan
@@ -218,12 +231,13 @@ def run(
 
     prefect_env.start_ephemeral_server()  # (without PREFECT_API_URL) out of Ctrl-C's reach, dies with us
     try:
-        summary = tuning_sweep(str(plan), db=str(db) if db else None, results=str(results) if results else None)
+        summary = tuning_sweep(str(plan), db=str(db) if db else None, results=str(results) if results else None,
+                               lock_timeout_s=lock_timeout_s)
     except TerminationSignal:
         # Cancelled through Prefect (the servers are stopped, the cancelled trial is recorded and loaded).
         clear_cancel_intent()
         err.print("[yellow]sweep cancelled[/]: servers stopped; bundles loaded (`tunelab load` picks up any left)")
-        raise typer.Exit(143)
+        raise typer.Exit(EXIT_CANCELLED)
     import pandas as pd
 
     print_comparison(pd.DataFrame(summary["comparison"]), title=f"sweep {summary['sweep_id']}",
@@ -233,11 +247,38 @@ def run(
     console.print(f"warehouse: {summary['db']}  bundles: {summary['results']}")
     if bad:
         console.print(f"[yellow]{len(bad)} trial(s) not ok:[/] " + ", ".join(f"{t['config']} ({t['status']}: {t['failure_class']})" for t in bad))
+    nl = summary.get("not_loaded")
+    if nl:
+        _not_loaded_line(nl["db"], nl["results"], nl.get("holder_pid"), nl.get("holder_exe"),
+                         f"this sweep's {nl['bundles']} bundle(s) are safe in {nl['results']} (the table above is "
+                         "from them)")
     if summary["trials"] and len(bad) == len(summary["trials"]):
         # Every trial failed: a scheduler (cron, CI) must be able to see it. A sweep with some deliberate
         # boot failures still exits 0; its failures are results in the warehouse.
         err.print("[red]no trial of this sweep succeeded[/]")
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_FAILED)
+    if nl:
+        raise typer.Exit(EXIT_NOT_LOADED)
+
+
+def load_command(db: str | Path, results: str | Path) -> str:
+    """The ``tunelab load`` command that loads ``results`` into ``db``: the options only where they differ
+    from the defaults of this environment (``TUNELAB_HOME``/``TUNELAB_DB``/``TUNELAB_RESULTS``)."""
+    import shlex
+
+    cmd = "tunelab load"
+    if Path(db).resolve() != paths.db_path().resolve():
+        cmd += f" --db {shlex.quote(str(db))}"
+    if Path(results).resolve() != paths.results_dir().resolve():
+        cmd += f" --results {shlex.quote(str(results))}"
+    return cmd
+
+
+def _not_loaded_line(db: str | Path, results: str | Path, pid: int | None, exe: str | None, safe: str) -> None:
+    """One line on stderr: who holds the warehouse, where the results are, the command that loads them later."""
+    who = f"PID {pid}" + (f" ({exe})" if exe else "") if pid is not None else "another process (DuckDB did not say which)"
+    err.print(f"[yellow]not loaded:[/] warehouse {db} is locked by {who}; {safe}; run `{load_command(db, results)}` "
+              "when that process has ended", highlight=False, soft_wrap=True)
 
 
 def _print_notes(rows: list[tuple]) -> None:
@@ -258,21 +299,26 @@ def _print_notes(rows: list[tuple]) -> None:
 def load(
     db: Optional[Path] = typer.Option(None, help="DuckDB file."),
     results: Optional[Path] = typer.Option(None, help="Results folder."),
+    lock_timeout_s: float = typer.Option(60.0, "--lock-timeout-s", help="How long to wait for another process "
+                                         "holding the warehouse file (s); then exit 3, nothing loaded."),
 ) -> None:
     """Load every result bundle that is not yet in the warehouse (safe to repeat)."""
     from warehouse.loader import WarehouseLocked, load_pending
 
+    dbp, res_dir = db or paths.db_path(), results or paths.results_dir()
     try:
-        res = load_pending(db or paths.db_path(), results or paths.results_dir())
+        res = load_pending(dbp, res_dir, lock_timeout_s=lock_timeout_s)
     except WarehouseLocked as e:
-        _fail(str(e))
+        _not_loaded_line(dbp, res_dir, e.holder_pid, e.holder_exe,
+                         f"nothing was loaded after waiting {e.waited_s:g} s; the bundles stay in {res_dir}")
+        raise typer.Exit(EXIT_NOT_LOADED)
     by = {k: [r for r in res if r.status == k] for k in ("loaded", "skipped", "failed")}
     console.print(f"{len(by['loaded'])} bundle(s) loaded, {len(by['failed'])} failed "
                   f"(bundles already in the warehouse are skipped)")
     for r in by["failed"]:
         err.print(f"[red]not loaded:[/] {r.bundle_dir}: {r.error}", highlight=False)
     if by["failed"]:
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_FAILED)
 
 
 @app.command("report")

@@ -177,7 +177,7 @@ class Plan(BaseModel):
     )
     request_rates: list[float] = Field(default_factory=list, description="Request rates (req/s) with random arrivals; empty = none.")
     burstiness: float = Field(1.0, gt=0, allow_inf_nan=False, description="Gamma shape of inter-arrival gaps; 1.0 = Poisson (as vllm bench serve).")
-    warmup_requests: int = Field(4, strict=True, ge=0, description="Requests per load level sent before measuring, excluded from numbers.")
+    warmup_requests: int = Field(4, strict=True, ge=0, description="Warm-up requests per load level before its measured windows, excluded from numbers; a minimum: a concurrency level warms up with at least its concurrency, a rate level with at least one second of its arrivals (tasks.measure.warmup_requests_for); 0 turns warm-up off.")
     repeats: int = Field(2, strict=True, ge=1, description="Measured repeats per load level on one server.")
     replicates: int = Field(1, strict=True, ge=1, description="Boots per config (the unit of noise for A/B verdicts).")
     interleave: Literal["round_robin", "shuffle"] = Field(

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -39,7 +40,9 @@ __all__ = [
     "LoadResult",
     "WarehouseLocked",
     "BundleLoadError",
+    "bundles_warehouse",
     "load_bundle",
+    "lock_holder",
     "load_pending",
     "open_warehouse",
     "insert_trial_tables",
@@ -65,7 +68,46 @@ class WarehouseLocked(RuntimeError):
     """The warehouse file is held by another process for longer than the lock timeout.
 
     Nothing was written; bundles stay on disk and a later ``tunelab load`` picks them up.
+
+    Attributes:
+        db_path: the DuckDB file.
+        holder_pid: PID of the process holding DuckDB's lock on it, from DuckDB's message
+            (``Conflicting lock is held in <exe> (PID N)``, see :func:`lock_holder`); None when the message
+            does not name it.
+        holder_exe: that process's executable as DuckDB names it, or None.
+        waited_s: how long the loader waited for the lock, seconds.
+        pending_dir: where the bundles that were not loaded are (None when not known).
     """
+
+    def __init__(self, message: str, *, db_path: str | Path | None = None, holder_pid: int | None = None,
+                 holder_exe: str | None = None, waited_s: float = 0.0, pending_dir: str | Path | None = None):
+        super().__init__(message)
+        self.db_path = db_path
+        self.holder_pid = holder_pid
+        self.holder_exe = holder_exe
+        self.waited_s = waited_s
+        self.pending_dir = pending_dir
+
+    @property
+    def holder(self) -> str:
+        """``PID 4148 (/usr/bin/python3.11)``, or ``another process`` when DuckDB did not name it."""
+        if self.holder_pid is None:
+            return "another process"
+        return f"PID {self.holder_pid}" + (f" ({self.holder_exe})" if self.holder_exe else "")
+
+
+# DuckDB's message for a file another process holds: 'IO Error: Could not set lock on file "X": Conflicting
+# lock is held in /usr/bin/python3.11 (PID 4148). See also ...' (DuckDB 1.1 - 2.0; on Windows it may carry no PID).
+_LOCK_HOLDER = re.compile(r"Conflicting lock is held in (?P<exe>.*?) \(PID (?P<pid>\d+)\)")
+
+
+def lock_holder(error: BaseException | str) -> tuple[int | None, str | None]:
+    """(PID, executable) of the process holding a DuckDB file, parsed from DuckDB's lock error (an exception
+    or its text); (None, None) when the message does not name it (another DuckDB version or platform)."""
+    m = _LOCK_HOLDER.search(str(error))
+    if not m:
+        return None, None
+    return int(m.group("pid")), (m.group("exe").strip() or None)
 
 
 class BundleLoadError(RuntimeError):
@@ -136,10 +178,13 @@ def open_warehouse(
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 where = f" in {pending_dir}" if pending_dir is not None else ""
+                pid, exe = lock_holder(exc)
+                who = f"PID {pid}" if pid is not None else "another process"
                 raise WarehouseLocked(
-                    f"warehouse {db_path} is locked by another process (gave up after {lock_timeout_s:g} s, "
+                    f"warehouse {db_path} is locked by {who} (gave up after {lock_timeout_s:g} s, "
                     f"{attempts} attempts): {exc}. Nothing was loaded; the bundles stay on disk{where} and a "
-                    "later `tunelab load` picks them up."
+                    "later `tunelab load` picks them up.",
+                    db_path=db_path, holder_pid=pid, holder_exe=exe, waited_s=lock_timeout_s, pending_dir=pending_dir,
                 ) from exc
             time.sleep(min(delay, remaining))
             delay = min(delay * 2, max_backoff_s)
@@ -431,6 +476,31 @@ def load_bundle(
         return _load_one(con, bundle_dir, manifest)
     finally:
         con.close()
+
+
+def bundles_warehouse(bundles: list[str | Path]) -> duckdb.DuckDBPyConnection:
+    """An in-memory warehouse holding only ``bundles``, loaded by the same code as the DuckDB file
+    (:func:`warehouse.migrate.connect` on ``:memory:``, then one transaction per bundle), so that reports and
+    queries read it as they read the file: what a sweep prints when its warehouse file is locked by another
+    process (``tasks.report.comparison_frame`` accepts the connection).
+
+    A bundle that does not load (corrupt, unknown columns) is logged and left out, as ``load_pending`` does.
+
+    Returns:
+        An open connection; the caller closes it.
+    """
+    con = connect(":memory:")
+    try:
+        schema = _schema_columns(con)
+        for b in bundles:
+            try:
+                _load_one(con, Path(b), schema=schema)
+            except (BundleError, BundleLoadError) as exc:
+                log.error("bundle %s left out of the in-memory warehouse: %s", b, exc)
+    except BaseException:
+        con.close()
+        raise
+    return con
 
 
 def load_pending(

@@ -1,0 +1,58 @@
+"""FAKE sweep host for command-line tests: runs the real ``tunelab`` command (``tunelab.cli.app``) with the real
+``tuning_sweep`` flow (scheduler, slots, validation, load, report), but with a FAKE trial body (no vLLM server:
+it writes a synthetic bundle at once), a FAKE one-GPU inventory and no runtime/model pre-flight. For faults
+that need no real server, e.g. a warehouse file locked by another process when the sweep loads.
+
+    python tests/fakes/fake_sweep_cli.py run PLAN.yaml [options]   # the plan names runtime 'gpu-fake'
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent.parent
+sys.path.insert(0, str(REPO))
+
+
+def _install_fakes() -> None:
+    from prefect import flow
+
+    import flows.sweep as S
+    from flows.trial import trial_row_base
+    from tasks.bundle import write_bundle
+    from tasks.gpu import GpuInfo, Inventory
+    from tunelab.runtime import Runtime
+    from warehouse.synthetic import synthetic_trial
+
+    @flow(name="trial", validate_parameters=False)
+    def fake_trial(trial, trial_id, plan, runtime, ctx):
+        """FAKE trial: no server; a synthetic bundle with the trial's ids."""
+        row = trial_row_base(trial, trial_id, ctx["sweep"]["sweep_id"], runtime, ctx)
+        syn = synthetic_trial(sweep_id=ctx["sweep"]["sweep_id"], config_key=trial.config_key,
+                              replicate=trial.replicate, requests_per_repeat=6, chunk_offsets=4)
+        tables = {k: v.assign(trial_id=trial_id) for k, v in syn.tables.items() if k != "quality_checks"}
+        m = tables["measurements"]  # the columns the quality gate needs that synthetic trials leave out
+        tables["measurements"] = m.assign(tpot_p50_s=m["tpot_mean_s"], itl_mean_s=m["tpot_mean_s"],
+                                          achieved_concurrency=m["load_value"], client_cpu_frac=0.1)
+        row.update(status="ok", boot_s=0.5, teardown_s=0.1, teardown_clean=True,
+                   finished_at=dt.datetime.now(dt.timezone.utc).isoformat())
+        return write_bundle(Path(ctx["results_dir"]), ctx["sweep"], row, tables)
+
+    rt = Runtime(name="gpu-fake", device="cuda", python=sys.executable, versions={"vllm": "0.32.0"})
+    S.run_trial = fake_trial
+    S.inventory = lambda: Inventory(True, driver_version="fake", cuda_version="12.9",
+                                    gpus=[GpuInfo(0, "FAKE H200", "GPU-fake-0", 143771.0, 500.0)])
+    S.preflight = lambda plan: {"gpu-fake": rt}
+    S.stop_leftovers = lambda log=None: []
+
+
+if __name__ == "__main__":
+    from tunelab import prefect_env
+
+    prefect_env.configure()
+    _install_fakes()
+    from tunelab.cli import app
+
+    sys.exit(app())
