@@ -69,6 +69,7 @@ from tunelab import paths
 from tunelab.cancel_watch import watch_for_cancel
 from tunelab.plan import Plan, PlanError, Trial, load_plan, runtime_checks
 from tunelab.runtime import Runtime, RuntimeError_, load_runtime
+from tunelab.slot_holders import hold_slots
 from warehouse.loader import DEFAULT_LOCK_TIMEOUT_S, WarehouseLocked, bundles_warehouse, load_pending
 
 __all__ = [
@@ -89,7 +90,8 @@ __all__ = [
 ]
 
 #: Lease of a held device slot, seconds. Prefect renews it in the background while the trial runs; a holder
-#: that dies (SIGKILL) blocks the device for about this long (70 s measured with 60). Prefect's minimum is 60.
+#: that dies (SIGKILL) would block the device for about this long (70 s measured with 60; Prefect's minimum is
+#: 60), unless a waiting sweep on its host sees it dead and releases its lease (tunelab/slot_holders.py).
 SLOT_LEASE_S = 60.0
 
 #: What ends a sweep early: Prefect's cancellation (its SIGTERM bridge raises ``TerminationSignal``), Ctrl-C.
@@ -584,8 +586,13 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
     used_pools = sorted({j.pool for j in jobs})
     slot_names = {d: slot_name(host, d) for p in used_pools for d in pools[p]}
     use_slots = prefect_slots_enabled()
+    flow_run_id = None
     if use_slots:
         ensure_slots(list(slot_names.values()))
+        from prefect.context import FlowRunContext
+
+        frc = FlowRunContext.get()
+        flow_run_id = frc.flow_run.id if frc and frc.flow_run else None
     else:
         logger.info("Prefect runs ephemeral: devices are guarded by host-level locks only (no global concurrency "
                     "slots: an ephemeral server cannot expire the lease of a killed sweep)")
@@ -659,16 +666,16 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
                 logger.warning("could not update the progress artifact: %s", e)
 
     def run_one(job: _Job, devs: list[Device]) -> Path | None:
-        from prefect.concurrency.sync import concurrency
-
         t = job.trial
         trial_id = trial_id_of(job)
         tim = timings[job.index]
         tim["queued_at"] = time.time()
         names = [slot_names[d] for d in devs]
         try:
-            slots = (concurrency(names, occupy=1, strict=True, lease_duration=SLOT_LEASE_S,
-                                 raise_on_lease_renewal_failure=False) if use_slots else contextlib.nullcontext())
+            # Prefect's slot, with this sweep recorded as its holder: a waiting sweep names it every few seconds
+            # and takes back the slot of a holder that is provably dead (tunelab/slot_holders.py).
+            slots = (hold_slots(names, lease_duration_s=SLOT_LEASE_S, sweep_id=sweep_id, flow_run_id=flow_run_id,
+                                log=logger.info) if use_slots else contextlib.nullcontext())
             with device_locks(names, log=logger.info), slots:
                 tim["slot_at"] = time.time()
                 if tim["slot_at"] - tim["queued_at"] > 1:

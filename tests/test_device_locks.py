@@ -1,4 +1,5 @@
-"""Host-level device locks: exclusive across processes, released by the OS when the holder is SIGKILLed."""
+"""Host-level device locks: exclusive across processes, released by the OS when the holder is SIGKILLed; the
+records of who holds a device's Prefect slot and when a holder is provably dead (tunelab/slot_holders.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from flows.sweep import device_locks, prefect_slots_enabled
@@ -63,3 +65,61 @@ def test_prefect_slots_only_with_a_server(monkeypatch):
     assert prefect_slots_enabled() is False
     monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:4200/api")
     assert prefect_slots_enabled() is True
+
+
+def _record(**kw):
+    from tunelab.slot_holders import this_process
+
+    h = this_process("tunelab-h-gpu0", sweep_id="s1", flow_run_id=None, lease_id="0" * 32, lease_duration_s=60)
+    return replace(h, **kw) if kw else h
+
+
+def test_slot_holder_provably_dead_only_on_this_host():
+    from tunelab.slot_holders import holder_is_dead
+
+    assert holder_is_dead(_record()) == (False, f"PID {os.getpid()} is alive")
+    # another host: never called dead, and the reason says so
+    dead, why = holder_is_dead(_record(host="some-other-host"))
+    assert not dead and "cannot prove" in why and "some-other-host" in why
+    # a PID that does not exist (above the kernel's pid_max)
+    dead, why = holder_is_dead(_record(pid=2**22 + 1))
+    assert dead and "gone" in why
+    # our PID, but recorded with another start time: the PID was reused
+    me = _record()
+    dead, why = holder_is_dead(replace(me, proc_start_ticks=me.proc_start_ticks + 1))
+    assert dead and "another process" in why
+    # recorded before a reboot
+    dead, why = holder_is_dead(_record(boot_id="00000000-0000-0000-0000-000000000000"))
+    assert dead and "rebooted" in why
+
+
+def test_slot_holder_that_exited_unreaped_is_dead():
+    from tunelab.slot_holders import holder_is_dead
+
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        t0 = time.monotonic()
+        while Path(f"/proc/{p.pid}/stat").read_text().split(")")[-1].split()[0] != "Z":  # exited, not reaped
+            assert time.monotonic() - t0 < 30
+            time.sleep(0.05)
+        from tunelab.slot_holders import _proc_start_ticks
+
+        dead, why = holder_is_dead(_record(pid=p.pid, proc_start_ticks=_proc_start_ticks(p.pid)))
+        assert dead and "exited" in why
+    finally:
+        p.wait()
+
+
+def test_slot_holder_record_is_written_atomically_and_read_back(tmp_path, monkeypatch):
+    from tunelab import slot_holders as SH
+
+    monkeypatch.setenv("TUNELAB_HOME", str(tmp_path))
+    assert SH.read_holder("tunelab-h-gpu0") is None
+    h = _record()
+    SH._write(h)
+    assert SH.read_holder("tunelab-h-gpu0") == h
+    assert [p.name for p in SH.record_path("tunelab-h-gpu0").parent.iterdir()] == ["tunelab-h-gpu0.json"]
+    SH._remove("tunelab-h-gpu0", "another-lease", h.pid)  # a later holder's record is not ours to remove
+    assert SH.read_holder("tunelab-h-gpu0") == h
+    SH._remove("tunelab-h-gpu0", h.lease_id, h.pid)
+    assert SH.read_holder("tunelab-h-gpu0") is None

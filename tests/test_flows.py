@@ -370,6 +370,73 @@ def test_ensure_slots_concurrently_creates_once(prefect_server):
         assert [x.name for x in c.read_global_concurrency_limits(limit=200)].count("tunelab-race-gpu0") == 1
 
 
+_HOLD_SLOT = """
+import sys, time
+sys.path.insert(0, {repo!r})
+from tunelab.slot_holders import hold_slots
+with hold_slots([{name!r}], lease_duration_s=60, sweep_id="killed-sweep", log=print):
+    print("held", flush=True)
+    time.sleep(300)
+"""
+
+
+def test_slot_holder_is_named_while_waiting_and_a_killed_holders_slot_is_reclaimed(prefect_server, tmp_path):
+    """A sweep waiting for a device slot says who holds it, for how long it has waited and how long the wait may
+    last, every poll; when the holder is SIGKILLed (its lease would block the slot for 60-75 s) the waiter sees
+    the PID gone, releases that lease and gets the slot well before the lease could have run out."""
+    import contextvars
+
+    from prefect.client.orchestration import get_client
+
+    from flows.sweep import SLOT_LEASE_S, ensure_slots
+    from tunelab.slot_holders import hold_slots, read_holder
+
+    name = "tunelab-test-reclaim-cpu0"
+    ensure_slots([name])
+    env = dict(os.environ, PREFECT_API_URL=prefect_server)
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD_SLOT.format(repo=str(REPO), name=name)], env=env,
+                              stdout=subprocess.PIPE, text=True, start_new_session=True)
+    lines: list[str] = []
+    got, release = threading.Event(), threading.Event()
+    timing = {}
+
+    def wait_for_slot():
+        with hold_slots([name], lease_duration_s=SLOT_LEASE_S, sweep_id="waiting-sweep", log=lines.append,
+                        poll_s=0.5, first_report_after_s=0.5) as lease_id:
+            timing["record"] = read_holder(name)
+            timing["lease_id"] = lease_id
+            got.set()
+            release.wait(30)
+
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        rec = read_holder(name)
+        assert rec is not None and rec.pid == holder.pid and rec.sweep_id == "killed-sweep" and rec.lease_id
+        th = threading.Thread(target=contextvars.copy_context().run, args=(wait_for_slot,), daemon=True)
+        th.start()
+        assert not got.wait(3.0), lines  # the holder is alive: the waiter waits ...
+        alive = [ln for ln in lines if f"PID {holder.pid}" in ln and "is alive" in ln and "waited" in ln]
+        assert len(alive) >= 2 and name in alive[0] and "killed-sweep" in alive[0], lines  # ... and says so
+        t_kill = time.monotonic()
+        os.killpg(holder.pid, signal.SIGKILL)  # no release, no cleanup: the lease stays on the server
+        holder.wait()
+        assert got.wait(SLOT_LEASE_S / 2), lines  # reclaimed: no wait for the lease to run out
+        assert time.monotonic() - t_kill < SLOT_LEASE_S / 2
+        reclaimed = [ln for ln in lines if "released the lease" in ln and f"PID {holder.pid} is gone" in ln]
+        assert len(reclaimed) == 1, lines
+        assert timing["record"].pid == os.getpid() and timing["record"].sweep_id == "waiting-sweep"
+        assert timing["lease_id"] and timing["lease_id"] != rec.lease_id
+    finally:
+        release.set()
+        if holder.poll() is None:
+            os.killpg(holder.pid, signal.SIGKILL)
+            holder.wait()
+    th.join(30)
+    assert read_holder(name) is None  # the record goes with the slot
+    with get_client(sync_client=True) as c:
+        assert c.read_global_concurrency_limit_by_name(name).active_slots == 0
+
+
 def _table_lines(text: str) -> list[str]:
     """The lines of the rich comparison table in a command's output (header to bottom border)."""
     lines = text.splitlines()
