@@ -78,10 +78,10 @@ sys.path.insert(0, str(REPO))
 
 import httpx  # noqa: E402
 
-from tasks import metrics as M  # noqa: E402
-from tasks import server_metrics as SM  # noqa: E402
-from tasks.engine import EngineServer  # noqa: E402
-from tasks.loadgen import PromptBuilder, make_client, run_level  # noqa: E402
+from tunelab.tasks import metrics as M  # noqa: E402
+from tunelab.tasks import server_metrics as SM  # noqa: E402
+from tunelab.tasks.engine import EngineServer  # noqa: E402
+from tunelab.tasks.loadgen import PromptBuilder, make_client, run_level  # noqa: E402
 from tunelab import paths  # noqa: E402
 from tunelab.runtime import load_runtime  # noqa: E402
 
@@ -574,7 +574,7 @@ def main(argv: list[str] | None = None) -> int:
         errors = sorted({f"{r['client']}: {e}" for r in lrun for e in r.get("errors", [])})
         print(f"failed requests: {failed}" + (f" ({'; '.join(errors)})" if errors else ""))
         # A request whose tokens all decoded to empty text fails in tunelab by definition (no TTFT without text;
-        # tasks/metrics.py), while vllm bench counts it; that is a model output, not a failed measurement.
+        # tunelab/tasks/metrics.py), while vllm bench counts it; that is a model output, not a failed measurement.
         unhealthy = [e for e in errors if "no_text" not in e]
         verdicts = {r["metric"]: r["cross_verdict"] for r in lr if r["gated"]}
         level_ok = all(v == "agree" for v in verdicts.values()) and lens_a == [a.input_len] and not unhealthy

@@ -43,10 +43,10 @@ loop read them (kernel receive stamp, SO_TIMESTAMPNS, to ``recv``). It is part o
 ``TTFT p50 vs read``, but it is the fake's doing: the client had already written the request.
 
 ``rx`` / ``rx delay99``: how tunelab stamped what it received (``kernel``: the kernel's receive time of each
-read, tasks/rx_stamps.py) and the p99 of (read time - kernel receive time): how late its event loop got to
+read, tunelab/tasks/rx_stamps.py) and the p99 of (read time - kernel receive time): how late its event loop got to
 the bytes, i.e. the error a read-time stamp would have had. ``same read %``: the share of tunelab's
 inter-chunk gaps whose two chunks came in one read (the client fell behind a whole ITL; both chunks then
-carry the later arrival stamp, see tasks/rx_stamps.py).
+carry the later arrival stamp, see tunelab/tasks/rx_stamps.py).
 
 Client health: ``cpu`` = tunelab's busiest event-loop thread CPU / wall (>= 0.9: client-bound),
 ``lag99`` = p99 of that loop's wake-up lateness. Rows marked ``client-bound`` have cpu >= 0.9 or did not
@@ -88,9 +88,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "fakes"))
 
-from tasks import metrics as M  # noqa: E402
-from tasks.loadgen import Clock, make_client, run_level  # noqa: E402
-from tasks.measure import same_read_note  # noqa: E402
+from tunelab.tasks import metrics as M  # noqa: E402
+from tunelab.tasks.loadgen import Clock, make_client, run_level  # noqa: E402
+from tunelab.tasks.measure import same_read_note  # noqa: E402
 from tunelab import paths  # noqa: E402
 from timed_openai_server import FakeServerProcess, FakeTiming  # noqa: E402
 

@@ -67,7 +67,7 @@ def _child(plan_path: str, out_json: str, workdir: str) -> None:
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId, TaskRunFilter, \
         TaskRunFilterFlowRunId
 
-    from flows.sweep import tuning_sweep
+    from tunelab.flows.sweep import tuning_sweep
 
     t0 = time.time()
     state = tuning_sweep(plan_path, db=f"{workdir}/wh.duckdb", results=f"{workdir}/results", plots=False,

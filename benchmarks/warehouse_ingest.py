@@ -37,12 +37,12 @@ from pathlib import Path
 
 import numpy as np
 
-from tasks.bundle import write_bundle
-from warehouse.compare import compare, regressions
-from warehouse.loader import load_pending
-from warehouse.migrate import connect
-from warehouse.query import run_query
-from warehouse.synthetic import synthetic_trial
+from tunelab.tasks.bundle import write_bundle
+from tunelab.warehouse.compare import compare, regressions
+from tunelab.warehouse.loader import load_pending
+from tunelab.warehouse.migrate import connect
+from tunelab.warehouse.query import run_query
+from tunelab.warehouse.synthetic import synthetic_trial
 
 
 def _timed(label: str, fn):
@@ -107,7 +107,7 @@ def main() -> None:
     cells = args.workloads * args.loads * args.repeats
     per_repeat = max(1, args.requests // (trials * cells))
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="tunelab-ingest-"))
-    results, db = workdir / "results", workdir / "warehouse.duckdb"
+    results, db = workdir / "results", workdir / "tunelab.warehouse.duckdb"
     print(f"{trials} trials ({args.versions} versions x {args.configs} configs x {args.boots} boots), "
           f"{cells} measurements each, {per_repeat} requests per measurement -> "
           f"{trials * cells * per_repeat:,} request rows; chunk_offsets_s length {args.chunk_offsets}")

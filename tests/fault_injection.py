@@ -9,7 +9,7 @@ no progress for most of the time. The load generator and the measurement code ru
   on until halted; it always leaves the group continued.
 - :class:`StallOneRepeat` follows the log lines of a ``tunelab run`` process and stalls one measured repeat
   of the first trial: it starts when the previous repeat's last request is logged (``<workload> c=<n>
-  repeat k/R: N/N requests``, written by ``flows/trial.py`` at the end of every window) and stops when the
+  repeat k/R: N/N requests``, written by ``tunelab/flows/trial.py`` at the end of every window) and stops when the
   stalled repeat's last request is logged, so the stall covers that whole window and no other. The server is
   found in tunelab's state file (``tasks.engine.tracked_servers``) by the owner pid of the ``tunelab run``
   process.
@@ -25,7 +25,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from tasks.engine import tracked_servers  # imported up front: a first import at the trigger costs ~0.3 s
+from tunelab.tasks.engine import tracked_servers  # imported up front: a first import at the trigger costs ~0.3 s
 
 __all__ = ["ProcessGroupStall", "StallOneRepeat", "StallReport", "run_with_stall"]
 

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from tasks.arrivals import arrival_offsets
+from tunelab.tasks.arrivals import arrival_offsets
 
 N = 20000
 

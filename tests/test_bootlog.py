@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.bootlog import (
+from tunelab.tasks.bootlog import (
     FAILURE_CLASSES,
     PHASES,
     BootReport,

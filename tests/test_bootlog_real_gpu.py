@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.bootlog import classify_boot_failure, parse_boot_log
+from tunelab.tasks.bootlog import classify_boot_failure, parse_boot_log
 
 F = Path(__file__).resolve().parent / "fixtures" / "bootlogs"
 

@@ -1,11 +1,11 @@
-"""Result bundles: layout, manifest, atomic writes and updates (tasks/bundle.py)."""
+"""Result bundles: layout, manifest, atomic writes and updates (tunelab/tasks/bundle.py)."""
 
 import json
 
 import pandas as pd
 import pytest
 
-from tasks.bundle import (
+from tunelab.tasks.bundle import (
     MANIFEST_NAME,
     BundleError,
     list_bundles,
@@ -15,7 +15,7 @@ from tasks.bundle import (
     verify_bundle,
     write_bundle,
 )
-from warehouse.synthetic import synthetic_trial
+from tunelab.warehouse.synthetic import synthetic_trial
 
 
 def _trial(**kw):
@@ -54,7 +54,7 @@ def test_missing_trial_id_column_is_filled_and_foreign_rows_refused(tmp_path):
 
 
 def test_interrupted_write_leaves_no_loadable_bundle(tmp_path, monkeypatch):
-    import tasks.bundle as b
+    import tunelab.tasks.bundle as b
 
     st = _trial()
     real = b._write_parquet

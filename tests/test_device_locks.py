@@ -12,14 +12,14 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from flows.sweep import device_locks, prefect_slots_enabled
+from tunelab.flows.sweep import device_locks, prefect_slots_enabled
 
 REPO = Path(__file__).resolve().parent.parent
 
 _HOLD = """
 import sys, time
 sys.path.insert(0, {repo!r})
-from flows.sweep import device_locks
+from tunelab.flows.sweep import device_locks
 with device_locks(["tunelab-h-cpu0"]):
     print("held", flush=True)
     time.sleep(120)

@@ -23,8 +23,8 @@ import pytest
 
 from fakes import fake_server_runtime
 from fakes.fake_nvml import FakeGpu, FakeNvml
-from tasks import bootlog, engine
-from tasks.engine import (BootFailed, EngineServer, group_members, is_tunelab_process, port_listeners, stop_leftovers,
+from tunelab.tasks import bootlog, engine
+from tunelab.tasks.engine import (BootFailed, EngineServer, group_members, is_tunelab_process, port_listeners, stop_leftovers,
                           tracked_servers)
 
 REPO = Path(__file__).resolve().parent.parent
@@ -258,7 +258,7 @@ _ORCHESTRATOR = r"""
 import json, sys, time
 from pathlib import Path
 sys.path.insert(0, {tests!r})
-from tasks.engine import EngineServer
+from tunelab.tasks.engine import EngineServer
 from tunelab.runtime import Runtime
 from fakes import fake_server_runtime
 spec = json.loads({spec!r})

@@ -141,7 +141,7 @@ def test_real_cpu_runtime_parser_knows_the_common_tuning_flags(cpu_runtime):
 
 @pytest.mark.runtime
 def test_sweep_preflight_and_plan_check_reject_a_typo_before_any_server_starts(cpu_runtime, tiny_model, tmp_path):
-    from flows.sweep import preflight
+    from tunelab.flows.sweep import preflight
 
     plan_path = tmp_path / "typo.yaml"
     plan_path.write_text(yaml.safe_dump({

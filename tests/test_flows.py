@@ -81,7 +81,7 @@ def _stop_group(proc: subprocess.Popen, sig: int, timeout_s: float) -> None:
 
 # -- pure parts --------------------------------------------------------------------------------------------
 def test_gpus_needed_and_slot_names():
-    from flows.sweep import Device, gpus_needed, slot_name
+    from tunelab.flows.sweep import Device, gpus_needed, slot_name
     from tunelab.plan import PlanError, Trial
 
     def t(**args):
@@ -98,8 +98,8 @@ def test_gpus_needed_and_slot_names():
 
 
 def test_devices_from_inventory():
-    from flows.sweep import devices_from_inventory
-    from tasks.gpu import GpuInfo, Inventory
+    from tunelab.flows.sweep import devices_from_inventory
+    from tunelab.tasks.gpu import GpuInfo, Inventory
 
     inv = Inventory(True, gpus=[GpuInfo(1, "H200", "u1", 1000, 5), GpuInfo(0, "H200", "u0", 1000, 7)])
     assert [d.label for d in devices_from_inventory(inv)] == ["gpu0", "gpu1"]
@@ -114,7 +114,7 @@ def _intervals_overlap(a, b) -> bool:
 
 
 def test_scheduler_parallel_in_order_and_multi_device():
-    from flows.sweep import Device, run_on_devices
+    from tunelab.flows.sweep import Device, run_on_devices
 
     devs = [Device("gpu", 0), Device("gpu", 1)]
     need = {0: 1, 1: 1, 2: 1, 3: 2, 4: 1, 5: 3}
@@ -145,7 +145,7 @@ def test_scheduler_parallel_in_order_and_multi_device():
 
 
 def test_scheduler_takes_out_of_service_device_away():
-    from flows.sweep import Device, run_on_devices
+    from tunelab.flows.sweep import Device, run_on_devices
 
     devs = [Device("gpu", 0), Device("gpu", 1)]
     bad: set = set()
@@ -166,7 +166,7 @@ def test_scheduler_takes_out_of_service_device_away():
 
 
 def test_scheduler_interrupt_stops_and_reraises():
-    from flows.sweep import Device, run_on_devices
+    from tunelab.flows.sweep import Device, run_on_devices
 
     devs = [Device("gpu", 0), Device("gpu", 1)]
     stopped = threading.Event()
@@ -196,9 +196,9 @@ _FAKE_LOG: list[dict] = []
 def _fake_trial_flow():
     from prefect import flow
 
-    from flows.trial import trial_row_base
-    from tasks.bundle import write_bundle
-    from warehouse.synthetic import synthetic_trial
+    from tunelab.flows.trial import trial_row_base
+    from tunelab.tasks.bundle import write_bundle
+    from tunelab.warehouse.synthetic import synthetic_trial
 
     import threading
 
@@ -233,8 +233,8 @@ def _fake_trial_flow():
 
 @pytest.fixture
 def fake_host(monkeypatch, tmp_path):
-    import flows.sweep as S
-    from tasks.gpu import GpuInfo, Inventory
+    import tunelab.flows.sweep as S
+    from tunelab.tasks.gpu import GpuInfo, Inventory
     from tunelab.runtime import Runtime
 
     n_gpus = {"n": 2}
@@ -261,7 +261,7 @@ def test_sweep_on_two_fake_gpus(prefect_server, fake_host, tmp_path):
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
 
-    from flows.sweep import tuning_sweep
+    from tunelab.flows.sweep import tuning_sweep
 
     plan = _write_plan(tmp_path / "plan.yaml", "fake-two-gpus",
                        {"data-parallel-size": [1, 2], "max-model-len": [128, 256]})
@@ -304,7 +304,7 @@ def test_sweep_on_two_fake_gpus(prefect_server, fake_host, tmp_path):
 
 
 def test_two_fake_sweeps_at_once_share_one_gpu(prefect_server, fake_host, tmp_path):
-    from flows.sweep import tuning_sweep
+    from tunelab.flows.sweep import tuning_sweep
 
     fake_host["n"] = 1
     errors = []
@@ -334,7 +334,7 @@ def test_ensure_slots_is_idempotent(prefect_server):
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import GlobalConcurrencyLimitUpdate
 
-    from flows.sweep import ensure_slots
+    from tunelab.flows.sweep import ensure_slots
 
     ensure_slots(["tunelab-test-gpu7"])
     with get_client(sync_client=True) as c:
@@ -350,7 +350,7 @@ def test_ensure_slots_concurrently_creates_once(prefect_server):
 
     from prefect.client.orchestration import get_client
 
-    from flows.sweep import ensure_slots
+    from tunelab.flows.sweep import ensure_slots
 
     errors = []
 
@@ -388,7 +388,7 @@ def test_slot_holder_is_named_while_waiting_and_a_killed_holders_slot_is_reclaim
 
     from prefect.client.orchestration import get_client
 
-    from flows.sweep import SLOT_LEASE_S, ensure_slots
+    from tunelab.flows.sweep import SLOT_LEASE_S, ensure_slots
     from tunelab.slot_holders import hold_slots, read_holder
 
     name = "tunelab-test-reclaim-cpu0"
@@ -487,9 +487,9 @@ def test_sweep_with_a_locked_warehouse_prints_the_table_from_its_bundles(prefect
 def _synthetic_warehouse(path: Path, results: Path) -> None:
     import numpy as np
 
-    from tasks.bundle import write_bundle
-    from warehouse.loader import load_pending
-    from warehouse.synthetic import synthetic_trial
+    from tunelab.tasks.bundle import write_bundle
+    from tunelab.warehouse.loader import load_pending
+    from tunelab.warehouse.synthetic import synthetic_trial
 
     rng = np.random.default_rng(7)
     t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
@@ -504,7 +504,7 @@ def _synthetic_warehouse(path: Path, results: Path) -> None:
 
 
 def test_parse_selector():
-    from flows.compare import parse_selector
+    from tunelab.flows.compare import parse_selector
 
     assert parse_selector("runtime=cpu,version=0.32.0|0.31.0") == {"runtime_name": "cpu",
                                                                    "vllm_version": ["0.32.0", "0.31.0"]}
@@ -519,7 +519,7 @@ def test_parse_selector():
 def test_compare_flow_versions_config_by_config(prefect_server, tmp_path):
     from prefect.client.orchestration import get_client
 
-    from flows.compare import compare
+    from tunelab.flows.compare import compare
 
     db = tmp_path / "wh.duckdb"
     _synthetic_warehouse(db, tmp_path / "results")
@@ -608,7 +608,7 @@ def test_two_real_sweeps_at_once_never_overlap(prefect_server, cpu_runtime, tiny
         argv = r["command"].split()
         served = argv[argv.index("--served-model-name") + 1]
         assert served not in _ps_args()
-    from tasks.engine import tracked_servers
+    from tunelab.tasks.engine import tracked_servers
 
     state = tracked_servers()
     assert not [e for e in state if e["trial_id"] in (a["trial_id"], b["trial_id"])]
@@ -666,8 +666,8 @@ def _final_states(which, timeout_s: float = 120) -> tuple[object, list]:
 
 def _assert_cancelled_trial(res: Path, db: Path) -> None:
     """One bundle, status cancelled, clean teardown, loaded into DuckDB; no vLLM process and no tracked server."""
-    from tasks.bundle import list_bundles, read_bundle
-    from tasks.engine import tracked_servers
+    from tunelab.tasks.bundle import list_bundles, read_bundle
+    from tunelab.tasks.engine import tracked_servers
 
     bundles = list_bundles(res)
     assert len(bundles) == 1

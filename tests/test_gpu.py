@@ -11,7 +11,7 @@ import time
 import pytest
 
 from fakes.fake_nvml import FakeGpu, FakeNvml
-from tasks import gpu
+from tunelab.tasks import gpu
 
 
 def two_gpus() -> FakeNvml:

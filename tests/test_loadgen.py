@@ -19,9 +19,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fakes"))
 
-from tasks import metrics as M  # noqa: E402
-from tasks.arrivals import arrival_offsets  # noqa: E402
-from tasks.loadgen import Clock, PromptBuilder, make_client, run_level  # noqa: E402
+from tunelab.tasks import metrics as M  # noqa: E402
+from tunelab.tasks.arrivals import arrival_offsets  # noqa: E402
+from tunelab.tasks.loadgen import Clock, PromptBuilder, make_client, run_level  # noqa: E402
 from timed_openai_server import FakeServerProcess, FakeTiming, fake_tokenize  # noqa: E402
 
 TOL_S = 0.025

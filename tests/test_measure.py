@@ -14,8 +14,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fakes"))
 
-from tasks.loadgen import PromptBuilder, make_client  # noqa: E402
-from tasks.measure import measure_server, progress_reporter, window_prompts  # noqa: E402
+from tunelab.tasks.loadgen import PromptBuilder, make_client  # noqa: E402
+from tunelab.tasks.measure import measure_server, progress_reporter, window_prompts  # noqa: E402
 from timed_openai_server import FakeServerProcess, FakeTiming, fake_tokenize  # noqa: E402
 from tunelab.plan import Plan, Workload  # noqa: E402
 
@@ -127,7 +127,7 @@ def test_run_interruptible_reraises_what_a_loop_callback_raised():
     dropped by plain asyncio.run; run_interruptible ends the run with it."""
     from prefect.exceptions import TerminationSignal
 
-    from tasks.measure import run_interruptible
+    from tunelab.tasks.measure import run_interruptible
 
     async def long():
         loop = asyncio.get_running_loop()
@@ -228,7 +228,7 @@ def test_without_a_server_log_the_compile_flag_is_unknown(fake):
 
 
 def test_warmup_requests_for_levels():
-    from tasks.measure import LoadLevel, warmup_requests_for
+    from tunelab.tasks.measure import LoadLevel, warmup_requests_for
 
     p = _plan(warmup_requests=4)
     assert warmup_requests_for(p, LoadLevel("concurrency", 8.0)) == 8

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tasks.metrics import (
+from tunelab.tasks.metrics import (
     MEASUREMENT_COLUMNS,
     REQUEST_COLUMNS,
     aggregate,

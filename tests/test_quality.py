@@ -1,4 +1,4 @@
-"""Tests of the measurement quality gates (tasks/quality.py, tunelab/quality_thresholds.py).
+"""Tests of the measurement quality gates (tunelab/tasks/quality.py, tunelab/quality_thresholds.py).
 
 Tables are built in memory with the warehouse column names; each gate is shown to pass on
 a clean synthetic trial and to fail on data crafted to break exactly that gate.
@@ -17,8 +17,8 @@ import pandas as pd
 import pydantic
 import pytest
 
-from tasks import quality
-from tasks.quality import (
+from tunelab.tasks import quality
+from tunelab.tasks.quality import (
     CHECKS,
     QUALITY_CHECK_COLUMNS,
     QualityResult,
@@ -144,7 +144,7 @@ def _set(table, col, value, rows=slice(0, 1)):
 
 
 def _compiled_in_window(t):
-    # The server log of the first window shows a JIT compilation (tasks/measure.py read it); the rest none.
+    # The server log of the first window shows a JIT compilation (tunelab/tasks/measure.py read it); the rest none.
     m = t["measurements"]
     m["compile_during_window"] = [True] + [False] * (len(m) - 1)
     m["compile_log_lines"] = ["WARNING [jit_monitor.py:103] Triton kernel JIT compilation during inference"] + \
@@ -616,7 +616,7 @@ def test_markdown_lists_failed_and_warned_checks():
 
 
 def test_module_import_does_not_import_great_expectations():
-    code = "import sys, tasks.quality; print('great_expectations' in sys.modules)"
+    code = "import sys, tunelab.tasks.quality; print('great_expectations' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(REPO)}, check=True)
     assert out.stdout.strip() == "False"

@@ -120,7 +120,7 @@ def test_env_check_parses_nothing_in_the_orchestrator_once_the_facts_are_cached(
 
 
 def test_sweep_preflight_and_plan_check_proceed_while_ast_parse_races(tmp_path, monkeypatch):
-    from flows.sweep import preflight
+    from tunelab.flows.sweep import preflight
     from tunelab.cli import app
     from tunelab.plan import load_plan
 
@@ -140,7 +140,7 @@ def test_sweep_preflight_and_plan_check_proceed_while_ast_parse_races(tmp_path, 
 
 
 def test_a_fact_that_raises_is_a_warning_and_the_plan_still_runs(tmp_path, monkeypatch):
-    from flows.sweep import preflight
+    from tunelab.flows.sweep import preflight
     from tunelab.plan import load_plan
 
     rt = _install_fake(tmp_path, f"raises-{tmp_path.name}")

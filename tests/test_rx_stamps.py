@@ -19,8 +19,8 @@ import time
 
 import pytest
 
-from tasks import loadgen, rx_stamps
-from tasks.loadgen import Clock, RawPool, send_streaming_raw
+from tunelab.tasks import loadgen, rx_stamps
+from tunelab.tasks.loadgen import Clock, RawPool, send_streaming_raw
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SO_TIMESTAMPNS is Linux-only")
 
@@ -142,7 +142,7 @@ def _window(chunk_ts_lists, read_delay_max_s, cpu=0.1):
 
 
 def test_same_read_gaps_and_who_caused_them():
-    from tasks.measure import same_read_note
+    from tunelab.tasks.measure import same_read_note
 
     # 2 streams, 6 gaps, 2 of them 0 s (two chunks in one read); typical gap 10 ms
     ts = [[0.0, 0.01, 0.01, 0.03], [1.0, 1.01, 1.02, 1.02]]

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tasks.server_metrics import (
+from tunelab.tasks.server_metrics import (
     ABSENT,
     CANONICAL_METRICS,
     Snapshot,

@@ -77,7 +77,7 @@ def test_no_server_left_behind(sweep):
     out, _ = sweep
     con = duckdb.connect(str(out / "wh.duckdb"), read_only=True)
     trial_id, command = con.execute("SELECT trial_id, command FROM trials").fetchall()[0]
-    from tasks.engine import tracked_servers
+    from tunelab.tasks.engine import tracked_servers
 
     state = tracked_servers()
     assert not [e for e in state if e["trial_id"] == trial_id]
@@ -91,7 +91,7 @@ def test_no_server_left_behind(sweep):
 
 def test_loading_twice_changes_nothing(sweep):
     out, _ = sweep
-    from warehouse.loader import load_pending
+    from tunelab.warehouse.loader import load_pending
 
     def counts():
         con = duckdb.connect(str(out / "wh.duckdb"), read_only=True)

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
-from flows.trial import _server_state
+from tunelab.flows.trial import _server_state
 
 
 def test_a_killed_server_is_named_with_its_signal():

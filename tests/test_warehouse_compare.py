@@ -1,4 +1,4 @@
-"""A/B comparison and regression detection on synthetic data with known effects (warehouse/compare.py).
+"""A/B comparison and regression detection on synthetic data with known effects (tunelab/warehouse/compare.py).
 
 Synthetic data come from warehouse.synthetic: each value = base * (1 + effect) * boot factor * repeat factor.
 """
@@ -10,11 +10,11 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from warehouse.compare import compare, regressions
-from warehouse.loader import insert_trial_tables
-from warehouse.migrate import connect
-from warehouse.query import run_query
-from warehouse.synthetic import synthetic_trial
+from tunelab.warehouse.compare import compare, regressions
+from tunelab.warehouse.loader import insert_trial_tables
+from tunelab.warehouse.migrate import connect
+from tunelab.warehouse.query import run_query
+from tunelab.warehouse.synthetic import synthetic_trial
 
 
 @pytest.fixture
@@ -189,9 +189,9 @@ def test_env_var_not_applied_on_some_boots_keeps_the_verdict_and_lists_them(con)
         {"side": "candidate", "trial_id": "sw/B/r0", "env": "VLLM_MY_TYPO"}]
 
 
-# -- builds grouped by release (warehouse/versions.py) -------------------------------------------------------------
+# -- builds grouped by release (tunelab/warehouse/versions.py) -------------------------------------------------------------
 def test_version_selector_takes_every_build_of_the_release(con):
-    from flows.compare import compare_frames, parse_selector
+    from tunelab.flows.compare import compare_frames, parse_selector
 
     rng = np.random.default_rng(7)
     for r, build in enumerate(["0.26.0", "0.26.0+empty", "0.26.0+empty"]):
@@ -208,7 +208,7 @@ def test_version_selector_takes_every_build_of_the_release(con):
                           ).baseline_boots.tolist() == [2]
     assert len(compare(con, {"vllm_version": "0.1.dev123+gabc1234"}, {"vllm_version": "0.27.0"}, min_boots=2)) == 1
     # latest/previous are releases, never the untagged build (PEP 440 would put 0.1.dev123 before all)
-    from flows.compare import resolve_selector
+    from tunelab.flows.compare import resolve_selector
 
     assert resolve_selector(con, {"version": "latest"}) == {"vllm_version": "0.27.0"}
     assert resolve_selector(con, {"version": "previous"}) == {"vllm_version": "0.26.0"}

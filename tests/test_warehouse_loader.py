@@ -1,4 +1,4 @@
-"""Bundle loader (warehouse/loader.py): idempotence, rollback, lock handling, corrupted bundles."""
+"""Bundle loader (tunelab/warehouse/loader.py): idempotence, rollback, lock handling, corrupted bundles."""
 
 import subprocess
 import sys
@@ -6,10 +6,10 @@ import sys
 import duckdb
 import pytest
 
-import warehouse.loader as loader
-from tasks.bundle import BundleError, update_bundle_table, read_bundle, write_bundle
-from warehouse.loader import BundleLoadError, WarehouseLocked, load_bundle, load_pending
-from warehouse.synthetic import synthetic_trial
+import tunelab.warehouse.loader as loader
+from tunelab.tasks.bundle import BundleError, update_bundle_table, read_bundle, write_bundle
+from tunelab.warehouse.loader import BundleLoadError, WarehouseLocked, load_bundle, load_pending
+from tunelab.warehouse.synthetic import synthetic_trial
 
 TABLES = ("sweeps", "trials", "boot_phases", "measurements", "requests", "quality_checks", "loaded_bundles")
 
@@ -110,7 +110,7 @@ def test_locked_db_raises_warehouse_locked(tmp_path):
 
 
 def test_lock_holder_parsed_from_duckdb_message_with_fallback():
-    from warehouse.loader import lock_holder
+    from tunelab.warehouse.loader import lock_holder
 
     msg = ('IO Error: Could not set lock on file "/x/wh.duckdb": Conflicting lock is held in '
            "/usr/lib/my python/bin/python3.11 (PID 4148). See also https://duckdb.org/docs/current/connect/concurrency")
@@ -155,8 +155,8 @@ def test_bundles_warehouse_gives_the_same_report_as_the_file(tmp_path):
     locked) gives the same comparison and quality summary as the file after `tunelab load`."""
     import pandas as pd
 
-    from tasks.report import comparison_frame, quality_summary
-    from warehouse.loader import bundles_warehouse
+    from tunelab.tasks.report import comparison_frame, quality_summary
+    from tunelab.warehouse.loader import bundles_warehouse
 
     db, results = tmp_path / "wh.duckdb", tmp_path / "results"
     paths = [_bundle(results, config_key=k, replicate=r, effect_rel=e, repeat_sd_rel=0.05)[0]

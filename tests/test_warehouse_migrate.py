@@ -1,9 +1,9 @@
-"""Schema migrations (warehouse/migrate.py): from empty, from version 1, idempotent re-open."""
+"""Schema migrations (tunelab/warehouse/migrate.py): from empty, from version 1, idempotent re-open."""
 
 import duckdb
 import pytest
 
-from warehouse.migrate import applied_versions, connect, list_migrations, migrate
+from tunelab.warehouse.migrate import applied_versions, connect, list_migrations, migrate
 
 
 def _views(con):

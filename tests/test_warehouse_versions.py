@@ -1,4 +1,4 @@
-"""vLLM version parsing and ordering (warehouse/versions.py)."""
+"""vLLM version parsing and ordering (tunelab/warehouse/versions.py)."""
 
 import datetime as dt
 import random
@@ -6,7 +6,7 @@ import random
 import pytest
 from packaging.version import Version
 
-from warehouse.versions import parse_vllm_version, version_columns
+from tunelab.warehouse.versions import parse_vllm_version, version_columns
 
 
 @pytest.mark.parametrize(

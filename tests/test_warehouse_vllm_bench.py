@@ -1,4 +1,4 @@
-"""Import of `vllm bench serve --save-result` files (warehouse/vllm_bench_import.py).
+"""Import of `vllm bench serve --save-result` files (tunelab/warehouse/vllm_bench_import.py).
 
 The fixtures use the key set written by vllm/benchmarks/serve.py; their numbers are synthetic
 but internally consistent (summary stats computed from the per-request arrays).
@@ -10,9 +10,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from tasks.bundle import BundleError
-from warehouse.query import run_query
-from warehouse.vllm_bench_import import import_vllm_bench
+from tunelab.tasks.bundle import BundleError
+from tunelab.warehouse.query import run_query
+from tunelab.warehouse.vllm_bench_import import import_vllm_bench
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm_bench"
 DETAILED = FIXTURES / "vllm-inf-qps-concurrency4-tiny-llama-20261128-141503.json"

@@ -218,8 +218,8 @@ def run(
     from tunelab import prefect_env
 
     prefect_env.configure()
-    from flows.sweep import preflight, tuning_sweep
-    from tasks.report import print_comparison
+    from tunelab.flows.sweep import preflight, tuning_sweep
+    from tunelab.tasks.report import print_comparison
 
     try:
         preflight(p)
@@ -303,7 +303,7 @@ def load(
                                          "holding the warehouse file (s); then exit 3, nothing loaded."),
 ) -> None:
     """Load every result bundle that is not yet in the warehouse (safe to repeat)."""
-    from warehouse.loader import WarehouseLocked, load_pending
+    from tunelab.warehouse.loader import WarehouseLocked, load_pending
 
     dbp, res_dir = db or paths.db_path(), results or paths.results_dir()
     try:
@@ -333,7 +333,7 @@ def report(
     """Print the comparison table of a sweep from the warehouse (and write plots with --plots DIR)."""
     import duckdb
 
-    from tasks.report import comparison_frame, print_comparison
+    from tunelab.tasks.report import comparison_frame, print_comparison
 
     dbp = db or paths.db_path()
     if not Path(dbp).exists():
@@ -364,7 +364,7 @@ def report(
         console.print(f"[yellow]{label} r{rep}: {status}[/] ({cls}): {why}", highlight=False)
     _print_notes(notes)
     if plots is not None:
-        from tasks.plots import write_plots
+        from tunelab.tasks.plots import write_plots
 
         for p in write_plots(Path(dbp), sweep, plots):
             console.print(f"plot: {p}")
@@ -384,7 +384,7 @@ def compare_cmd(
 ) -> None:
     """A/B comparison of two selections of trials (Welch interval across boots) and regressions along vLLM
     versions; runs the Prefect flow `compare` (markdown artifact) and prints the report."""
-    from flows.compare import parse_selector
+    from tunelab.flows.compare import parse_selector
 
     try:
         b, c = parse_selector(baseline), parse_selector(candidate)
@@ -393,7 +393,7 @@ def compare_cmd(
     from tunelab import prefect_env
 
     prefect_env.configure()
-    from flows.compare import compare as compare_flow
+    from tunelab.flows.compare import compare as compare_flow
 
     prefect_env.start_ephemeral_server()
     try:
@@ -429,8 +429,8 @@ def serve_cmd(
     prefect_env.configure()
     import prefect
 
-    from flows.compare import compare as compare_flow
-    from flows.sweep import tuning_sweep
+    from tunelab.flows.compare import compare as compare_flow
+    from tunelab.flows.sweep import tuning_sweep
 
     sweep_dep = tuning_sweep.to_deployment(
         name="nightly", cron=nightly_cron, paused=paused, parameters={"plan_path": str(plan)},

@@ -15,7 +15,7 @@ from typing import Any
 import duckdb
 import pandas as pd
 
-from warehouse.migrate import connect
+from tunelab.warehouse.migrate import connect
 
 __all__ = ["warehouse_from_parquet", "evidence_report"]
 
@@ -63,8 +63,8 @@ def _ab_sections(db: Path, plan: str, sweep_ids: list[str], baseline_label: str,
     """A/B sections for the sweeps of one plan, pooled (each sweep adds boots of the same configs):
     every config against ``baseline_label`` on each runtime, then, when the plan ran several runtimes, each
     config on every later vLLM version against the oldest (PEP 440 order)."""
-    from flows.compare import compare_frames
-    from tasks.report import ab_markdown
+    from tunelab.flows.compare import compare_frames
+    from tunelab.tasks.report import ab_markdown
 
     con = duckdb.connect(str(db), read_only=True)
     try:
@@ -121,8 +121,8 @@ def evidence_report(run_dir: Path, baseline_label: str = "default",
     ``keep_db``: also keep the warehouse built from the Parquet there (for ``tunelab compare --db`` etc.);
     by default it is a temporary file in ``run_dir``, removed afterwards. Returns the report's path.
     """
-    from tasks.plots import latency_throughput_plot, version_plot
-    from tasks.report import comparison_frame, comparison_markdown
+    from tunelab.tasks.plots import latency_throughput_plot, version_plot
+    from tunelab.tasks.report import comparison_frame, comparison_markdown
 
     run_dir = Path(run_dir)
     db = warehouse_from_parquet(run_dir / "warehouse", Path(keep_db) if keep_db else run_dir / ".report.duckdb")

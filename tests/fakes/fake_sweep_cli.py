@@ -19,12 +19,12 @@ sys.path.insert(0, str(REPO))
 def _install_fakes() -> None:
     from prefect import flow
 
-    import flows.sweep as S
-    from flows.trial import trial_row_base
-    from tasks.bundle import write_bundle
-    from tasks.gpu import GpuInfo, Inventory
+    import tunelab.flows.sweep as S
+    from tunelab.flows.trial import trial_row_base
+    from tunelab.tasks.bundle import write_bundle
+    from tunelab.tasks.gpu import GpuInfo, Inventory
     from tunelab.runtime import Runtime
-    from warehouse.synthetic import synthetic_trial
+    from tunelab.warehouse.synthetic import synthetic_trial
 
     @flow(name="trial", validate_parameters=False)
     def fake_trial(trial, trial_id, plan, runtime, ctx):

@@ -1,4 +1,4 @@
-"""Prefect flows of tunelab. Flows decide order, concurrency and what the UI shows; the work is in ``tasks/``.
+"""Prefect flows of tunelab. Flows decide order, concurrency and what the UI shows; the work is in ``tunelab/tasks/``.
 
 - ``flows.sweep.tuning_sweep``: one plan execution (trials as subflows, one per device at a time, validate,
   load, report).

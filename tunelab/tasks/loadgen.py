@@ -46,7 +46,7 @@ from typing import Any, Callable, Sequence
 
 import httpx
 
-from tasks import rx_stamps
+from tunelab.tasks import rx_stamps
 
 __all__ = [
     "Clock",

@@ -106,7 +106,7 @@ def _version_clause(values: list, alias: str) -> tuple[str, list]:
     too). A value with a local part (``0.26.0+empty``) selects that build only. A value that is not a version
     is matched as a plain string.
     """
-    from warehouse.versions import parse_vllm_version
+    from tunelab.warehouse.versions import parse_vllm_version
 
     ors, params = [], []
     for v in values:

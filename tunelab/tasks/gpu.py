@@ -179,7 +179,7 @@ def check_clean(gpu_index: int, baseline_mib: float, our_pids: Iterable[int] = (
     Returns a :class:`GpuCheck`; when NVML cannot be read, ``available=False, clean=False`` (never raises for it).
     """
     if is_ours is None:
-        from tasks.engine import is_tunelab_process as is_ours  # lazy: engine imports this module
+        from tunelab.tasks.engine import is_tunelab_process as is_ours  # lazy: engine imports this module
     try:
         nv = _nvml(nvml)
         nv.nvmlInit()

@@ -101,7 +101,7 @@ class BootFailed(Exception):
         ``kind='not_ours'`` the log of our server says nothing about the conflict, so the class is ``crash``,
         retryable, with the launcher's message as reason.
         """
-        from tasks import bootlog
+        from tunelab.tasks import bootlog
 
         try:
             text = self.log_path.read_text(errors="replace")
@@ -406,7 +406,7 @@ def stop_leftovers(log: Callable[[str], Any] = print) -> list[dict]:
 
 
 def _gpu_memory_used_mib(gpu_index: int, nvml: Any | None) -> float | None:
-    from tasks.gpu import memory_used_mib
+    from tunelab.tasks.gpu import memory_used_mib
 
     return memory_used_mib(gpu_index, nvml=nvml)
 

@@ -2,7 +2,7 @@
 table for the terminal and markdown for a Prefect artifact; the quality summary of a sweep (how many trials
 pass / warn / fail / are unvalidated, and why, from ``quality_checks``); the per-trial table shown in the
 Prefect UI while a sweep runs; and the markdown of an A/B comparison (``warehouse.compare``).
-The comparison SQL is ``warehouse/queries/sweep_comparison.sql``."""
+The comparison SQL is ``tunelab/warehouse/queries/sweep_comparison.sql``."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ __all__ = [
     "trial_table",
 ]
 
-#: Quality verdicts in the order reports list them (tasks/quality.py defines them).
+#: Quality verdicts in the order reports list them (tunelab/tasks/quality.py defines them).
 VERDICT_ORDER = ("pass", "warn", "fail", "unvalidated")
 
 _SQL = Path(__file__).resolve().parent.parent / "warehouse" / "queries" / "sweep_comparison.sql"

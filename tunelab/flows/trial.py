@@ -1,5 +1,5 @@
 """Flow ``trial``: the life of one engine config on one runtime — clean GPU, boot, warm up and measure,
-tear down — ending in a result bundle on disk. Order lives here; the work lives in ``tasks/``.
+tear down — ending in a result bundle on disk. Order lives here; the work lives in ``tunelab/tasks/``.
 
 A boot failure is a result (``status='boot_failed'`` with its failure class), not an exception: the sweep
 goes on. Teardown runs in ``finally``, so success, failure, timeout, Ctrl-C and Prefect cancellation
@@ -19,11 +19,11 @@ import pandas as pd
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from tasks import bootlog
-from tasks.bundle import write_bundle
-from tasks.engine import BootFailed, EngineServer
-from tasks.gpu import GpuSampler, check_clean, host_load_avg
-from tasks.measure import measure_server
+from tunelab.tasks import bootlog
+from tunelab.tasks.bundle import write_bundle
+from tunelab.tasks.engine import BootFailed, EngineServer
+from tunelab.tasks.gpu import GpuSampler, check_clean, host_load_avg
+from tunelab.tasks.measure import measure_server
 from tunelab.plan import Plan, Trial
 from tunelab.runtime import Runtime
 
@@ -38,7 +38,7 @@ def _redact_env(env: dict[str, str]) -> dict[str, str]:
 
 
 #: Set for every server unless the plan's env sets the variable itself. ``VLLM_SERVER_DEV_MODE=1`` enables
-#: ``POST /reset_prefix_cache`` (vllm/entrypoints/serve/dev), which ``tasks/measure.py`` calls after each
+#: ``POST /reset_prefix_cache`` (vllm/entrypoints/serve/dev), which ``tunelab/tasks/measure.py`` calls after each
 #: measured window so every window starts with an empty prefix cache; without it only fresh prompts keep the
 #: cache cold. The dev routes have no API key check: tolerable because servers bind 127.0.0.1 and live for one
 #: trial; a plan sets ``VLLM_SERVER_DEV_MODE: "0"`` to opt out. Recorded with the trial's env (``trials.env``);

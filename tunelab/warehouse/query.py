@@ -1,4 +1,4 @@
-"""Run the named SQL questions in ``warehouse/queries/*.sql`` with parameters.
+"""Run the named SQL questions in ``tunelab/warehouse/queries/*.sql`` with parameters.
 
 Each file answers one question, says so in its header comment and lists its ``$name``
 parameters (DuckDB prepared-statement parameters). ``run_query`` fills them from keyword

@@ -3,11 +3,11 @@
 - :func:`latency_throughput_plot`: for one sweep, latency against output throughput per config, one point per
   load level (concurrency or request rate), one panel per workload. The curve a capacity planner reads: how
   much latency each config pays for more tokens/s. Values are means over boots and repeats (the numbers of
-  ``warehouse/queries/sweep_comparison.sql``).
+  ``tunelab/warehouse/queries/sweep_comparison.sql``).
 - :func:`version_plot`: a metric across vLLM versions, one line per (config, workload, load level), versions in
   PEP 440 order (``trials.vllm_version_key``, never the raw string), error bars = boot-to-boot standard
   deviation (repeats are averaged per boot first: the boot is the unit of replication, as in
-  ``warehouse/compare.py``).
+  ``tunelab/warehouse/compare.py``).
 - :func:`write_plots`: both, into a folder; the paths are linked from the report.
 """
 
@@ -54,7 +54,7 @@ def latency_throughput_plot(db_path: Path | duckdb.DuckDBPyConnection, sweep_id:
     """
     if latency not in _LATENCIES:
         raise ValueError(f"latency {latency!r}: use one of {list(_LATENCIES)}")
-    from tasks.report import comparison_frame
+    from tunelab.tasks.report import comparison_frame
 
     db = db_path if isinstance(db_path, duckdb.DuckDBPyConnection) else Path(db_path)
     df = comparison_frame(db, sweep_id)
@@ -105,7 +105,7 @@ def version_plot(db_path: Path, out_dir: Path, metric: str = "output_tokens_per_
     Raises:
         ValueError: ``metric`` is not a comparable ``measurements`` column (``warehouse.compare.metric_direction``).
     """
-    from warehouse.compare import metric_direction
+    from tunelab.warehouse.compare import metric_direction
 
     direction = metric_direction(metric)  # validates the column name before it goes into SQL
     con = duckdb.connect(str(db_path), read_only=True)

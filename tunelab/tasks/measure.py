@@ -47,11 +47,11 @@ from typing import Any, Callable, Iterator
 import httpx
 import pandas as pd
 
-from tasks import bootlog
-from tasks import metrics as M
-from tasks import server_metrics as SM
-from tasks.arrivals import arrival_offsets
-from tasks.loadgen import PromptBuilder, make_client, run_level
+from tunelab.tasks import bootlog
+from tunelab.tasks import metrics as M
+from tunelab.tasks import server_metrics as SM
+from tunelab.tasks.arrivals import arrival_offsets
+from tunelab.tasks.loadgen import PromptBuilder, make_client, run_level
 from tunelab.plan import Plan, Workload, requests_for_level
 
 __all__ = ["LoadLevel", "MeasureResult", "load_levels", "measure_server", "run_interruptible", "window_prompts",

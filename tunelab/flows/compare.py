@@ -31,9 +31,9 @@ import duckdb
 import pandas as pd
 from prefect import flow, get_run_logger
 
-from tasks.report import ab_markdown, regressions_markdown
+from tunelab.tasks.report import ab_markdown, regressions_markdown
 from tunelab import paths
-from warehouse.compare import SELECTOR_KEYS, compare as ab_compare, regressions
+from tunelab.warehouse.compare import SELECTOR_KEYS, compare as ab_compare, regressions
 
 __all__ = ["SELECTOR_ALIASES", "compare", "compare_frames", "parse_selector", "resolve_selector"]
 
@@ -123,7 +123,7 @@ def compare_frames(con: duckdb.DuckDBPyConnection, baseline: dict, candidate: di
         return df
 
     def keys(sel: dict) -> dict[str, str]:
-        from warehouse.compare import _where  # the same selector semantics as compare()
+        from tunelab.warehouse.compare import _where  # the same selector semantics as compare()
 
         where, params = _where(sel)
         return dict(con.execute(f"SELECT f.config_key, any_value(f.config_label) FROM trial_facts f WHERE {where} "
@@ -178,7 +178,7 @@ def compare(baseline: dict, candidate: dict, metric: str = "output_tokens_per_s"
     Raises:
         ValueError: bad selector or metric, or no warehouse at ``db``.
     """
-    from warehouse.migrate import connect
+    from tunelab.warehouse.migrate import connect
 
     logger = get_run_logger()
     dbp = Path(db) if db else paths.db_path()

@@ -1,6 +1,6 @@
 """Open the warehouse and bring its schema up to date.
 
-Migrations are the files ``warehouse/schema/NNN_<what>.sql`` (NNN = version, applied in
+Migrations are the files ``tunelab/warehouse/schema/NNN_<what>.sql`` (NNN = version, applied in
 ascending order). Each is applied in its own transaction together with its row in
 ``schema_migrations(version, name, sha256, applied_at)``, so a failed migration leaves the
 database at the previous version. ``connect`` is what every module uses to open the DB.
@@ -21,7 +21,7 @@ SCHEMA_DIR = Path(__file__).resolve().parent / "schema"
 
 
 def _refill_version_columns(con: duckdb.DuckDBPyConnection) -> None:
-    from warehouse.versions import refill_version_columns
+    from tunelab.warehouse.versions import refill_version_columns
 
     refill_version_columns(con)
 

@@ -32,9 +32,9 @@ import duckdb
 import pandas as pd
 import pyarrow.parquet as pq
 
-from tasks.bundle import BUNDLE_TABLES, TABLE_TO_WAREHOUSE, BundleError, list_bundles, verify_bundle
-from warehouse.migrate import connect
-from warehouse.versions import version_columns
+from tunelab.tasks.bundle import BUNDLE_TABLES, TABLE_TO_WAREHOUSE, BundleError, list_bundles, verify_bundle
+from tunelab.warehouse.migrate import connect
+from tunelab.warehouse.versions import version_columns
 
 __all__ = [
     "LoadResult",
@@ -208,7 +208,7 @@ def _check_columns(schema: dict[str, set[str]], table: str, cols, source: str) -
     if unknown:
         raise BundleError(
             f"{source}: columns {unknown} do not exist in warehouse table {table!r}; "
-            "fix the writer or add them in a new warehouse/schema migration"
+            "fix the writer or add them in a new tunelab/warehouse/schema migration"
         )
 
 

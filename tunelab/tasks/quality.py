@@ -3,7 +3,7 @@
 A latency or throughput number is only worth storing next to last month's if the
 measurement behind it was clean. ``validate_trial`` runs five suites of expectations over
 one trial's warehouse tables (``requests``, ``measurements``, ``server_metrics``,
-``gpu_samples``; columns as in ``warehouse/schema/001_init.sql``) and returns a verdict
+``gpu_samples``; columns as in ``tunelab/warehouse/schema/001_init.sql``) and returns a verdict
 ``pass | warn | fail | unvalidated`` plus one ``quality_checks`` row per expectation.
 
 Suites (each check, its GX expectation and severity are listed in ``CHECKS`` and
@@ -192,7 +192,7 @@ CHECKS: dict[str, CheckInfo] = {
     "client_cpu_frac": _ci("aggregates", "ExpectColumnValuesToBeBetween", "warn",
                            "measurements.client_cpu_frac <= max_client_cpu_frac"),
     "client_not_bound": _ci("aggregates", "ExpectColumnValuesToBeInSet", "fail",
-                            "measurements.client_bound is false (set by tasks/metrics.py from the "
+                            "measurements.client_bound is false (set by tunelab/tasks/metrics.py from the "
                             "client's own evidence: its CPU >= 0.9, or fewer than 0.9 x target in "
                             "flight while it still had requests to send)"),
     "no_compile_in_window": _ci("aggregates", "ExpectColumnValuesToBeInSet", "warn",
@@ -295,7 +295,7 @@ def _table(tables: Mapping[str, pd.DataFrame | None], name: str) -> pd.DataFrame
     if missing:
         raise QualityValidationError(
             f"table '{name}' lacks column(s) {missing}; expected the columns of the "
-            f"warehouse table '{name}' (warehouse/schema/001_init.sql)"
+            f"warehouse table '{name}' (tunelab/warehouse/schema/001_init.sql)"
         )
     return df.reset_index(drop=True)
 
@@ -512,7 +512,7 @@ def _suite_aggregates(gxe: Any, meas: pd.DataFrame | None, th: QualityThresholds
                                "no load_kind='concurrency' measurement with achieved_concurrency",
                                f">= {th.min_concurrency_ratio} x target"))
     else:
-        # target as in tasks/metrics.py: a measurement of n < load_value requests can keep
+        # target as in tunelab/tasks/metrics.py: a measurement of n < load_value requests can keep
         # at most n in flight.
         target = conc["load_value"]
         if "num_requests" in conc.columns:
@@ -734,7 +734,7 @@ def _suite_outliers(gxe: Any, req: pd.DataFrame, th: QualityThresholds, out: _Co
     m, frac = th.outlier_request_ratio, th.max_outlier_request_frac
     thr = f"<= max(1, floor({frac} x n)) requests > {m:g}x window median E2EL or TPOT"
     okr = _ok_requests(req, ("e2el_s", "ttft_s", "output_tokens"))
-    # TPOT as tasks/metrics.py: (E2EL - TTFT) / (output_tokens - 1); the stored column wins.
+    # TPOT as tunelab/tasks/metrics.py: (E2EL - TTFT) / (output_tokens - 1); the stored column wins.
     derived = (okr["e2el_s"] - okr["ttft_s"]) / (okr["output_tokens"] - 1)
     derived = derived.where(okr["output_tokens"] > 1)
     okr["tpot"] = (_num(okr["tpot_s"]).fillna(derived) if "tpot_s" in okr.columns
@@ -970,7 +970,7 @@ def validate_trial(
 
     Args:
         tables: frames with the columns of the warehouse tables of the same name
-            (``warehouse/schema/001_init.sql``): ``requests`` (required), ``measurements``,
+            (``tunelab/warehouse/schema/001_init.sql``): ``requests`` (required), ``measurements``,
             ``server_metrics``, ``gpu_samples`` (each optional; missing, None or empty means
             the checks needing it are skipped). Times in seconds, memory in MiB.
             ``server_metrics`` rows used: ``metric`` in ``server_ttft``/``server_itl``

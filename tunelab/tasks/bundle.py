@@ -15,7 +15,7 @@ and renamed into place in one step, so a reader never sees a half-written bundle
 manifest with ``os.replace``; the manifest is the commit point and always names complete
 files whose hashes match.
 
-Column values follow the warehouse contract (``warehouse/schema/001_init.sql``): seconds in
+Column values follow the warehouse contract (``tunelab/warehouse/schema/001_init.sql``): seconds in
 ``*_s``, tokens as integers. In ``sweep``/``trial`` dicts, dict/list values (the JSON columns
 ``engine_args``, ``env``, ``env_not_applied``, ``effective_config``) are stored as JSON text.
 """

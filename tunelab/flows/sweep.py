@@ -60,17 +60,17 @@ from prefect.cache_policies import NO_CACHE
 from prefect.exceptions import TerminationSignal
 
 import tunelab
-from flows.trial import run_trial, trial_row_base
-from tasks.bundle import read_bundle, update_bundle_table, write_bundle
-from tasks.engine import stop_leftovers, tracked_servers
-from tasks.gpu import Inventory, inventory
-from tasks import report as R
+from tunelab.flows.trial import run_trial, trial_row_base
+from tunelab.tasks.bundle import read_bundle, update_bundle_table, write_bundle
+from tunelab.tasks.engine import stop_leftovers, tracked_servers
+from tunelab.tasks.gpu import Inventory, inventory
+from tunelab.tasks import report as R
 from tunelab import paths
 from tunelab.cancel_watch import watch_for_cancel
 from tunelab.plan import Plan, PlanError, Trial, load_plan, runtime_checks
 from tunelab.runtime import Runtime, RuntimeError_, load_runtime
 from tunelab.slot_holders import hold_slots
-from warehouse.loader import DEFAULT_LOCK_TIMEOUT_S, WarehouseLocked, bundles_warehouse, load_pending
+from tunelab.warehouse.loader import DEFAULT_LOCK_TIMEOUT_S, WarehouseLocked, bundles_warehouse, load_pending
 
 __all__ = [
     "INTERRUPTS",
@@ -415,7 +415,7 @@ def _no_subflow_heartbeats():
 
 def _stop_live_servers(log: Callable[..., Any]) -> None:
     """Stop every server this process started and has not stopped yet (cancellation with trials in threads)."""
-    from tasks import engine
+    from tunelab.tasks import engine
 
     with engine._LIVE_LOCK:  # the engine's registry of live servers of this process
         live = list(engine._LIVE.values())
@@ -431,7 +431,7 @@ def _stop_live_servers(log: Callable[..., Any]) -> None:
 def validate_task(bundle: Path, plan: Plan) -> str:
     """Run the quality suites on one bundle and write the verdict and checks back into it.
     Returns the verdict (pass | warn | fail | unvalidated); a trial that did not measure stays unvalidated."""
-    from tasks.quality import validate_trial
+    from tunelab.tasks.quality import validate_trial
 
     tables = read_bundle(bundle)
     trial = tables["trial"].iloc[0].to_dict()
@@ -778,7 +778,7 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
         plot_paths: list[Path] = []
         if plots:
             try:
-                from tasks.plots import latency_throughput_plot
+                from tunelab.tasks.plots import latency_throughput_plot
 
                 p = latency_throughput_plot(report_db, sweep_id, results_dir / sweep_id / "plots")
                 plot_paths = [p] if p else []

@@ -31,8 +31,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tasks.bundle import BundleError
-from warehouse.loader import (
+from tunelab.tasks.bundle import BundleError
+from tunelab.warehouse.loader import (
     DEFAULT_LOCK_TIMEOUT_S,
     BundleLoadError,
     LoadResult,
