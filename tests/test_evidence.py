@@ -1,4 +1,4 @@
-"""The committed H200 evidence re-creates its report from the Parquet files (tunelab.evidence), including the
+"""The committed H200 evidence re-creates its report from the Parquet files (tunelab.reports.evidence), including the
 cross-version A/B and the not-applied case on real data."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import duckdb
 
-from tunelab.evidence import evidence_report
+from tunelab.reports.evidence import evidence_report
 
 REPO = Path(__file__).resolve().parent.parent
 VERSIONS = REPO / "evidence" / "h200-2026-11-29-versions"

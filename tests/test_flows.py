@@ -197,7 +197,7 @@ def _fake_trial_flow():
     from prefect import flow
 
     from tunelab.flows.trial import trial_row_base
-    from tunelab.tasks.bundle import write_bundle
+    from tunelab.bundle import write_bundle
     from tunelab.warehouse.synthetic import synthetic_trial
 
     import threading
@@ -487,7 +487,7 @@ def test_sweep_with_a_locked_warehouse_prints_the_table_from_its_bundles(prefect
 def _synthetic_warehouse(path: Path, results: Path) -> None:
     import numpy as np
 
-    from tunelab.tasks.bundle import write_bundle
+    from tunelab.bundle import write_bundle
     from tunelab.warehouse.loader import load_pending
     from tunelab.warehouse.synthetic import synthetic_trial
 
@@ -666,7 +666,7 @@ def _final_states(which, timeout_s: float = 120) -> tuple[object, list]:
 
 def _assert_cancelled_trial(res: Path, db: Path) -> None:
     """One bundle, status cancelled, clean teardown, loaded into DuckDB; no vLLM process and no tracked server."""
-    from tunelab.tasks.bundle import list_bundles, read_bundle
+    from tunelab.bundle import list_bundles, read_bundle
     from tunelab.tasks.engine import tracked_servers
 
     bundles = list_bundles(res)

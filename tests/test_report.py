@@ -21,7 +21,7 @@ SWEEP = "20260101T000000Z-syn-0001"
 def warehouse(tmp_path_factory) -> Path:
     """One sweep, 2 configs x 2 boots at two load levels, plus a boot failure, with known verdicts and checks;
     and a second sweep on another vLLM version for the version plot."""
-    from tunelab.tasks.bundle import write_bundle
+    from tunelab.bundle import write_bundle
     from tunelab.warehouse.loader import load_pending
     from tunelab.warehouse.synthetic import synthetic_trial
 
@@ -61,7 +61,7 @@ def warehouse(tmp_path_factory) -> Path:
 
 
 def test_quality_summary_counts_and_reasons(warehouse):
-    from tunelab.tasks.report import quality_markdown, quality_summary
+    from tunelab.reports.report import quality_markdown, quality_summary
 
     q = quality_summary(warehouse, SWEEP)
     assert q["counts"] == {"pass": 2, "warn": 1, "fail": 1, "unvalidated": 1}
@@ -74,7 +74,7 @@ def test_quality_summary_counts_and_reasons(warehouse):
 
 
 def test_sweep_markdown_has_trials_quality_comparison_and_plots(warehouse, tmp_path):
-    from tunelab.tasks.report import comparison_frame, quality_summary, sweep_markdown
+    from tunelab.reports.report import comparison_frame, quality_summary, sweep_markdown
 
     comp = comparison_frame(warehouse, SWEEP)
     statuses = [{"trial_id": f"{SWEEP}/a/r0", "config": "cfg-a", "config_key": "a", "runtime": "synthetic",
@@ -88,8 +88,8 @@ def test_sweep_markdown_has_trials_quality_comparison_and_plots(warehouse, tmp_p
 
 
 def test_trial_table_rows(warehouse):
-    from tunelab.tasks.bundle import list_bundles, read_bundle
-    from tunelab.tasks.report import trial_table
+    from tunelab.bundle import list_bundles, read_bundle
+    from tunelab.reports.report import trial_table
 
     res = warehouse.parent / "results"
     by_key = {}
@@ -104,7 +104,7 @@ def test_trial_table_rows(warehouse):
 
 
 def test_ab_markdown_from_compare(warehouse):
-    from tunelab.tasks.report import ab_markdown
+    from tunelab.reports.report import ab_markdown
     from tunelab.warehouse.compare import compare
     from tunelab.warehouse.migrate import connect
 
@@ -120,7 +120,7 @@ def test_ab_markdown_from_compare(warehouse):
 
 
 def test_plots_are_pngs(warehouse, tmp_path):
-    from tunelab.tasks.plots import latency_throughput_plot, version_plot
+    from tunelab.reports.plots import latency_throughput_plot, version_plot
 
     p = latency_throughput_plot(warehouse, SWEEP, tmp_path)
     assert p and p.read_bytes()[:4] == b"\x89PNG" and p.stat().st_size > 5000
@@ -145,7 +145,7 @@ def test_report_cli_writes_plots(warehouse, tmp_path):
 
 
 def test_config_cell_marks_env_not_applied():
-    from tunelab.tasks.report import _fmt_row
+    from tunelab.reports.report import _fmt_row
 
     row = pd.Series({"runtime": "gpu-0.21.0", "config": "VLLM_USE_FASTOKENS=1", "workload": "w",
                      "load_kind": "concurrency", "load_value": 1.0, "boots": 2, "repeats": 4,

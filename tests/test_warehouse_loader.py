@@ -7,7 +7,7 @@ import duckdb
 import pytest
 
 import tunelab.warehouse.loader as loader
-from tunelab.tasks.bundle import BundleError, update_bundle_table, read_bundle, write_bundle
+from tunelab.bundle import BundleError, update_bundle_table, read_bundle, write_bundle
 from tunelab.warehouse.loader import BundleLoadError, WarehouseLocked, load_bundle, load_pending
 from tunelab.warehouse.synthetic import synthetic_trial
 
@@ -155,7 +155,7 @@ def test_bundles_warehouse_gives_the_same_report_as_the_file(tmp_path):
     locked) gives the same comparison and quality summary as the file after `tunelab load`."""
     import pandas as pd
 
-    from tunelab.tasks.report import comparison_frame, quality_summary
+    from tunelab.reports.report import comparison_frame, quality_summary
     from tunelab.warehouse.loader import bundles_warehouse
 
     db, results = tmp_path / "wh.duckdb", tmp_path / "results"

@@ -10,7 +10,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from tunelab.tasks.bundle import BundleError
+from tunelab.bundle import BundleError
 from tunelab.warehouse.query import run_query
 from tunelab.warehouse.vllm_bench_import import import_vllm_bench
 

@@ -219,7 +219,7 @@ def run(
 
     prefect_env.configure()
     from tunelab.flows.sweep import preflight, tuning_sweep
-    from tunelab.tasks.report import print_comparison
+    from tunelab.reports.report import print_comparison
 
     try:
         preflight(p)
@@ -333,7 +333,7 @@ def report(
     """Print the comparison table of a sweep from the warehouse (and write plots with --plots DIR)."""
     import duckdb
 
-    from tunelab.tasks.report import comparison_frame, print_comparison
+    from tunelab.reports.report import comparison_frame, print_comparison
 
     dbp = db or paths.db_path()
     if not Path(dbp).exists():
@@ -364,7 +364,7 @@ def report(
         console.print(f"[yellow]{label} r{rep}: {status}[/] ({cls}): {why}", highlight=False)
     _print_notes(notes)
     if plots is not None:
-        from tunelab.tasks.plots import write_plots
+        from tunelab.reports.plots import write_plots
 
         for p in write_plots(Path(dbp), sweep, plots):
             console.print(f"plot: {p}")
@@ -484,7 +484,7 @@ def evidence_report_cmd(
 ) -> None:
     """Write RUN_DIR/report.md (+ PNG) from exported Parquet: trials, boot phases, failures, comparison table,
     A/B verdicts with boot-level confidence intervals (per runtime, and across vLLM versions)."""
-    from tunelab.evidence import evidence_report
+    from tunelab.reports.evidence import evidence_report
 
     try:
         out = evidence_report(run_dir, baseline_label=baseline, keep_db=db)

@@ -21,7 +21,7 @@ def _install_fakes() -> None:
 
     import tunelab.flows.sweep as S
     from tunelab.flows.trial import trial_row_base
-    from tunelab.tasks.bundle import write_bundle
+    from tunelab.bundle import write_bundle
     from tunelab.tasks.gpu import GpuInfo, Inventory
     from tunelab.runtime import Runtime
     from tunelab.warehouse.synthetic import synthetic_trial

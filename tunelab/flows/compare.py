@@ -31,7 +31,7 @@ import duckdb
 import pandas as pd
 from prefect import flow, get_run_logger
 
-from tunelab.tasks.report import ab_markdown, regressions_markdown
+from tunelab.reports.report import ab_markdown, regressions_markdown
 from tunelab import paths
 from tunelab.warehouse.compare import SELECTOR_KEYS, compare as ab_compare, regressions
 

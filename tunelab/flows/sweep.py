@@ -61,10 +61,10 @@ from prefect.exceptions import TerminationSignal
 
 import tunelab
 from tunelab.flows.trial import run_trial, trial_row_base
-from tunelab.tasks.bundle import read_bundle, update_bundle_table, write_bundle
+from tunelab.bundle import read_bundle, update_bundle_table, write_bundle
 from tunelab.tasks.engine import stop_leftovers, tracked_servers
 from tunelab.tasks.gpu import Inventory, inventory
-from tunelab.tasks import report as R
+from tunelab.reports import report as R
 from tunelab import paths
 from tunelab.cancel_watch import watch_for_cancel
 from tunelab.plan import Plan, PlanError, Trial, load_plan, runtime_checks
@@ -104,7 +104,7 @@ _SHORT_FLAGS = {"tp": "tensor-parallel-size", "pp": "pipeline-parallel-size", "d
 class SweepSummary(dict):
     """Returned by :func:`tuning_sweep`: ``sweep_id``, ``db`` path, ``results`` folder, ``trials`` (one dict
     per trial: trial_id, config, config_key, runtime, device, status, failure_class, boot_s, verdict),
-    ``comparison`` (records of ``tasks.report.comparison_frame``), ``quality`` (verdict counts),
+    ``comparison`` (records of ``tunelab.reports.report.comparison_frame``), ``quality`` (verdict counts),
     ``report_markdown``, ``timings`` (per trial: queued/slot/start/end epoch seconds), ``not_loaded`` (None,
     or when the warehouse file stayed locked by another process: a dict with ``db``, ``results``, ``holder_pid``
     (None if DuckDB did not name it), ``holder_exe``, ``bundles`` (how many of this sweep's) and ``error``; the
@@ -778,7 +778,7 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
         plot_paths: list[Path] = []
         if plots:
             try:
-                from tunelab.tasks.plots import latency_throughput_plot
+                from tunelab.reports.plots import latency_throughput_plot
 
                 p = latency_throughput_plot(report_db, sweep_id, results_dir / sweep_id / "plots")
                 plot_paths = [p] if p else []

@@ -20,7 +20,7 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from tunelab.tasks import bootlog
-from tunelab.tasks.bundle import write_bundle
+from tunelab.bundle import write_bundle
 from tunelab.tasks.engine import BootFailed, EngineServer
 from tunelab.tasks.gpu import GpuSampler, check_clean, host_load_avg
 from tunelab.tasks.measure import measure_server

@@ -1,6 +1,6 @@
 """Load result bundles into the DuckDB warehouse: transactional, idempotent, never deleting bundles.
 
-One bundle (one trial, see ``tasks.bundle``) is loaded in one transaction:
+One bundle (one trial, see ``tunelab.bundle``) is loaded in one transaction:
 
 1. the bundle is verified first (manifest present, every file's sha256 matches);
 2. if ``loaded_bundles`` already holds this trial with the same manifest sha256, nothing is
@@ -32,7 +32,7 @@ import duckdb
 import pandas as pd
 import pyarrow.parquet as pq
 
-from tunelab.tasks.bundle import BUNDLE_TABLES, TABLE_TO_WAREHOUSE, BundleError, list_bundles, verify_bundle
+from tunelab.bundle import BUNDLE_TABLES, TABLE_TO_WAREHOUSE, BundleError, list_bundles, verify_bundle
 from tunelab.warehouse.migrate import connect
 from tunelab.warehouse.versions import version_columns
 
@@ -457,7 +457,7 @@ def load_bundle(
 
     Args:
         db_path: DuckDB file (created and migrated if needed).
-        bundle_dir: the bundle folder (``tasks.bundle.write_bundle``'s return value).
+        bundle_dir: the bundle folder (``tunelab.bundle.write_bundle``'s return value).
         lock_timeout_s: how long to wait for another process holding the file.
 
     Returns:
@@ -482,7 +482,7 @@ def bundles_warehouse(bundles: list[str | Path]) -> duckdb.DuckDBPyConnection:
     """An in-memory warehouse holding only ``bundles``, loaded by the same code as the DuckDB file
     (:func:`warehouse.migrate.connect` on ``:memory:``, then one transaction per bundle), so that reports and
     queries read it as they read the file: what a sweep prints when its warehouse file is locked by another
-    process (``tasks.report.comparison_frame`` accepts the connection).
+    process (``tunelab.reports.report.comparison_frame`` accepts the connection).
 
     A bundle that does not load (corrupt, unknown columns) is logged and left out, as ``load_pending`` does.
 

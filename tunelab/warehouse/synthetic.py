@@ -24,7 +24,7 @@ __all__ = ["SyntheticTrial", "synthetic_trial"]
 
 @dataclass
 class SyntheticTrial:
-    """``sweep`` and ``trial`` row dicts and ``tables`` (DataFrames), as ``tasks.bundle.write_bundle`` takes them."""
+    """``sweep`` and ``trial`` row dicts and ``tables`` (DataFrames), as ``tunelab.bundle.write_bundle`` takes them."""
 
     sweep: dict
     trial: dict

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tunelab.tasks.bundle import BundleError
+from tunelab.bundle import BundleError
 from tunelab.warehouse.loader import (
     DEFAULT_LOCK_TIMEOUT_S,
     BundleLoadError,

@@ -54,7 +54,7 @@ def latency_throughput_plot(db_path: Path | duckdb.DuckDBPyConnection, sweep_id:
     """
     if latency not in _LATENCIES:
         raise ValueError(f"latency {latency!r}: use one of {list(_LATENCIES)}")
-    from tunelab.tasks.report import comparison_frame
+    from tunelab.reports.report import comparison_frame
 
     db = db_path if isinstance(db_path, duckdb.DuckDBPyConnection) else Path(db_path)
     df = comparison_frame(db, sweep_id)

@@ -64,7 +64,7 @@ def _ab_sections(db: Path, plan: str, sweep_ids: list[str], baseline_label: str,
     every config against ``baseline_label`` on each runtime, then, when the plan ran several runtimes, each
     config on every later vLLM version against the oldest (PEP 440 order)."""
     from tunelab.flows.compare import compare_frames
-    from tunelab.tasks.report import ab_markdown
+    from tunelab.reports.report import ab_markdown
 
     con = duckdb.connect(str(db), read_only=True)
     try:
@@ -112,8 +112,8 @@ def evidence_report(run_dir: Path, baseline_label: str = "default",
                     keep_db: Path | None = None) -> Path:
     """Write ``run_dir/report.md`` and PNG plots from ``run_dir/warehouse/*.parquet``.
 
-    For every sweep with measurements: the comparison table (tasks.report), the latency-vs-throughput plot
-    (tasks.plots); per plan (its sweeps pooled), for every other config an A/B against ``baseline_label`` on
+    For every sweep with measurements: the comparison table (``reports.report``), the latency-vs-throughput plot
+    (``reports.plots``); per plan (its sweeps pooled), for every other config an A/B against ``baseline_label`` on
     each runtime and, when the plan ran several vLLM versions, each config across versions, per metric
     (warehouse.compare: repeats averaged per boot, Welch interval across boots; ``not_applied`` when vLLM
     ignored the compared env var). For every trial: boot time, compile cache, quality verdict, env vars not
@@ -121,8 +121,8 @@ def evidence_report(run_dir: Path, baseline_label: str = "default",
     ``keep_db``: also keep the warehouse built from the Parquet there (for ``tunelab compare --db`` etc.);
     by default it is a temporary file in ``run_dir``, removed afterwards. Returns the report's path.
     """
-    from tunelab.tasks.plots import latency_throughput_plot, version_plot
-    from tunelab.tasks.report import comparison_frame, comparison_markdown
+    from tunelab.reports.plots import latency_throughput_plot, version_plot
+    from tunelab.reports.report import comparison_frame, comparison_markdown
 
     run_dir = Path(run_dir)
     db = warehouse_from_parquet(run_dir / "warehouse", Path(keep_db) if keep_db else run_dir / ".report.duckdb")

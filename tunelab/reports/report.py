@@ -176,7 +176,7 @@ def trial_table(tables: dict[str, pd.DataFrame]) -> list[dict[str, str]]:
     """The table a person sees for one trial in the Prefect UI: one row per measured window (workload x load
     level x repeat) with throughput and latency percentiles in ms, preceded by the trial's facts; a trial
     without measurements gives one row with its status and failure. Input: the tables of one result bundle
-    (``tasks.bundle.read_bundle``)."""
+    (``tunelab.bundle.read_bundle``)."""
     t = tables["trial"].iloc[0]
 
     def g(k: str) -> Any:
