@@ -1,4 +1,4 @@
-"""Tests of the measurement quality gates (tunelab/tasks/quality.py, tunelab/quality_thresholds.py).
+"""Tests of the measurement quality gates (tunelab/tasks/quality/, tunelab/quality_thresholds.py).
 
 Tables are built in memory with the warehouse column names; each gate is shown to pass on
 a clean synthetic trial and to fail on data crafted to break exactly that gate.
@@ -538,7 +538,7 @@ def test_unvalidated_when_a_suite_raises(monkeypatch):
     def boom(*a, **k):
         raise RuntimeError("boom in suite")
 
-    monkeypatch.setattr(quality, "_suite_warmup", boom)
+    monkeypatch.setattr(quality.suites, "_suite_warmup", boom)
     res = validate_trial(make_tables(), make_trial(), QualityThresholds())
     assert res.verdict == "unvalidated"
     assert "boom in suite" in res.summary

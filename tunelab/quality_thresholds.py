@@ -1,4 +1,4 @@
-"""Thresholds for the measurement quality gates (``tunelab/tasks/quality.py``).
+"""Thresholds for the measurement quality gates (``tunelab/tasks/quality/``).
 
 A trial's numbers are only worth comparing if the measurement was clean: no failed or
 truncated requests, repeats that agree, the load generator not the bottleneck, a GPU that

@@ -1,0 +1,608 @@
+"""The five quality suites: each turns one trial's tables into GX expectations on a frame (``_Plan``) or a
+skipped check (``_Skip``). The expectation classes are passed in as ``gxe`` (``great_expectations.expectations``),
+so importing this module does not import great-expectations; ``runner`` runs the plans."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tunelab.quality_thresholds import QualityThresholds
+from tunelab.tasks.quality.catalogue import (
+    _GPU_IDLE_BIT,
+    _GROUP_KEY,
+    _MEASUREMENT_KEY,
+    _OUTLIER_MIN_REQUESTS,
+    _REQUIRED_COLUMNS,
+    _THROTTLE_MASK,
+    CHECKS,
+    THROTTLE_REASON_BITS,
+    QualityValidationError,
+    Severity,
+)
+
+@dataclass
+class _Spec:
+    """One expectation to run on a frame, with the metadata of its quality_checks row."""
+
+    name: str
+    expectation: Any  # a gxe.Expectation instance
+    threshold: str
+    observed: str | None = None
+    severity: Severity | None = None  # default: CHECKS[name].severity
+
+
+@dataclass
+class _Plan:
+    """A frame to validate with a list of expectations; ``label`` column names its rows."""
+
+    frame: pd.DataFrame
+    specs: list[_Spec]
+
+
+@dataclass
+class _Skip:
+    name: str
+    reason: str
+    threshold: str = ""
+    severity: Severity | None = None  # default: CHECKS[name].severity
+
+
+@dataclass
+class _Collector:
+    plans: list[_Plan] = field(default_factory=list)
+    skips: list[_Skip] = field(default_factory=list)
+
+
+def _table(tables: Mapping[str, pd.DataFrame | None], name: str) -> pd.DataFrame | None:
+    """The table, or None when missing or without rows; checks its required columns."""
+    df = tables.get(name)
+    if df is None or len(df) == 0:
+        return None
+    if not isinstance(df, pd.DataFrame):
+        raise QualityValidationError(
+            f"table '{name}' must be a pandas DataFrame, got {type(df).__name__}"
+        )
+    missing = [c for c in _REQUIRED_COLUMNS[name] if c not in df.columns]
+    if missing:
+        raise QualityValidationError(
+            f"table '{name}' lacks column(s) {missing}; expected the columns of the "
+            f"warehouse table '{name}' (tunelab/warehouse/schema/001_init.sql)"
+        )
+    return df.reset_index(drop=True)
+
+
+def _num(s: pd.Series) -> pd.Series:
+    """Float64 with NaN for missing (nullable Int64/boolean NA would break GX metrics)."""
+    return pd.Series(
+        pd.to_numeric(s, errors="coerce").to_numpy(dtype="float64", na_value=np.nan),
+        index=s.index,
+    )
+
+
+def _bool_obj(s: pd.Series) -> pd.Series:
+    """Object series of Python True/False/None."""
+    return pd.Series(
+        [None if (v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)))
+         else bool(v) for v in s],
+        index=s.index,
+        dtype=object,
+    )
+
+
+def _label(df: pd.DataFrame, cols: list[str]) -> pd.Series:
+    def fmt(v: Any) -> str:
+        if isinstance(v, float) and v.is_integer():
+            return str(int(v))
+        return str(v)
+
+    if df.empty:
+        return pd.Series([], index=df.index, dtype=object)
+    return pd.Series(["/".join(fmt(v) for v in row) for row in df[cols].itertuples(index=False)],
+                     index=df.index, dtype=object)
+
+
+def _fmt(x: float | None, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    return f"{x:.{digits}g}"
+
+
+def _worst(frame: pd.DataFrame, col: str, largest: bool = True) -> str:
+    s = frame[col].dropna()
+    if s.empty:
+        return "n/a"
+    idx = s.idxmax() if largest else s.idxmin()
+    return f"{'max' if largest else 'min'} {_fmt(float(s[idx]))} ({frame.at[idx, 'label']})"
+
+
+def _is_cpu(trial: Mapping[str, Any]) -> bool:
+    name = trial.get("gpu_name")
+    return name is None or str(name).strip().lower() in ("", "cpu", "none")
+
+
+def _present(trial: Mapping[str, Any], key: str) -> bool:
+    v = trial.get(key)
+    return v is not None and not (isinstance(v, float) and math.isnan(v))
+
+
+# ----------------------------------------------------------------------------- suites
+
+
+def _suite_requests(gxe: Any, req: pd.DataFrame, trial: Mapping[str, Any],
+                    th: QualityThresholds, out: _Collector) -> None:
+    ok = _bool_obj(req["ok"])
+    n, n_fail = len(req), int((ok != True).sum())  # noqa: E712 - None counts as failed
+    all_frame = pd.DataFrame({"ok": ok.map(lambda v: bool(v) if v is not None else False)})
+    all_frame["label"] = _label(req, _MEASUREMENT_KEY + ["request_index"]
+                                if "request_index" in req.columns else _MEASUREMENT_KEY)
+    rate = n_fail / n if n else 0.0
+    errors = ""
+    if n_fail and "error" in req.columns:
+        top = req.loc[~all_frame["ok"], "error"].astype(str).value_counts().head(3)
+        errors = "; ".join(f"{k} x{v}" for k, v in top.items())
+    observed_rate = f"{_fmt(rate)} ({n_fail}/{n})" + (f"; {errors}" if errors else "")
+    out.plans.append(_Plan(all_frame, [
+        _Spec("requests_present", gxe.ExpectTableRowCountToBeBetween(min_value=1),
+              ">= 1 row", f"{n} rows"),
+        _Spec("error_rate",
+              gxe.ExpectColumnValuesToBeInSet(column="ok", value_set=[True],
+                                              mostly=1.0 - th.max_error_rate),
+              f"<= {th.max_error_rate}", observed_rate),
+        _Spec("no_failed_requests",
+              gxe.ExpectColumnValuesToBeInSet(column="ok", value_set=[True]),
+              "0 failed", observed_rate),
+    ]))
+
+    okr = req[all_frame["ok"]].reset_index(drop=True)
+    if okr.empty:
+        for col in ("ttft_s", "e2el_s", "output_tokens", "send_ts", "end_ts"):
+            out.skips.append(_Skip(f"{col}_not_null", "no ok request"))
+        for name in ("ttft_s_positive", "itl_mean_s_non_negative",
+                     "chunk_offsets_non_decreasing", "output_tokens_match_requested"):
+            out.skips.append(_Skip(name, "no ok request"))
+        return
+    f = pd.DataFrame({c: _num(okr[c]) for c in
+                      ("ttft_s", "e2el_s", "output_tokens", "send_ts", "end_ts", "itl_mean_s",
+                       "requested_output_tokens")})
+    f["label"] = _label(okr, _MEASUREMENT_KEY + (["request_index"]
+                                                 if "request_index" in okr.columns else []))
+    specs = [
+        _Spec(f"{col}_not_null", gxe.ExpectColumnValuesToNotBeNull(column=col), "not null",
+              f"{int(f[col].isna().sum())} null of {len(f)}")
+        for col in ("ttft_s", "e2el_s", "output_tokens", "send_ts", "end_ts")
+    ]
+    specs.append(_Spec("ttft_s_positive",
+                       gxe.ExpectColumnValuesToBeBetween(column="ttft_s", min_value=0,
+                                                         strict_min=True),
+                       "> 0 s", _worst(f, "ttft_s", largest=False)))
+    if f["itl_mean_s"].notna().any():
+        specs.append(_Spec("itl_mean_s_non_negative",
+                           gxe.ExpectColumnValuesToBeBetween(column="itl_mean_s", min_value=0),
+                           ">= 0 s", _worst(f, "itl_mean_s", largest=False)))
+    else:
+        out.skips.append(_Skip("itl_mean_s_non_negative",
+                               "itl_mean_s is null for every ok request (single-token outputs?)",
+                               ">= 0 s"))
+
+    # chunk offsets -> ITL gaps
+    offsets = okr["chunk_offsets_s"] if "chunk_offsets_s" in okr.columns else None
+    mono: list[bool | None] = []
+    if offsets is not None:
+        for v in offsets:
+            if v is None or (isinstance(v, float) and math.isnan(v)):
+                mono.append(None)
+                continue
+            arr = np.asarray(v, dtype="float64")
+            mono.append(bool(arr.size == 0 or (arr[0] >= 0 and np.all(np.diff(arr) >= 0))))
+    if any(m is not None for m in mono):
+        f["chunk_offsets_ok"] = pd.Series(mono, dtype=object)
+        n_bad = sum(1 for m in mono if m is False)
+        specs.append(_Spec("chunk_offsets_non_decreasing",
+                           gxe.ExpectColumnValuesToBeInSet(column="chunk_offsets_ok",
+                                                           value_set=[True]),
+                           "every gap >= 0", f"{n_bad} of {len(f)} requests with a negative gap"))
+    else:
+        out.skips.append(_Skip("chunk_offsets_non_decreasing",
+                               "no chunk_offsets_s recorded", "every gap >= 0"))
+
+    # Fixed output lengths (ignore_eos): every ok request must return exactly
+    # requested_output_tokens. Unless the trial says ignore_eos=True, a request that ended
+    # with finish_reason 'stop' (a natural EOS, impossible under ignore_eos) is left out.
+    has_req = f["requested_output_tokens"].notna()
+    ignore_eos = bool(trial["ignore_eos"]) if _present(trial, "ignore_eos") else None
+    if ignore_eos is not True and "finish_reason" in okr.columns:
+        has_req &= okr["finish_reason"].astype(object).ne("stop").to_numpy()
+    fixed = f[has_req].reset_index(drop=True)
+    if ignore_eos is False:
+        out.skips.append(_Skip("output_tokens_match_requested",
+                               "trial ran without ignore_eos", "== requested_output_tokens"))
+    elif fixed.empty:
+        out.skips.append(_Skip("output_tokens_match_requested",
+                               "no ok request with requested_output_tokens that was not "
+                               "stopped by EOS", "== requested_output_tokens"))
+    else:
+        n_bad = int((fixed["output_tokens"] != fixed["requested_output_tokens"]).sum())
+        out.plans.append(_Plan(fixed, [_Spec(
+            "output_tokens_match_requested",
+            gxe.ExpectColumnPairValuesToBeEqual(column_A="output_tokens",
+                                                column_B="requested_output_tokens",
+                                                ignore_row_if="either_value_is_missing"),
+            "== requested_output_tokens", f"{n_bad} of {len(fixed)} differ")]))
+    out.plans.append(_Plan(f, specs))
+
+
+def _suite_aggregates(gxe: Any, meas: pd.DataFrame | None, th: QualityThresholds,
+                      out: _Collector) -> None:
+    names = ("repeats_for_cv", "cv_ttft_p50", "cv_tpot_p50", "achieved_concurrency",
+             "client_cpu_frac", "client_not_bound", "no_compile_in_window")
+    if meas is None:
+        for name in names:
+            out.skips.append(_Skip(name, "no measurements rows"))
+        return
+    m = meas.copy()
+    for c in ("load_value", "ttft_p50_s", "tpot_p50_s", "achieved_concurrency",
+              "client_cpu_frac"):
+        m[c] = _num(m[c])
+    m["label"] = _label(m, _MEASUREMENT_KEY)
+
+    # repeat-to-repeat CV per (workload, load_kind, load_value)
+    rows = []
+    for key, g in m.groupby(_GROUP_KEY, sort=True, dropna=False):
+        rec = dict(zip(_GROUP_KEY, key))
+        rec["n_repeats"] = float(g["repeat"].nunique())
+        for col, out_col in (("ttft_p50_s", "cv_ttft_p50"), ("tpot_p50_s", "cv_tpot_p50")):
+            s = g[col].dropna()
+            mean = s.mean() if len(s) else np.nan
+            rec[out_col] = (float(s.std(ddof=1) / abs(mean))
+                            if len(s) >= 2 and mean and not math.isnan(mean) else np.nan)
+        rows.append(rec)
+    groups = pd.DataFrame(rows)
+    groups["label"] = _label(groups, _GROUP_KEY)
+    few = groups[groups["n_repeats"] < 2]
+    out.plans.append(_Plan(groups, [_Spec(
+        "repeats_for_cv", gxe.ExpectColumnValuesToBeBetween(column="n_repeats", min_value=2),
+        ">= 2 repeats",
+        (f"cannot assess CV for {len(few)} of {len(groups)} groups with < 2 repeats"
+         if len(few) else f"min {int(groups['n_repeats'].min())} repeats"))]))
+    cv_specs = []
+    for name, col, lim in (("cv_ttft_p50", "cv_ttft_p50", th.max_cv_p50_ttft),
+                           ("cv_tpot_p50", "cv_tpot_p50", th.max_cv_p50_tpot)):
+        if groups[col].notna().any():
+            cv_specs.append(_Spec(name, gxe.ExpectColumnValuesToBeBetween(column=col,
+                                                                          max_value=lim),
+                                  f"<= {lim}", _worst(groups, col)))
+        else:
+            out.skips.append(_Skip(name, "no group has >= 2 repeats with a value", f"<= {lim}"))
+    if cv_specs:
+        out.plans.append(_Plan(groups, cv_specs))
+
+    conc = m[(m["load_kind"] == "concurrency") & m["achieved_concurrency"].notna()
+             & (m["load_value"] > 0)].reset_index(drop=True)
+    if conc.empty:
+        out.skips.append(_Skip("achieved_concurrency",
+                               "no load_kind='concurrency' measurement with achieved_concurrency",
+                               f">= {th.min_concurrency_ratio} x target"))
+    else:
+        # target as in tunelab/tasks/metrics.py: a measurement of n < load_value requests can keep
+        # at most n in flight.
+        target = conc["load_value"]
+        if "num_requests" in conc.columns:
+            target = np.fmin(target, _num(conc["num_requests"]))
+        conc["concurrency_ratio"] = conc["achieved_concurrency"] / target
+        out.plans.append(_Plan(conc, [_Spec(
+            "achieved_concurrency",
+            gxe.ExpectColumnValuesToBeBetween(column="concurrency_ratio",
+                                              min_value=th.min_concurrency_ratio),
+            f">= {th.min_concurrency_ratio} x target",
+            "ratio " + _worst(conc, "concurrency_ratio", largest=False))]))
+
+    specs = []
+    if m["client_cpu_frac"].notna().any():
+        specs.append(_Spec("client_cpu_frac",
+                           gxe.ExpectColumnValuesToBeBetween(column="client_cpu_frac",
+                                                             max_value=th.max_client_cpu_frac),
+                           f"<= {th.max_client_cpu_frac}", _worst(m, "client_cpu_frac")))
+    else:
+        out.skips.append(_Skip("client_cpu_frac", "client_cpu_frac not recorded",
+                               f"<= {th.max_client_cpu_frac}"))
+    bound = _bool_obj(m["client_bound"])
+    if bound.notna().any():
+        m["client_bound"] = bound
+        n_bound = int(bound.map(lambda v: v is True).sum())
+        detail = f"{n_bound} of {int(bound.notna().sum())} measurements client-bound"
+        if n_bound and "in_flight_while_sending" in m.columns:
+            # The evidence the verdict rests on, for the first bound window.
+            i = bound.map(lambda v: v is True).idxmax()
+            detail += (f" (first: {m.at[i, 'label']}, client CPU {_fmt(m.at[i, 'client_cpu_frac'])}, "
+                       f"in flight while sending {_fmt(_num(m['in_flight_while_sending'])[i])} of "
+                       f"{_fmt(m.at[i, 'load_value'])})")
+        specs.append(_Spec("client_not_bound",
+                           gxe.ExpectColumnValuesToBeInSet(column="client_bound",
+                                                           value_set=[False]),
+                           "false", detail))
+    else:
+        out.skips.append(_Skip("client_not_bound", "client_bound not recorded", "false"))
+    comp = (_bool_obj(m["compile_during_window"]) if "compile_during_window" in m.columns
+            else pd.Series([None] * len(m), index=m.index, dtype=object))
+    if comp.notna().any():
+        m["compile_during_window"] = comp
+        hit = comp.map(lambda v: v is True)
+        specs.append(_Spec("no_compile_in_window",
+                           gxe.ExpectColumnValuesToBeInSet(column="compile_during_window",
+                                                           value_set=[False]),
+                           "false",
+                           f"{int(hit.sum())} of {int(comp.notna().sum())} measurements compiled"
+                           + (f" ({', '.join(m.loc[hit, 'label'].head(3))})" if hit.any() else "")))
+    else:
+        out.skips.append(_Skip("no_compile_in_window",
+                               "compile_during_window not recorded (server log not read)", "false"))
+    if specs:
+        out.plans.append(_Plan(m, specs))
+
+
+def _suite_environment(gxe: Any, gpu: pd.DataFrame | None, trial: Mapping[str, Any],
+                       th: QualityThresholds, out: _Collector) -> None:
+    throttle_sev: Severity = "fail" if th.forbid_throttling else "warn"
+    if _is_cpu(trial):
+        reason = f"no GPU (gpu_name={trial.get('gpu_name')!r})"
+        for name in ("gpu_clean_at_boot", "no_foreign_gpu_processes", "gpu_baseline_excess",
+                     "no_throttling", "sm_clock_stable"):
+            out.skips.append(_Skip(name, reason, severity=throttle_sev
+                                   if name == "no_throttling" else None))
+        return
+
+    row: dict[str, list[Any]] = {"label": [str(trial.get("gpu_name"))]}
+    specs = []
+    if _present(trial, "gpu_clean_at_boot"):
+        row["gpu_clean_at_boot"] = [bool(trial["gpu_clean_at_boot"])]
+        specs.append(_Spec("gpu_clean_at_boot",
+                           gxe.ExpectColumnValuesToBeInSet(column="gpu_clean_at_boot",
+                                                           value_set=[True]),
+                           "true", str(bool(trial["gpu_clean_at_boot"])).lower()))
+    else:
+        out.skips.append(_Skip("gpu_clean_at_boot", "trial has no gpu_clean_at_boot", "true"))
+    if _present(trial, "foreign_gpu_processes"):
+        row["foreign_gpu_processes"] = [float(trial["foreign_gpu_processes"])]
+        specs.append(_Spec("no_foreign_gpu_processes",
+                           gxe.ExpectColumnValuesToBeBetween(column="foreign_gpu_processes",
+                                                             max_value=0),
+                           "== 0", str(int(trial["foreign_gpu_processes"]))))
+    else:
+        out.skips.append(_Skip("no_foreign_gpu_processes",
+                               "trial has no foreign_gpu_processes", "== 0"))
+    lim = th.max_gpu_baseline_excess_mib
+    if _present(trial, "gpu_baseline_excess_mib"):
+        row["gpu_baseline_excess_mib"] = [float(trial["gpu_baseline_excess_mib"])]
+        specs.append(_Spec("gpu_baseline_excess",
+                           gxe.ExpectColumnValuesToBeBetween(column="gpu_baseline_excess_mib",
+                                                             max_value=lim),
+                           f"<= {lim} MiB", f"{_fmt(float(trial['gpu_baseline_excess_mib']))} MiB"))
+    else:
+        out.skips.append(_Skip("gpu_baseline_excess", "trial has no gpu_baseline_excess_mib",
+                               f"<= {lim} MiB"))
+    if specs:
+        out.plans.append(_Plan(pd.DataFrame(row), specs))
+
+    if gpu is None:
+        out.skips.append(_Skip("no_throttling", "no gpu_samples recorded", "no throttle bit",
+                               throttle_sev))
+        out.skips.append(_Skip("sm_clock_stable", "no gpu_samples recorded",
+                               f"CV <= {th.max_sm_clock_cv}"))
+        return
+    g = gpu.copy()
+    g["label"] = g["gpu_index"].astype(str).radd("gpu ") + g["ts"].map(lambda t: f" @{t}")
+    reasons = _num(g["throttle_reasons"])
+    if reasons.notna().any():
+        bits = reasons.fillna(0).astype("int64")
+        g["throttle_bits"] = (bits & _THROTTLE_MASK).astype("float64")
+        g.loc[reasons.isna(), "throttle_bits"] = np.nan
+        seen = int(np.bitwise_or.reduce(bits.to_numpy() & _THROTTLE_MASK)) if len(bits) else 0
+        names = [k for k, b in THROTTLE_REASON_BITS.items() if seen & b]
+        n_thr = int((g["throttle_bits"] > 0).sum())
+        out.plans.append(_Plan(g, [_Spec(
+            "no_throttling",
+            gxe.ExpectColumnValuesToBeInSet(column="throttle_bits", value_set=[0]),
+            "no throttle bit",
+            f"{n_thr} of {int(reasons.notna().sum())} samples" + (f": {', '.join(names)}"
+                                                                  if names else ""),
+            severity=throttle_sev)]))
+    else:
+        out.skips.append(_Skip("no_throttling", "throttle_reasons not recorded",
+                               "no throttle bit", throttle_sev))
+
+    g["sm_clock_mhz"] = _num(g["sm_clock_mhz"])
+    busy = g[g["sm_clock_mhz"].notna()]
+    busy = busy[(reasons.loc[busy.index].fillna(0).astype("int64") & _GPU_IDLE_BIT) == 0]
+    rows = []
+    for idx, s in busy.groupby("gpu_index")["sm_clock_mhz"]:
+        if len(s) >= 2 and s.mean() > 0:
+            rows.append({"label": f"gpu {idx}", "sm_clock_cv": float(s.std(ddof=1) / s.mean())})
+    if rows:
+        cv = pd.DataFrame(rows)
+        out.plans.append(_Plan(cv, [_Spec(
+            "sm_clock_stable",
+            gxe.ExpectColumnValuesToBeBetween(column="sm_clock_cv", max_value=th.max_sm_clock_cv),
+            f"CV <= {th.max_sm_clock_cv}", "CV " + _worst(cv, "sm_clock_cv"))]))
+    else:
+        out.skips.append(_Skip("sm_clock_stable", "fewer than 2 non-idle SM clock samples per GPU",
+                               f"CV <= {th.max_sm_clock_cv}"))
+
+
+def _suite_server_vs_client(gxe: Any, meas: pd.DataFrame | None, sm: pd.DataFrame | None,
+                            th: QualityThresholds, out: _Collector) -> None:
+    pairs = (
+        ("server_client_ttft_agree", "server_ttft", "ttft_mean_s",
+         th.server_client_ttft_tolerance, th.server_client_ttft_floor_s),
+        ("server_client_itl_agree", "server_itl", "itl_mean_s",
+         th.server_client_itl_tolerance, th.server_client_itl_floor_s),
+    )
+    for name, metric, client_col, rel, floor in pairs:
+        thr = f"<= max({rel} x server, {floor} s)"
+        if sm is None or meas is None:
+            out.skips.append(_Skip(name, "no server_metrics rows" if sm is None
+                                   else "no measurements rows", thr))
+            continue
+        srv = sm[(sm["metric"] == metric) & (sm["kind"] == "histogram")].copy()
+        srv["server_mean_s"] = _num(srv["value"])
+        srv = srv[srv["server_mean_s"].notna()]
+        if srv.empty:
+            out.skips.append(_Skip(name, f"no '{metric}' histogram value in server_metrics "
+                                   "(metric absent in this vLLM version?)", thr))
+            continue
+        cli = meas[_MEASUREMENT_KEY + [client_col]].copy()
+        cli["client_mean_s"] = _num(cli[client_col])
+        for df in (srv, cli):
+            df["load_value"] = _num(df["load_value"])
+            df["repeat"] = _num(df["repeat"])
+        j = cli.merge(srv[_MEASUREMENT_KEY + ["server_mean_s"]], on=_MEASUREMENT_KEY, how="inner")
+        j = j[j["client_mean_s"].notna()].reset_index(drop=True)
+        if j.empty:
+            out.skips.append(_Skip(name, f"no measurement has both client {client_col} and "
+                                   f"server {metric}", thr))
+            continue
+        j["label"] = _label(j, _MEASUREMENT_KEY)
+        j["abs_diff_s"] = (j["client_mean_s"] - j["server_mean_s"]).abs()
+        j["allowed_diff_s"] = np.maximum(rel * j["server_mean_s"], floor)
+        j["excess_s"] = j["abs_diff_s"] - j["allowed_diff_s"]
+        w = j["excess_s"].idxmax()
+        observed = (f"client {_fmt(j.at[w, 'client_mean_s'])} s vs server "
+                    f"{_fmt(j.at[w, 'server_mean_s'])} s ({j.at[w, 'label']})")
+        out.plans.append(_Plan(j, [_Spec(
+            name,
+            gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A="allowed_diff_s",
+                                                        column_B="abs_diff_s", or_equal=True),
+            thr, observed)]))
+
+    thr = f"<= {th.max_preemptions}"
+    if sm is None:
+        out.skips.append(_Skip("preemptions", "no server_metrics rows", thr))
+        return
+    p = sm[(sm["metric"] == "preemptions") & (sm["kind"] == "counter_delta")].copy()
+    p["preemptions"] = _num(p["value"])
+    p = p[p["preemptions"].notna()].reset_index(drop=True)
+    if p.empty:
+        out.skips.append(_Skip("preemptions", "no 'preemptions' counter_delta in server_metrics",
+                               thr))
+        return
+    p["label"] = _label(p, _MEASUREMENT_KEY)
+    out.plans.append(_Plan(p, [_Spec(
+        "preemptions",
+        gxe.ExpectColumnValuesToBeBetween(column="preemptions", max_value=th.max_preemptions),
+        thr, f"total {int(p['preemptions'].sum())}, " + _worst(p, "preemptions"))]))
+
+
+def _ok_requests(req: pd.DataFrame, cols: tuple[str, ...]) -> pd.DataFrame:
+    """The ok requests with ``cols`` as float64 (NaN for missing)."""
+    okr = req[_bool_obj(req["ok"]) == True].copy()  # noqa: E712
+    for c in cols:
+        okr[c] = _num(okr[c])
+    return okr
+
+
+def _suite_outliers(gxe: Any, req: pd.DataFrame, th: QualityThresholds, out: _Collector) -> None:
+    """``no_outlier_cluster``: per window, count the ok requests whose E2EL or TPOT is above
+    ``outlier_request_ratio`` x the window's median and allow max(1, floor(frac x n))."""
+    m, frac = th.outlier_request_ratio, th.max_outlier_request_frac
+    thr = f"<= max(1, floor({frac} x n)) requests > {m:g}x window median E2EL or TPOT"
+    okr = _ok_requests(req, ("e2el_s", "ttft_s", "output_tokens"))
+    # TPOT as tunelab/tasks/metrics.py: (E2EL - TTFT) / (output_tokens - 1); the stored column wins.
+    derived = (okr["e2el_s"] - okr["ttft_s"]) / (okr["output_tokens"] - 1)
+    derived = derived.where(okr["output_tokens"] > 1)
+    okr["tpot"] = (_num(okr["tpot_s"]).fillna(derived) if "tpot_s" in okr.columns
+                   else derived)
+    rows = []
+    for key, g in okr.groupby(_MEASUREMENT_KEY, sort=True, dropna=False):
+        if len(g) < _OUTLIER_MIN_REQUESTS:
+            continue
+        ratios = []
+        for col in ("e2el_s", "tpot"):
+            med = g[col].median()
+            ratios.append(g[col] / med if med and med > 0 else pd.Series(np.nan, index=g.index))
+        ratio = np.fmax(ratios[0], ratios[1])  # NaN only where both are NaN
+        n = len(g)
+        rec = dict(zip(_MEASUREMENT_KEY, key))
+        rec.update(n=float(n), n_outliers=float((ratio > m).sum()),
+                   allowed_outliers=float(max(1, math.floor(frac * n + 1e-9))),
+                   max_ratio=float(ratio.max()) if ratio.notna().any() else np.nan)
+        rows.append(rec)
+    if not rows:
+        out.skips.append(_Skip("no_outlier_cluster",
+                               f"no window has >= {_OUTLIER_MIN_REQUESTS} ok requests", thr))
+        return
+    w = pd.DataFrame(rows)
+    w["label"] = _label(w, _MEASUREMENT_KEY)
+    worst = w.assign(_e=w["n_outliers"] - w["allowed_outliers"]).sort_values(
+        ["_e", "n_outliers", "max_ratio"], ascending=False, kind="stable").index[0]
+    observed = (f"{int(w.at[worst, 'n_outliers'])} of {int(w.at[worst, 'n'])} requests "
+                f"> {m:g}x median (allowed {int(w.at[worst, 'allowed_outliers'])}), largest "
+                f"{_fmt(w.at[worst, 'max_ratio'])}x ({w.at[worst, 'label']})")
+    out.plans.append(_Plan(w, [_Spec(
+        "no_outlier_cluster",
+        gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A="allowed_outliers",
+                                                    column_B="n_outliers", or_equal=True),
+        thr, observed)]))
+
+
+def _suite_warmup(gxe: Any, req: pd.DataFrame, th: QualityThresholds, out: _Collector) -> None:
+    """The slowest of the first k requests of each window against the rest of the window:
+    allowed is max(ratio x median of the rest, p90 of the rest). The max, not a median of
+    the first k, so that one cold request is caught; the rest's p90 (nearest lower rank, so
+    the single slowest of the rest never sets it) so that a first request no slower than
+    the window's normal tail is not flagged, whatever one random slow request does."""
+    k, ratio = th.warmup_first_k, th.warmup_slowdown_ratio
+    thr = f"each of first {k} <= max({ratio} x median, p90) of the rest"
+    okr = _ok_requests(req, ("send_ts", "ttft_s", "e2el_s"))
+    okr = okr[okr["send_ts"].notna()]
+    rows = []
+    for key, g in okr.groupby(_MEASUREMENT_KEY, sort=True, dropna=False):
+        g = g.sort_values("send_ts", kind="stable")
+        if len(g) < 2 * k:
+            continue
+        first, rest = g.iloc[:k], g.iloc[k:]
+        rec: dict[str, Any] = dict(zip(_MEASUREMENT_KEY, key))
+        for col in ("ttft", "e2el"):
+            a, b = first[f"{col}_s"].dropna(), rest[f"{col}_s"].dropna().to_numpy()
+            if a.empty or b.size == 0:
+                continue
+            med, p90 = float(np.median(b)), float(np.quantile(b, 0.9, method="lower"))
+            rec[f"{col}_first_max_s"] = float(a.max())
+            rec[f"{col}_allowed_s"] = max(ratio * med, p90)
+            rec[f"{col}_rest_median_s"] = med
+            rec[f"{col}_rest_p90_s"] = p90
+        rows.append(rec)
+    if not rows:
+        for name in ("warmup_ttft_settled", "warmup_e2el_settled"):
+            out.skips.append(_Skip(name, f"no measurement has >= {2 * k} ok requests", thr))
+        return
+    w = pd.DataFrame(rows)
+    w["label"] = _label(w, _MEASUREMENT_KEY)
+    for name, col in (("warmup_ttft_settled", "ttft"), ("warmup_e2el_settled", "e2el")):
+        a_col, b_col = f"{col}_allowed_s", f"{col}_first_max_s"
+        f = (w[w[a_col].notna() & w[b_col].notna()].reset_index(drop=True)
+             if a_col in w.columns else w.iloc[0:0])
+        if f.empty or not (f[f"{col}_rest_median_s"] > 0).any():
+            out.skips.append(_Skip(name, f"{col.upper()} of the first {k} or of the rest "
+                                   "could not be read", thr))
+            continue
+        f["_excess"] = (f[b_col] / f[a_col]).where(f[a_col] > 0)
+        i = f["_excess"].idxmax() if f["_excess"].notna().any() else 0
+        r = f.loc[i]
+        med = float(r[f"{col}_rest_median_s"])
+        rel = [_fmt(float(r[c]) / med if med > 0 else float("nan")) + "x"
+               for c in (b_col, a_col, f"{col}_rest_p90_s")]
+        observed = (f"first {k} max {rel[0]} rest median, allowed {rel[1]} "
+                    f"(rest p90 {rel[2]}) ({r['label']})")
+        out.plans.append(_Plan(f.drop(columns="_excess"), [_Spec(
+            name,
+            gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A=a_col, column_B=b_col,
+                                                        or_equal=True),
+            thr, observed)]))
+
+
+# ----------------------------------------------------------------------------- GX runner
