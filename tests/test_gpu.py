@@ -84,7 +84,7 @@ def test_pid_from_another_namespace_is_not_taken_as_ours():
 
 
 def test_default_confirmation_reads_proc(tmp_path, monkeypatch):
-    """Without ``is_ours`` the check asks tasks.engine whether the PID carries a tracked server id: this test
+    """Without ``is_ours`` the check asks tasks.processes whether the PID carries a tracked server id: this test
     process carries none, so even listed in our_pids it is foreign."""
     monkeypatch.setenv("TUNELAB_HOME", str(tmp_path))
     nv = FakeNvml([FakeGpu(memory_used_mib=0, processes=[(os.getpid(), 100.0)])])

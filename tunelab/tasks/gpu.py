@@ -30,6 +30,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
+from tunelab.tasks.processes import is_tunelab_process
+
 __all__ = [
     "GpuProcess",
     "GpuInfo",
@@ -172,14 +174,14 @@ def check_clean(gpu_index: int, baseline_mib: float, our_pids: Iterable[int] = (
         tolerance_mib: accepted excess over the baseline, MiB.
         nvml: NVML module (default ``pynvml``).
         is_ours: confirms that a PID of this PID namespace is tunelab's (default
-            ``tasks.engine.is_tunelab_process``: its environment carries a tracked server id). A PID counts as
+            ``tasks.processes.is_tunelab_process``: its environment carries a tracked server id). A PID counts as
             ours only when confirmed: NVML in a container may report PIDs of another namespace that collide
             with ours, so a number match alone never makes a process ours.
 
     Returns a :class:`GpuCheck`; when NVML cannot be read, ``available=False, clean=False`` (never raises for it).
     """
     if is_ours is None:
-        from tunelab.tasks.engine import is_tunelab_process as is_ours  # lazy: engine imports this module
+        is_ours = is_tunelab_process
     try:
         nv = _nvml(nvml)
         nv.nvmlInit()
