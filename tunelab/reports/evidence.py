@@ -63,7 +63,7 @@ def _ab_sections(db: Path, plan: str, sweep_ids: list[str], baseline_label: str,
     """A/B sections for the sweeps of one plan, pooled (each sweep adds boots of the same configs):
     every config against ``baseline_label`` on each runtime, then, when the plan ran several runtimes, each
     config on every later vLLM version against the oldest (PEP 440 order)."""
-    from tunelab.flows.compare import compare_frames
+    from tunelab.warehouse.selection import compare_frames
     from tunelab.reports.report import ab_markdown
 
     con = duckdb.connect(str(db), read_only=True)

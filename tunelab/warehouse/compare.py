@@ -76,7 +76,16 @@ def metric_direction(metric: str) -> int:
     )
 
 
-def _where(selector: dict, alias: str = "f") -> tuple[str, list]:
+def selector_where(selector: dict, alias: str = "f") -> tuple[str, list]:
+    """SQL condition and its parameters selecting the ``trial_facts`` rows (aliased ``alias``) of a selector.
+
+    ``selector``: ``{key: value or list of values}`` with keys of :data:`SELECTOR_KEYS`; a list means any of
+    its values; ``vllm_version`` values select by release (see :func:`_version_clause`). Returns
+    ``("f.k1 = ? AND f.k2 IN (?, ?)", [v1, v2a, v2b])`` for ``con.execute(f"... WHERE {where}", params)``.
+
+    Raises:
+        ValueError: an empty or non-dict selector, or unknown keys (names the allowed keys).
+    """
     if not isinstance(selector, dict) or not selector:
         raise ValueError(f"a selector must be a non-empty dict with keys from {list(SELECTOR_KEYS)}, got {selector!r}")
     unknown = set(selector) - set(SELECTOR_KEYS)
@@ -126,7 +135,7 @@ def _version_clause(values: list, alias: str) -> tuple[str, list]:
 
 
 def _trials(con, selector: dict) -> pd.DataFrame:
-    where, params = _where(selector)
+    where, params = selector_where(selector)
     return con.execute(
         f"""SELECT f.trial_id, f.status, f.quality_verdict, t.env_not_applied
             FROM trial_facts f JOIN trials t USING (trial_id) WHERE {where}""", params
