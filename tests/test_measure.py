@@ -228,7 +228,8 @@ def test_without_a_server_log_the_compile_flag_is_unknown(fake):
 
 
 def test_warmup_requests_for_levels():
-    from tunelab.tasks.measure import LoadLevel, warmup_requests_for
+    from tunelab.load_profiles import profile_for as LoadLevel  # a level is a load profile now
+    from tunelab.tasks.measure import warmup_requests_for
 
     p = _plan(warmup_requests=4)
     assert warmup_requests_for(p, LoadLevel("concurrency", 8.0)) == 8

@@ -26,6 +26,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator, model_validator
 
+from tunelab.load_profiles import ConcurrencyProfile, LoadProfile, RateProfile, profiles_from_levels
 from tunelab.quality_thresholds import QualityThresholds
 
 __all__ = [
@@ -118,12 +119,11 @@ class Workload(BaseModel):
         return self
 
 
-def requests_for_level(plan: "Plan", workload: Workload, load_kind: str, load_value: float) -> int:
-    """Measured requests per window: the workload's count, raised to ``requests_per_concurrency x c`` at a
-    concurrency level ``c`` (request-rate levels use the workload's count)."""
-    if load_kind == "concurrency" and plan.requests_per_concurrency:
-        return max(workload.num_requests, int(plan.requests_per_concurrency * load_value))
-    return workload.num_requests
+def requests_for_level(plan: "Plan", workload: Workload, profile: LoadProfile) -> int:
+    """Measured requests per window of ``workload`` at ``profile``: the profile's rule
+    (``LoadProfile.measured_requests``) over the workload's ``num_requests`` and the plan's
+    ``requests_per_concurrency``."""
+    return profile.measured_requests(workload.num_requests, plan.requests_per_concurrency)
 
 
 class SLO(BaseModel):
@@ -177,7 +177,7 @@ class Plan(BaseModel):
     )
     request_rates: list[float] = Field(default_factory=list, description="Request rates (req/s) with random arrivals; empty = none.")
     burstiness: float = Field(1.0, gt=0, allow_inf_nan=False, description="Gamma shape of inter-arrival gaps; 1.0 = Poisson (as vllm bench serve).")
-    warmup_requests: int = Field(4, strict=True, ge=0, description="Warm-up requests per load level before its measured windows, excluded from numbers; a minimum: a concurrency level warms up with at least its concurrency, a rate level with at least one second of its arrivals (tasks.measure.warmup_requests_for); 0 turns warm-up off.")
+    warmup_requests: int = Field(4, strict=True, ge=0, description="Warm-up requests per load level before its measured windows, excluded from numbers; a minimum: a concurrency level warms up with at least its concurrency, a rate level with at least one second of its arrivals (LoadProfile.warmup_requests in tunelab.load_profiles); 0 turns warm-up off.")
     repeats: int = Field(2, strict=True, ge=1, description="Measured repeats per load level on one server.")
     replicates: int = Field(1, strict=True, ge=1, description="Boots per config (the unit of noise for A/B verdicts).")
     interleave: Literal["round_robin", "shuffle"] = Field(
@@ -213,24 +213,17 @@ class Plan(BaseModel):
     _flags_ok = field_validator("engine_args")(classmethod(lambda cls, v: _check_engine_args(v)))
     _env_ok = field_validator("env")(classmethod(lambda cls, v: _check_env(v)))
 
+    # The level lists are checked by their profiles (tunelab.load_profiles): range, finiteness, distinct levels.
     @field_validator("concurrency")
     @classmethod
     def _conc_ok(cls, v: list[int]) -> list[int]:
-        if any(c < 1 for c in v):
-            raise ValueError("concurrency levels must be >= 1")
-        if len(set(v)) != len(v):
-            raise ValueError(f"concurrency levels must be distinct, got {v}: a level measured twice is what "
-                             "`repeats` is for")
+        profiles_from_levels(ConcurrencyProfile, v)
         return v
 
     @field_validator("request_rates")
     @classmethod
     def _rates_ok(cls, v: list[float]) -> list[float]:
-        if any(not math.isfinite(r) or r <= 0 for r in v):
-            raise ValueError("request rates must be finite numbers > 0 requests/s")
-        if len(set(v)) != len(v):
-            raise ValueError(f"request rates must be distinct, got {v}: a level measured twice is what "
-                             "`repeats` is for")
+        profiles_from_levels(RateProfile, v)
         return v
 
     @model_validator(mode="after")
@@ -256,6 +249,12 @@ class Plan(BaseModel):
         return self
 
     # -- expansion ---------------------------------------------------------------------------
+    def load_profiles(self) -> list[LoadProfile]:
+        """The plan's load levels as profiles (tunelab.load_profiles), in order: the ``concurrency`` levels,
+        then the ``request_rates`` (each with the plan's ``burstiness``)."""
+        return (profiles_from_levels(ConcurrencyProfile, self.concurrency)
+                + profiles_from_levels(RateProfile, self.request_rates, burstiness=self.burstiness))
+
     def runtime_names(self) -> list[str]:
         """Runtimes this plan runs on, in order."""
         return list(self.runtimes) if self.runtimes else [self.runtime]

@@ -34,7 +34,6 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-import math
 import os
 import random
 import sys
@@ -50,11 +49,11 @@ import pandas as pd
 from tunelab.tasks import bootlog
 from tunelab.tasks import metrics as M
 from tunelab.tasks import server_metrics as SM
-from tunelab.tasks.arrivals import arrival_offsets
 from tunelab.tasks.loadgen import PromptBuilder, make_client, run_level
+from tunelab.load_profiles import RATE_WARMUP_S, LoadProfile
 from tunelab.plan import Plan, Workload, requests_for_level
 
-__all__ = ["LoadLevel", "MeasureResult", "load_levels", "measure_server", "run_interruptible", "window_prompts",
+__all__ = ["MeasureResult", "measure_server", "run_interruptible", "window_prompts",
            "progress_reporter", "warmup_requests_for", "ServerLogTail",
            "LOOP_LAG_NOTE_S", "SAME_READ_NOTE_FRAC", "RATE_WARMUP_S", "COMPILE_LINES_KEPT", "same_read_note"]
 
@@ -63,50 +62,23 @@ LOOP_LAG_NOTE_S = 0.005
 #: Fraction of inter-chunk gaps inside one read (LevelResult.same_read_itl_frac) above which a window gets a
 #: note. 1 %: in the accuracy benchmark's unstressed runs it was 0 at every level up to concurrency 256.
 SAME_READ_NOTE_FRAC = 0.01
-#: A request-rate level's warm-up lasts at least this many seconds of its arrivals (``ceil(rate x 1 s)``
-#: requests): enough to see the batch sizes that the rate brings in a second; see :func:`warmup_requests_for`.
-RATE_WARMUP_S = 1.0
 #: Log lines kept per window in ``measurements.compile_log_lines``.
 COMPILE_LINES_KEPT = 20
 
 
-@dataclass(frozen=True)
-class LoadLevel:
-    """``kind`` is 'concurrency' (value = max in-flight requests) or 'rate' (value = requests/s)."""
-
-    kind: str
-    value: float
-
-    @property
-    def label(self) -> str:
-        return f"c={int(self.value)}" if self.kind == "concurrency" else f"rate={self.value:g}/s"
-
-
-def warmup_requests_for(plan: Plan, level: LoadLevel) -> int:
-    """How many warm-up requests run before ``level``'s measured windows (0: no warm-up).
+def warmup_requests_for(plan: Plan, profile: LoadProfile) -> int:
+    """How many warm-up requests run before ``profile``'s measured windows (0: no warm-up).
 
     A server may compile a kernel or graph the first time it runs a batch of a new size (vLLM's Triton JIT,
     torch.compile for a new shape; vLLM logs "JIT compilation during inference ... latency spike"), so the
-    warm-up must reach the sizes the window will run. ``plan.warmup_requests`` is a minimum:
-
-    * concurrency c: ``max(warmup_requests, c)`` requests at concurrency c, so c requests are in flight at
-      once (every size up to c is passed on the way up) before the first measured request;
-    * request rate r: ``max(warmup_requests, ceil(r x RATE_WARMUP_S))`` requests on the level's own arrival
-      process. An open-loop window's in-flight count is random; the window records ``peak_in_flight`` and a
-      note says when it went above the warm-up's peak (raise ``warmup_requests`` towards ``r x E2EL`` then).
-
-    ``warmup_requests: 0`` turns the warm-up off (a cold-server measurement, on purpose).
-
-    Raises:
-        ValueError: ``level.kind`` is neither 'concurrency' nor 'rate'.
+    warm-up must reach the sizes the window will run. ``plan.warmup_requests`` is a minimum that the profile
+    raises (``LoadProfile.warmup_requests``: at least c requests at concurrency c; at least
+    ``ceil(r x RATE_WARMUP_S)`` on the level's own arrival process at rate r). An open-loop window's in-flight
+    count is random; the window records ``peak_in_flight`` and a note says when it went above the warm-up's
+    peak (raise ``warmup_requests`` towards ``r x E2EL`` then). ``warmup_requests: 0`` turns the warm-up off
+    (a cold-server measurement, on purpose).
     """
-    if plan.warmup_requests <= 0:
-        return 0
-    if level.kind == "concurrency":
-        return max(plan.warmup_requests, int(level.value))
-    if level.kind == "rate":
-        return max(plan.warmup_requests, math.ceil(level.value * RATE_WARMUP_S))
-    raise ValueError(f"level.kind must be 'concurrency' or 'rate', got {level.kind!r}")
+    return profile.warmup_requests(plan.warmup_requests)
 
 
 class ServerLogTail:
@@ -149,13 +121,6 @@ class ServerLogTail:
         except OSError:
             return None
         return data.decode("utf-8", errors="replace")
-
-
-def load_levels(plan: Plan) -> list[LoadLevel]:
-    """The plan's load levels in order: concurrencies, then request rates."""
-    return [LoadLevel("concurrency", float(c)) for c in plan.concurrency] + [
-        LoadLevel("rate", float(r)) for r in plan.request_rates
-    ]
 
 
 @dataclass
@@ -299,8 +264,8 @@ async def _measure(
     load_processes: int = 1,
     server_log: str | os.PathLike | None = None,
 ) -> MeasureResult:
-    levels = load_levels(plan)
-    max_conc = int(max([lv.value for lv in levels if lv.kind == "concurrency"] or [1]))
+    levels = plan.load_profiles()
+    max_conc = int(max([lv.target_concurrency for lv in levels if lv.target_concurrency] or [1]))
     req_rows: list[dict] = []
     meas_rows: list[dict] = []
     sm_rows: list[dict] = []
@@ -311,20 +276,17 @@ async def _measure(
         builder = PromptBuilder(client, model)
         for w in plan.workloads:
             for lv in levels:
-                common = dict(max_tokens=w.output_tokens, load_kind=lv.kind, load_value=lv.value,
-                              endpoint=w.endpoint, ignore_eos=w.ignore_eos, timeout_s=plan.request_timeout_s)
+                common = dict(max_tokens=w.output_tokens, endpoint=w.endpoint, ignore_eos=w.ignore_eos, timeout_s=plan.request_timeout_s)
                 n_warm = warmup_requests_for(plan, lv)
                 warm = {"warmup_requests": n_warm, "warmup_peak_in_flight": 0}
                 if n_warm:
                     # Warm-up: its own seed, so none of its prompts is among the measured ones; excluded. At the
                     # level's concurrency (and with the window's load processes), so the batch sizes the window
                     # will run are compiled before it starts.
-                    wp = await window_prompts(builder, w, n_warm, _seed(plan.seed, w.name, lv, "warmup"))
-                    offs = (list(arrival_offsets(len(wp), lv.value, plan.burstiness, seed=_seed(plan.seed, "wa")))
-                            if lv.kind == "rate" else None)
+                    wp = await window_prompts(builder, w, n_warm, _seed(plan.seed, w.name, lv.seed_key, "warmup"))
                     log.mark()
-                    wres = await run_level(client, model, wp, arrival_offsets_s=offs, processes=load_processes,
-                                           **common)
+                    wres = await run_level(client, model, wp, schedule=lv.schedule(len(wp), _seed(plan.seed, "wa")),
+                                           processes=load_processes, **common)
                     warm["warmup_peak_in_flight"] = M.in_flight([r.get("send_ts") for r in wres.records],
                                                                 [r.get("end_ts") for r in wres.records])[0] or 0
                     wlines = bootlog.compile_lines(log.since_mark() or "")
@@ -333,10 +295,8 @@ async def _measure(
                             "%s %s warm-up: the server compiled (%d log lines), as a warm-up is for", w.name,
                             lv.label, len(wlines))
                 for rep in range(plan.repeats):
-                    s = _seed(plan.seed, w.name, lv, rep)
-                    prompts = await window_prompts(builder, w, requests_for_level(plan, w, lv.kind, lv.value), s)
-                    offs = (list(arrival_offsets(len(prompts), lv.value, plan.burstiness, seed=s))
-                            if lv.kind == "rate" else None)
+                    s = _seed(plan.seed, w.name, lv.seed_key, rep)
+                    prompts = await window_prompts(builder, w, requests_for_level(plan, w, lv), s)
                     label = f"{w.name} {lv.label} repeat {rep + 1}/{plan.repeats}"
                     done = [0]
 
@@ -347,7 +307,7 @@ async def _measure(
 
                     before = await _scrape(client)
                     log.mark()
-                    res = await run_level(client, model, prompts, arrival_offsets_s=offs, on_done=tick,
+                    res = await run_level(client, model, prompts, schedule=lv.schedule(len(prompts), s), on_done=tick,
                                           processes=load_processes, **common)
                     text = log.since_mark()
                     after = await _scrape(client)
@@ -360,7 +320,7 @@ async def _measure(
                         derived.append(M.derive_request(raw))
                     df = pd.DataFrame(derived)
                     agg = M.aggregate(df, slo or None, client_cpu_frac=res.client_cpu_frac,
-                                      target=lv.value if lv.kind == "concurrency" else None)
+                                      target=lv.target_concurrency)
                     meas_rows.append({**ident, **agg, "rx_stamps": res.rx_stamps,
                                       "read_delay_p99_s": res.read_delay_p99_s,
                                       "loop_lag_p99_s": res.loop_lag_p99_s,
@@ -373,8 +333,8 @@ async def _measure(
                     notes.extend(_warmup_notes(label, agg, warm, clines, plan))
                     if agg.get("client_bound") and res.client_cpu_frac < M.CLIENT_BOUND_CPU_FRAC:
                         notes.append(f"{label}: client-bound: while it still had requests to send, the client kept "
-                                     f"{agg['in_flight_while_sending']:.2f} of {int(lv.value)} in flight; "
-                                     f"{_client_advice(res, lv.value)}")
+                                     f"{agg['in_flight_while_sending']:.2f} of {int(lv.target_concurrency or 0)} in flight; "
+                                     f"{_client_advice(res, lv.target_concurrency)}")
                     if before is not None and after is not None:
                         sm_rows.extend(SM.window_rows(before, after, ident))
                     else:
@@ -429,9 +389,9 @@ def _warmup_notes(label: str, agg: dict, warm: dict, clines: list[str] | None, p
     return out
 
 
-def _window_notes(label: str, df: pd.DataFrame, res: Any, lv: LoadLevel) -> list[str]:
+def _window_notes(label: str, df: pd.DataFrame, res: Any, lv: LoadProfile) -> list[str]:
     out = []
-    conc = lv.value if lv.kind == "concurrency" else None
+    conc = lv.target_concurrency
     pt = df.loc[df["ok"].astype(bool), "prompt_tokens"].dropna()
     if pt.nunique() > 1:
         out.append(f"{label}: server counted {pt.nunique()} different prompt lengths "

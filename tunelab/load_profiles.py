@@ -1,0 +1,399 @@
+"""Load profiles: how a measured window loads the server, as one type per profile.
+
+A *load profile* is one load level of a plan: fixed concurrency (``c=4``: that many requests in flight while
+requests remain, closed loop, as ``vllm bench serve --max-concurrency``) or a request rate with its arrival
+process (``2 req/s``: request i sent at a drawn offset whatever the server does, open loop, as
+``vllm bench serve --request-rate --burstiness``). Each profile owns everything that differs between them:
+
+* ``kind`` / ``value``: the warehouse key (``measurements.load_kind``, ``load_value``);
+* ``label``: how people read it (``c=4``, ``2 req/s``) in reports, plots, notes and the CLI;
+* ``schedule(n, seed)``: what the load generator's scheduler consumes (:class:`Schedule`: concurrency slots
+  or send offsets);
+* ``measured_requests`` / ``warmup_requests``: requests per measured window and per warm-up;
+* ``window_deadline_s``: the time a window may take before tunelab gives up on the measurement;
+* ``target_concurrency``: the in-flight count a window should reach (client-bound and quality checks);
+* validation, with errors naming the plan field and the fix.
+
+The plan's YAML keeps its fields (``concurrency: [...]``, ``request_rates: [...]``, ``burstiness``) and
+expands them into profiles (``Plan.load_profiles()``). docs/load_profiles.md says how to add a profile.
+
+Domain layer: imports only the standard library, numpy and pydantic.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar, Literal, Sequence, Union
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, TypeAdapter, ValidationError, field_validator
+
+__all__ = [
+    "Schedule",
+    "ConcurrencyProfile",
+    "RateProfile",
+    "LoadProfile",
+    "LOAD_KINDS",
+    "RATE_WARMUP_S",
+    "arrival_offsets",
+    "profile_for",
+    "load_label",
+    "concurrency_target_kinds",
+    "profiles_from_levels",
+]
+
+#: A request-rate level's warm-up lasts at least this many seconds of its arrivals (``ceil(rate x 1 s)``
+#: requests): enough to see the batch sizes that the rate brings in a second.
+RATE_WARMUP_S = 1.0
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """What the load generator's scheduler runs for one window of ``n_requests`` requests: exactly one of
+
+    * ``slots``: closed loop, at most this many requests in flight, the next one sent as soon as one ends
+      (every slot busy while requests remain);
+    * ``send_offsets_s``: open loop, request i sent ``send_offsets_s[i]`` seconds after the window's start,
+      whatever the server does (non-decreasing, >= 0, one per request).
+
+    Raises:
+        ValueError: neither or both given, ``slots`` < 1, or not one offset per request.
+    """
+
+    n_requests: int
+    slots: int | None = None
+    send_offsets_s: tuple[float, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if (self.slots is None) == (self.send_offsets_s is None):
+            raise ValueError("a Schedule has either slots (closed loop) or send_offsets_s (open loop), not both "
+                             "or neither")
+        if self.slots is not None and self.slots < 1:
+            raise ValueError(f"Schedule.slots (concurrency) must be >= 1, got {self.slots!r}")
+        if self.send_offsets_s is not None and len(self.send_offsets_s) != self.n_requests:
+            raise ValueError(f"Schedule.send_offsets_s needs one offset (seconds) per request: got "
+                             f"{len(self.send_offsets_s)} for {self.n_requests} requests")
+
+    @property
+    def closed_loop(self) -> bool:
+        """True for a slots schedule (the server's pace sets the send times)."""
+        return self.slots is not None
+
+
+def arrival_offsets(
+    n: int,
+    rate_per_s: float,
+    burstiness: float = 1.0,
+    seed: int = 0,
+    *,
+    match_total_duration: bool = False,
+) -> np.ndarray:
+    """Send offsets, in seconds from the start of the measurement, of ``n`` requests at a mean rate.
+
+    The gaps between successive requests are independent draws, as ``vllm bench serve --request-rate R
+    --burstiness B`` (vllm/benchmarks/serve.py, ``get_request``): exponential with mean ``1/R`` when
+    ``B == 1`` (a Poisson process); gamma with shape ``B`` and scale ``1/(R*B)`` otherwise, so the mean gap
+    stays ``1/R`` and the gaps' coefficient of variation is ``1/sqrt(B)`` (``B < 1`` burstier than Poisson,
+    ``B > 1`` more regular, ``B = inf`` constant gaps of exactly ``1/R``). ``R = inf`` sends everything at
+    offset 0, as in vLLM. Offsets are the cumulative sums of the gaps, so the first request also waits one
+    gap, as vLLM's scheduler does. Unlike vLLM (numpy's global random state), draws come from a seeded
+    ``numpy.random.Generator``, so a schedule is reproducible and identical across the configs compared.
+
+    Args:
+        n: number of requests (>= 0).
+        rate_per_s: mean request rate, requests/s (> 0); ``float('inf')`` sends all at offset 0.
+        burstiness: gamma shape of the gaps (> 0; 1.0 Poisson, ``float('inf')`` constant gaps).
+        seed: seed of ``numpy.random.default_rng``; the same arguments always give the same offsets.
+        match_total_duration: rescale so the last offset is exactly ``n / rate_per_s`` (what recent
+            ``vllm bench serve`` versions do "to stabilise throughput across seeds"); the default False keeps
+            an unconditioned renewal process, whose realised mean rate differs from ``rate_per_s`` by about
+            ``1/sqrt(n * burstiness)`` relative.
+
+    Returns:
+        ``numpy.ndarray`` of shape ``(n,)``, float64, non-decreasing, >= 0.
+
+    Raises:
+        ValueError: ``n`` not a non-negative integer, ``rate_per_s`` or ``burstiness`` not positive
+            (``inf`` allowed), ``seed`` not an integer.
+
+    Source: vLLM ``vllm/benchmarks/serve.py::get_request``.
+    """
+    import numbers
+
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
+        raise ValueError(f"arrival_offsets: n must be a non-negative integer (number of requests), got {n!r}")
+    if isinstance(rate_per_s, bool) or not isinstance(rate_per_s, numbers.Real) or math.isnan(rate_per_s) or rate_per_s <= 0:
+        raise ValueError(
+            f"arrival_offsets: rate_per_s must be a positive number of requests/s "
+            f"(float('inf') to send all at once), got {rate_per_s!r}"
+        )
+    if isinstance(burstiness, bool) or not isinstance(burstiness, numbers.Real) or math.isnan(burstiness) or burstiness <= 0:
+        raise ValueError(
+            f"arrival_offsets: burstiness must be > 0 (1 = Poisson, <1 burstier, >1 more regular, "
+            f"inf = constant gaps), got {burstiness!r}"
+        )
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise ValueError(f"arrival_offsets: seed must be an integer, got {seed!r}")
+
+    n = int(n)
+    if n == 0:
+        return np.zeros(0, dtype=np.float64)
+    if math.isinf(rate_per_s):
+        return np.zeros(n, dtype=np.float64)
+
+    mean_gap_s = 1.0 / float(rate_per_s)
+    if math.isinf(burstiness):
+        gaps = np.full(n, mean_gap_s, dtype=np.float64)
+    else:
+        rng = np.random.default_rng(int(seed))
+        if burstiness == 1.0:
+            gaps = rng.exponential(scale=mean_gap_s, size=n)
+        else:
+            gaps = rng.gamma(shape=float(burstiness), scale=mean_gap_s / float(burstiness), size=n)
+    offsets = np.cumsum(gaps, dtype=np.float64)
+    if match_total_duration and offsets[-1] > 0:
+        offsets *= (n * mean_gap_s) / offsets[-1]
+    return offsets
+
+
+class _Profile(BaseModel):
+    """What every load profile provides (see the module docstring). Subclasses set ``kind`` (a ``Literal``,
+    the discriminator), ``level_field`` (the attribute holding the level, read by :func:`profile_for`),
+    ``plan_field`` (the plan's YAML field it expands from, named in errors) and implement the methods."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    level_field: ClassVar[str]
+    plan_field: ClassVar[str]
+    #: matplotlib marker of this profile's points in plots.
+    plot_marker: ClassVar[str] = "o"
+    #: True when ``load_value`` is an in-flight target a window should reach (``target_concurrency``).
+    has_concurrency_target: ClassVar[bool] = False
+
+    @property
+    def value(self) -> float:
+        """The warehouse's ``load_value`` (float)."""
+        return float(getattr(self, self.level_field))
+
+    @classmethod
+    def format_label(cls, value: float) -> str:  # pragma: no cover - abstract
+        """The label of this profile at ``value`` (also for warehouse rows that no plan validated)."""
+        raise NotImplementedError
+
+    @property
+    def label(self) -> str:
+        """How people read the level: ``c=4``, ``2 req/s``."""
+        return self.format_label(self.value)
+
+    @property
+    def seed_key(self) -> str:
+        """The level's part of the prompt and arrival seeds. The spelling of the former ``LoadLevel``
+        dataclass's repr, kept so that a plan sends the same prompts and the same schedule as before the
+        profiles (comparisons across tunelab releases then measure the same requests)."""
+        return f"LoadLevel(kind={self.kind!r}, value={self.value!r})"  # type: ignore[attr-defined]
+
+    @property
+    def target_concurrency(self) -> float | None:
+        """The in-flight count a window should reach while it still has requests to send; None: no target
+        (open loop)."""
+        return None
+
+    def measured_requests(self, workload_requests: int, requests_per_concurrency: int = 0) -> int:
+        """Measured requests per window: the workload's ``num_requests`` (profiles with a concurrency target
+        raise it to ``requests_per_concurrency x c``)."""
+        return workload_requests
+
+    def warmup_requests(self, minimum: int) -> int:  # pragma: no cover - abstract
+        """Warm-up requests before the level's windows; ``minimum`` is the plan's ``warmup_requests`` (0 turns
+        the warm-up off)."""
+        raise NotImplementedError
+
+    def schedule(self, n_requests: int, seed: int | None = None,
+                 send_offsets_s: Sequence[float] | None = None) -> Schedule:  # pragma: no cover - abstract
+        """The :class:`Schedule` of a window of ``n_requests``; ``seed`` draws random parts (arrivals),
+        ``send_offsets_s`` gives them instead."""
+        raise NotImplementedError
+
+    def window_deadline_s(self, request_timeout_s: float, repeats: int) -> float:
+        """Seconds one measured window (and its share of warm-up) may take before tunelab stops the
+        measurement: ``request_timeout_s x (repeats + 1)`` (the rule of the trial flow since its start; the
+        flow adds 300 s to the sum over windows)."""
+        return request_timeout_s * (repeats + 1)
+
+
+class ConcurrencyProfile(_Profile):
+    """Fixed concurrency ``c``: exactly ``c`` requests in flight while requests remain (closed loop; as
+    ``vllm bench serve --max-concurrency c --request-rate inf``). Label ``c=4``."""
+
+    kind: Literal["concurrency"] = "concurrency"
+    concurrency: StrictInt = Field(description="Max requests in flight (>= 1).")
+    level_field: ClassVar[str] = "concurrency"
+    plan_field: ClassVar[str] = "concurrency"
+    plot_marker: ClassVar[str] = "o"
+    has_concurrency_target: ClassVar[bool] = True
+
+    @field_validator("concurrency")
+    @classmethod
+    def _ok(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError(f"concurrency levels must be >= 1 (max requests in flight), got {v}; e.g. "
+                             "concurrency: [1, 4]")
+        return v
+
+    @classmethod
+    def format_label(cls, value: float) -> str:
+        return f"c={int(value)}"
+
+    @property
+    def target_concurrency(self) -> float:
+        return float(self.concurrency)
+
+    def measured_requests(self, workload_requests: int, requests_per_concurrency: int = 0) -> int:
+        """``max(num_requests, requests_per_concurrency x c)`` with ``requests_per_concurrency`` > 0, so high
+        levels are really reached and low ones stay short; else ``num_requests``."""
+        if requests_per_concurrency:
+            return max(workload_requests, int(requests_per_concurrency * self.concurrency))
+        return workload_requests
+
+    def warmup_requests(self, minimum: int) -> int:
+        """``max(minimum, c)`` at concurrency c, so c requests are in flight at once (every batch size up to c
+        is passed on the way up) before the first measured request; 0 when ``minimum`` <= 0."""
+        return 0 if minimum <= 0 else max(minimum, self.concurrency)
+
+    def schedule(self, n_requests: int, seed: int | None = None,
+                 send_offsets_s: Sequence[float] | None = None) -> Schedule:
+        """``c`` slots (no send offsets: the server's pace sets them; ``seed`` is not used)."""
+        return Schedule(n_requests, slots=self.concurrency)
+
+
+class RateProfile(_Profile):
+    """A request rate with its arrival process: request i is sent at offset i of a renewal process with mean
+    rate ``rate_per_s`` and gamma-shaped gaps (``burstiness`` 1.0 = Poisson, < 1 burstier, > 1 more regular,
+    ``inf`` constant gaps), whatever the server does (open loop; as ``vllm bench serve --request-rate
+    --burstiness``). Label ``2 req/s``."""
+
+    kind: Literal["rate"] = "rate"
+    rate_per_s: float = Field(description="Mean requests/s (finite, > 0).")
+    burstiness: float = Field(1.0, description="Gamma shape of the inter-arrival gaps (> 0; 1.0 = Poisson, inf = "
+                                                "constant).")
+    level_field: ClassVar[str] = "rate_per_s"
+    plan_field: ClassVar[str] = "request_rates"
+    plot_marker: ClassVar[str] = "s"
+
+    @field_validator("rate_per_s")
+    @classmethod
+    def _rate_ok(cls, v: float) -> float:
+        if not math.isfinite(v) or v <= 0:
+            raise ValueError(f"request rates must be finite numbers > 0 requests/s, got {v!r}; e.g. "
+                             "request_rates: [0.5, 2]")
+        return v
+
+    @field_validator("burstiness")
+    @classmethod
+    def _burst_ok(cls, v: float) -> float:
+        if math.isnan(v) or v <= 0:
+            raise ValueError(f"burstiness must be > 0 (1 = Poisson, < 1 burstier, > 1 more regular), got {v!r}")
+        return v
+
+    @property
+    def arrival_process(self) -> str:
+        """``'poisson'`` (burstiness 1), ``'constant'`` (inf) or ``'gamma'``."""
+        if self.burstiness == 1.0:
+            return "poisson"
+        return "constant" if math.isinf(self.burstiness) else "gamma"
+
+    @classmethod
+    def format_label(cls, value: float) -> str:
+        return f"{value:g} req/s"
+
+    def warmup_requests(self, minimum: int) -> int:
+        """``max(minimum, ceil(rate x RATE_WARMUP_S))`` on the level's own arrival process: the batch sizes a
+        second of arrivals brings. An open-loop window's in-flight count is random; the window records
+        ``peak_in_flight`` and a note says when it went above the warm-up's. 0 when ``minimum`` <= 0."""
+        return 0 if minimum <= 0 else max(minimum, math.ceil(self.rate_per_s * RATE_WARMUP_S))
+
+    def schedule(self, n_requests: int, seed: int | None = None,
+                 send_offsets_s: Sequence[float] | None = None) -> Schedule:
+        """Send offsets drawn by :func:`arrival_offsets` from ``seed``, or the ``send_offsets_s`` given.
+
+        Raises:
+            ValueError: neither ``seed`` nor ``send_offsets_s`` (the message names arrival_offsets_s, the
+                load generator's argument), or not one offset per request.
+        """
+        if send_offsets_s is None:
+            if seed is None:
+                raise ValueError("a request-rate window needs arrival_offsets_s: one send offset (seconds) per "
+                                 "prompt (tunelab.load_profiles.arrival_offsets), or a seed to draw them from")
+            send_offsets_s = arrival_offsets(n_requests, self.rate_per_s, self.burstiness, seed=seed)
+        return Schedule(n_requests, send_offsets_s=tuple(float(x) for x in send_offsets_s))
+
+
+#: The union of all profiles, told apart by ``kind`` (pydantic discriminated union).
+LoadProfile = Annotated[Union[ConcurrencyProfile, RateProfile], Field(discriminator="kind")]
+_ADAPTER: TypeAdapter = TypeAdapter(LoadProfile)
+_BY_KIND: dict[str, type[_Profile]] = {c.model_fields["kind"].default: c for c in (ConcurrencyProfile, RateProfile)}
+#: The ``load_kind`` values of the warehouse.
+LOAD_KINDS: tuple[str, ...] = tuple(_BY_KIND)
+
+
+def _first_error(e: ValidationError) -> str:
+    err = e.errors()[0]
+    return str(err["msg"]).removeprefix("Value error, ")
+
+
+def profile_for(kind: str, value: float, **options: Any) -> LoadProfile:
+    """The profile of a warehouse key (``load_kind``, ``load_value``), with ``options`` such as
+    ``burstiness`` for a rate.
+
+    Raises:
+        ValueError: an unknown kind (the message lists the known ones) or a value the profile rejects.
+    """
+    cls = _BY_KIND.get(kind)
+    if cls is None:
+        raise ValueError(f"load_kind must be one of {list(LOAD_KINDS)}, got {kind!r}")
+    level: Any = value
+    if cls.level_field == "concurrency" and isinstance(value, float) and value.is_integer():
+        level = int(value)  # the warehouse stores every load_value as a float
+    try:
+        return _ADAPTER.validate_python({"kind": kind, cls.level_field: level, **options})
+    except ValidationError as e:
+        raise ValueError(f"load_value ({kind}): {_first_error(e)}") from None
+
+
+def load_label(kind: str, value: float) -> str:
+    """The label of a warehouse row's load level (``c=4``, ``2 req/s``) by its profile's rule, without
+    validating the value (rows imported from ``vllm bench serve`` may have rate ``inf``).
+
+    Raises:
+        ValueError: an unknown kind.
+    """
+    cls = _BY_KIND.get(kind)
+    if cls is None:
+        raise ValueError(f"load_kind must be one of {list(LOAD_KINDS)}, got {kind!r}")
+    return cls.format_label(float(value))
+
+
+def concurrency_target_kinds() -> tuple[str, ...]:
+    """The ``load_kind`` values whose ``load_value`` is an in-flight target (achieved-concurrency checks)."""
+    return tuple(k for k, c in _BY_KIND.items() if c.has_concurrency_target)
+
+
+def profiles_from_levels(cls: type[_Profile], levels: Sequence[Any], **options: Any) -> list[LoadProfile]:
+    """One profile of ``cls`` per level of the plan field ``cls.plan_field`` (e.g. ``concurrency: [1, 4]``),
+    with shared ``options`` (e.g. the plan's ``burstiness``).
+
+    Raises:
+        ValueError: a level the profile rejects, or a level given twice (the message names the plan field and
+            the fix).
+    """
+    out = []
+    for i, v in enumerate(levels):
+        try:
+            out.append(cls(**{cls.level_field: v}, **options))
+        except ValidationError as e:
+            raise ValueError(f"{cls.plan_field}[{i}]: {_first_error(e)}") from None
+    keys = [p.value for p in out]
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"{cls.plan_field} levels must be distinct, got {list(levels)}: a level measured twice is "
+                         "what `repeats` is for")
+    return out
