@@ -25,9 +25,9 @@ def _trial(**kw):
 def test_write_layout_manifest_and_roundtrip(tmp_path):
     st = _trial()
     path = write_bundle(tmp_path, st.sweep, st.trial, st.tables)
-    assert path == tmp_path / "20261129T0000Z-demo" / "20261129T0000Z-demo__cfg1__r0"
+    assert path == tmp_path / "20261129T0000Z-demo" / "20261129T0000Z-demo__synthetic__cfg1__r0"
     manifest = json.loads((path / MANIFEST_NAME).read_text())
-    assert manifest["trial_id"] == "20261129T0000Z-demo/cfg1/r0"
+    assert manifest["trial_id"] == "20261129T0000Z-demo/synthetic/cfg1/r0"
     assert manifest["bundle_format"] == 1
     assert set(manifest["files"]) == {"sweep", "trial", "measurements", "requests", "boot_phases", "quality_checks"}
     assert manifest["files"]["requests"]["rows"] == len(st.tables["requests"])

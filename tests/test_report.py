@@ -77,7 +77,7 @@ def test_sweep_markdown_has_trials_quality_comparison_and_plots(warehouse, tmp_p
     from tunelab.reports.report import comparison_frame, quality_summary, sweep_markdown
 
     comp = comparison_frame(warehouse, SWEEP)
-    statuses = [{"trial_id": f"{SWEEP}/a/r0", "config": "cfg-a", "config_key": "a", "runtime": "synthetic",
+    statuses = [{"trial_id": f"{SWEEP}/synthetic/a/r0", "config": "cfg-a", "config_key": "a", "runtime": "synthetic",
                  "replicate": 0, "device": "gpu1", "status": "ok", "boot_s": 30.2, "compile_cache": "warm",
                  "verdict": "pass"}]
     png = tmp_path / "x.png"
@@ -96,10 +96,10 @@ def test_trial_table_rows(warehouse):
     for b in list_bundles(res):
         t = read_bundle(b)
         by_key[t["trial"]["trial_id"].iloc[0]] = t
-    rows = trial_table(by_key[f"{SWEEP}/a/r0"])
+    rows = trial_table(by_key[f"{SWEEP}/synthetic/a/r0"])
     assert len(rows) == 2 * 3  # 2 load levels x 3 repeats
     assert {r["load"] for r in rows} == {"c=1", "c=4"} and all(float(r["output tok/s"]) > 0 for r in rows)
-    failed = trial_table(by_key[f"{SWEEP}/c/r0"])
+    failed = trial_table(by_key[f"{SWEEP}/synthetic/c/r0"])
     assert len(failed) == 1 and failed[0]["status"] == "boot_failed" and "oom_kv_cache" in failed[0]["failure"]
 
 

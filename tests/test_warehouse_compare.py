@@ -101,7 +101,7 @@ def test_excluded_trials_are_reported(con):
     assert out.iloc[0].verdict == "better" and out.iloc[0].candidate_boots == 3
     assert out.iloc[0].candidate_trials_excluded == 2
     reasons = dict(zip(out.attrs["excluded"].trial_id, out.attrs["excluded"].reason))
-    assert reasons == {"sw/B/r7": "status=boot_failed", "sw/B/r8": "quality_verdict=fail"}
+    assert reasons == {"sw/synthetic/B/r7": "status=boot_failed", "sw/synthetic/B/r8": "quality_verdict=fail"}
     # opting in to failed-quality trials pulls the candidate down
     wider = compare(con, {"config_key": "A"}, {"config_key": "B"}, quality=("pass", "warn", "fail"))
     assert wider.iloc[0].candidate_boots == 4
@@ -181,12 +181,12 @@ def test_env_var_not_applied_on_every_candidate_boot_gives_not_applied(con):
 
 def test_env_var_not_applied_on_some_boots_keeps_the_verdict_and_lists_them(con):
     add_pair(con, effect=0.10, seed=4)
-    con.execute("""UPDATE trials SET env_not_applied = '["VLLM_MY_TYPO"]' WHERE trial_id = 'sw/B/r0'""")
+    con.execute("""UPDATE trials SET env_not_applied = '["VLLM_MY_TYPO"]' WHERE trial_id = 'sw/synthetic/B/r0'""")
     con.execute("""UPDATE trials SET env_not_applied = '[]' WHERE config_key = 'A'""")
     df = compare(con, {"config_key": "A"}, {"config_key": "B"})
     assert df.iloc[0].verdict == "better"
     assert df.attrs["not_applied"].to_dict("records") == [
-        {"side": "candidate", "trial_id": "sw/B/r0", "env": "VLLM_MY_TYPO"}]
+        {"side": "candidate", "trial_id": "sw/synthetic/B/r0", "env": "VLLM_MY_TYPO"}]
 
 
 # -- builds grouped by release (tunelab/warehouse/versions.py) -------------------------------------------------------------

@@ -15,8 +15,9 @@ and renamed into place in one step, so a reader never sees a half-written bundle
 manifest with ``os.replace``; the manifest is the commit point and always names complete
 files whose hashes match.
 
-Column values follow the warehouse contract (``tunelab/warehouse/schema/001_init.sql``): seconds in
-``*_s``, tokens as integers. In ``sweep``/``trial`` dicts, dict/list values (the JSON columns
+Columns and their types come from the table's record (``tunelab/records.py``): every Parquet file is
+written with the record's Arrow types (``records.arrow_schema``), never with types inferred from the values.
+Seconds in ``*_s``, tokens as integers. In ``sweep``/``trial`` dicts, dict/list values (the JSON columns
 ``engine_args``, ``env``, ``env_not_applied``, ``effective_config``) are stored as JSON text.
 """
 
@@ -32,6 +33,10 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tunelab import records
 
 __all__ = [
     "BUNDLE_FORMAT",
@@ -50,18 +55,11 @@ __all__ = [
 
 BUNDLE_FORMAT = 1
 MANIFEST_NAME = "manifest.json"
-BUNDLE_TABLES = (
-    "trial",
-    "sweep",
-    "boot_phases",
-    "measurements",
-    "requests",
-    "server_metrics",
-    "gpu_samples",
-    "quality_checks",
-)
+#: Bundle tables in order, one per record of ``tunelab/records.py`` (``trial``, ``sweep``, ``boot_phases``,
+#: ``measurements``, ``requests``, ``server_metrics``, ``gpu_samples``, ``quality_checks``).
+BUNDLE_TABLES = tuple(records.RECORDS)
 # bundle table name -> warehouse table name
-TABLE_TO_WAREHOUSE = {name: name for name in BUNDLE_TABLES} | {"trial": "trials", "sweep": "sweeps"}
+TABLE_TO_WAREHOUSE = {name: rec.TABLE for name, rec in records.RECORDS.items()}
 _TRIAL_KEYED = tuple(t for t in BUNDLE_TABLES if t != "sweep")
 
 
@@ -116,8 +114,34 @@ def _row_frame(row: dict, field: str) -> pd.DataFrame:
     return pd.DataFrame([{k: _jsonable(v) for k, v in row.items()}])
 
 
+def _arrow_table(df: pd.DataFrame, name: str) -> pa.Table:
+    """``df`` as an Arrow table whose columns have the types of the table's record (``records.arrow_schema``),
+    so a column's type never depends on its values (an all-None column, ints read back as floats). Columns
+    the record does not have keep the type pyarrow infers; the loader refuses them by name."""
+    record = records.RECORDS[name]
+    arrays, fields = [], []
+    for col in df.columns:
+        series = df[col]
+        if col in record.model_fields:
+            field = records.arrow_schema(record, [col]).field(0)
+            try:
+                arr = pa.array(series, type=field.type, from_pandas=True)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
+                raise BundleError(
+                    f"table {name!r}: column {col!r} cannot be stored as {field.type} "
+                    f"(tunelab/records.py {record.__name__}): {exc}"
+                ) from exc
+        else:
+            arr = pa.array(series, from_pandas=True)
+            field = pa.field(str(col), arr.type)
+        arrays.append(arr)
+        fields.append(field)
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
 def _write_parquet(df: pd.DataFrame, path: Path) -> None:
-    df.to_parquet(path, index=False, engine="pyarrow")
+    # The table name is the file name's first part: <name>.parquet, or <name>.<generation>.parquet.
+    pq.write_table(_arrow_table(df.reset_index(drop=True), path.name.split(".")[0]), path)
     with open(path, "rb") as f:
         os.fsync(f.fileno())
 

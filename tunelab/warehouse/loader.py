@@ -32,6 +32,7 @@ import duckdb
 import pandas as pd
 import pyarrow.parquet as pq
 
+from tunelab import records
 from tunelab.bundle import BUNDLE_TABLES, TABLE_TO_WAREHOUSE, BundleError, list_bundles, verify_bundle
 from tunelab.warehouse.migrate import connect
 from tunelab.warehouse.versions import version_columns
@@ -60,7 +61,7 @@ CHECKPOINT_THRESHOLD = "1GB"
 # the log. 32,768 (DuckDB's default is 122,880) makes a bundle of ~50,000 request rows take
 # the direct path; scans of the views were not slower with it (benchmarks/warehouse_ingest.py).
 LOADER_ROW_GROUP_SIZE = 32_768
-_TRIAL_TABLES = ("trials", "boot_phases", "measurements", "requests", "server_metrics", "gpu_samples", "quality_checks")
+_TRIAL_TABLES = tuple(r.TABLE for r in records.RECORDS.values() if r is not records.Sweep)
 _VERSION_COLUMNS = tuple(version_columns(None))
 
 
@@ -204,11 +205,20 @@ def _parquet_columns(path: Path) -> list[str]:
 
 
 def _check_columns(schema: dict[str, set[str]], table: str, cols, source: str) -> None:
-    unknown = sorted(set(cols) - schema.get(table, set()))
+    """Refuse columns that the table's record (``tunelab/records.py``) or the warehouse does not have, naming
+    them: the record is the source of the columns, the SQL schema must agree with it (tests/test_records.py)."""
+    record = records.record_for(table)
+    unknown = sorted(set(cols) - set(record.model_fields))
     if unknown:
         raise BundleError(
-            f"{source}: columns {unknown} do not exist in warehouse table {table!r}; "
-            "fix the writer or add them in a new tunelab/warehouse/schema migration"
+            f"{source}: columns {unknown} are not columns of {table!r} (tunelab/records.py {record.__name__}); "
+            "fix the writer, or add them to the record and in a new tunelab/warehouse/schema migration"
+        )
+    missing = sorted(set(cols) - schema.get(table, set()))
+    if missing:
+        raise BundleError(
+            f"{source}: columns {missing} do not exist in warehouse table {table!r}: the warehouse lacks a "
+            "tunelab/warehouse/schema migration that adds them"
         )
 
 
@@ -288,17 +298,13 @@ def _insert_frame(con, schema, table: str, df: pd.DataFrame, source: str) -> int
 def _insert_parquet(con, schema, table: str, path: Path, source: str, trial_id: str) -> int:
     """Insert the rows of ``path`` that carry ``trial_id``; returns how many were inserted.
 
-    DuckDB reads the Parquet file itself (no pandas/pyarrow copy). The columns are not
-    checked up front: an unknown column makes the INSERT fail at bind time, before any row is
-    written, and only then is the file's schema read to name the column.
+    The file's columns (from its Parquet footer, no data read) are checked against the record first; then
+    DuckDB reads the Parquet file itself (no pandas/pyarrow copy).
     """
-    try:
-        return con.execute(
-            f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet(?) WHERE trial_id = ?", [str(path), trial_id]
-        ).fetchall()[0][0]
-    except duckdb.BinderException:
-        _check_columns(schema or _schema_columns(con), table, _parquet_columns(path), source)
-        raise
+    _check_columns(schema or _schema_columns(con), table, _parquet_columns(path), source)
+    return con.execute(
+        f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet(?) WHERE trial_id = ?", [str(path), trial_id]
+    ).fetchall()[0][0]
 
 
 def _count(con, table: str, trial_id: str) -> int:

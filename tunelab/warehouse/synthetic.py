@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from tunelab import records
+
 __all__ = ["SyntheticTrial", "synthetic_trial"]
 
 
@@ -65,11 +67,12 @@ def synthetic_trial(
         chunk_offsets: length of each request's ``chunk_offsets_s`` list (0: NULL, keeps it small).
 
     Returns:
-        SyntheticTrial with ``trial_id = f"{sweep_id}/{config_key}/r{replicate}"``.
+        SyntheticTrial with ``trial_id = records.trial_id(sweep_id, config_key, runtime_name, replicate)``
+        (``<sweep_id>/<runtime_name>/<config_key>/r<replicate>``, as a sweep writes it).
     """
     rng = rng or np.random.default_rng(0)
     started_at = started_at or _dt.datetime(2026, 1, 1, tzinfo=_dt.timezone.utc)
-    trial_id = f"{sweep_id}/{config_key}/r{replicate}"
+    trial_id = records.trial_id(sweep_id, config_key, runtime_name, replicate)
     sweep = {
         "sweep_id": sweep_id,
         "plan_name": "synthetic",

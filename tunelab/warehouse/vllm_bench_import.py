@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from tunelab import records as R
 from tunelab.bundle import BundleError
 from tunelab.warehouse.loader import (
     DEFAULT_LOCK_TIMEOUT_S,
@@ -45,6 +46,8 @@ from tunelab.warehouse.loader import (
 __all__ = ["SOURCE", "import_vllm_bench", "vllm_bench_tables"]
 
 SOURCE = "vllm-bench-import"
+#: The runtime part of an imported trial's id when the import names no runtime.
+IMPORT_RUNTIME = "unknown-runtime"
 _STAT_METRICS = ("ttft", "tpot", "itl", "e2el")
 
 
@@ -148,8 +151,8 @@ def vllm_bench_tables(
     model = first.get("model_id")
     config_key = config_key or "vb-" + hashlib.sha256(f"{model}\0{label}".encode()).hexdigest()[:12]
     version = vllm_version or first.get("vllm_version")
-    sweep_id = f"{SOURCE}-{sha[:12]}"
-    trial_id = f"{sweep_id}/{config_key}/r0"
+    sweep_id = R.import_sweep_id(SOURCE, sha)
+    trial_id = R.trial_id(sweep_id, config_key, runtime_name or IMPORT_RUNTIME, 0)
     end = _date(records[-1])
     start = _date(first)
     if start is not None:
@@ -233,7 +236,9 @@ def import_vllm_bench(
         for path, trial_id, tables, sha in prepared:
             t0 = time.perf_counter()
             sweep_id = tables["sweep"].at[0, "sweep_id"]
-            if _loaded_sha(con, trial_id) == sha:
+            # Imports before ids came from records.trial_id had no runtime part: the same file is still known.
+            legacy_id = f"{sweep_id}/{tables['trial'].at[0, 'config_key']}/r0"
+            if sha in (_loaded_sha(con, trial_id), _loaded_sha(con, legacy_id)):
                 results.append(LoadResult(path, trial_id, sweep_id, "skipped", {}, sha, time.perf_counter() - t0))
                 continue
             con.execute("BEGIN TRANSACTION")

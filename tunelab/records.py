@@ -1,0 +1,512 @@
+"""Typed records: one per warehouse table, the one source of its columns.
+
+Each record (a pydantic model) lists every column of one table with its type, unit and where its value comes
+from. From it derive: the Parquet schema of a result bundle's table (:func:`arrow_schema`: column types are
+fixed, never inferred from the values), the columns the loader accepts, ``tasks.metrics.MEASUREMENT_COLUMNS``
+and ``REQUEST_COLUMNS``, the metric lists of ``warehouse.compare`` and the quality suites' required columns.
+The SQL schema (``tunelab/warehouse/schema/*.sql`` after all migrations) must have the same columns with the
+same types; ``tests/test_records.py`` fails when a column exists in one of {record, bundle written by the trial
+flow, SQL schema} and not in the others.
+
+Adding a column: add the field here (type, ``description`` with its unit and source), add a new numbered
+migration ``ALTER TABLE ... ADD COLUMN``, and set the value where the row is built.
+
+Ids come from one function each: :func:`trial_id`, :func:`sweep_id`, :func:`import_sweep_id`,
+:func:`measurement_key` (the config key is ``plan.config_key``).
+
+Units: seconds in ``*_s``, epoch seconds in ``*_ts``, rates in ``*_per_s``, memory in MiB/GiB as named,
+tokens as integers.
+
+Domain layer: imports only pydantic, pyarrow and the standard library.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import secrets
+import typing
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar, Mapping
+
+import pyarrow as pa
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model
+
+__all__ = [
+    "LATENCY_METRICS",
+    "PERCENTILES",
+    "RECORDS",
+    "BootPhase",
+    "GpuSample",
+    "Measurement",
+    "MeasurementKey",
+    "QualityCheck",
+    "Record",
+    "RecordError",
+    "Request",
+    "ServerMetric",
+    "Sweep",
+    "Trial",
+    "WindowAggregate",
+    "arrow_schema",
+    "columns",
+    "import_sweep_id",
+    "measurement_key",
+    "pick",
+    "record_for",
+    "sql_type",
+    "sweep_id",
+    "to_row",
+    "trial_id",
+]
+
+
+# -- column types --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Col:
+    """Storage of one column: its Arrow type in a bundle and its type in DuckDB (``duckdb_columns().data_type``)."""
+
+    arrow: pa.DataType
+    sql: str
+
+
+def _json_text(value: Any) -> Any:
+    """dict/list -> JSON text (sorted keys), as the JSON columns are stored; text and None pass through."""
+    if isinstance(value, (dict, list, tuple)):
+        return json.dumps(value, sort_keys=True, default=str)
+    return value
+
+
+_TS = _Col(pa.timestamp("us", tz="UTC"), "TIMESTAMP WITH TIME ZONE")
+
+Text = Annotated[str, _Col(pa.string(), "VARCHAR")]
+Int32 = Annotated[int, _Col(pa.int32(), "INTEGER")]
+Int64 = Annotated[int, _Col(pa.int64(), "BIGINT")]
+Float = Annotated[float, _Col(pa.float64(), "DOUBLE")]
+Bool = Annotated[bool, _Col(pa.bool_(), "BOOLEAN")]
+Timestamp = Annotated[_dt.datetime, _TS]
+Date = Annotated[_dt.date, _Col(pa.date32(), "DATE")]
+JsonText = Annotated[str, BeforeValidator(_json_text), _Col(pa.string(), "JSON")]
+FloatList = Annotated[list[float], _Col(pa.list_(pa.float64()), "DOUBLE[]")]
+
+
+class RecordError(ValueError):
+    """A row does not fit its record: an unknown column or a value of the wrong type (the message names the
+    table, the column and the fix)."""
+
+
+class Record(BaseModel):
+    """Base of the table records. ``TABLE``: the warehouse table; ``BUNDLE``: the bundle table (file) name."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    TABLE: ClassVar[str]
+    BUNDLE: ClassVar[str]
+
+
+def _f(description: str, default: Any = None) -> Any:
+    return Field(default, description=description)
+
+
+# -- sweeps --------------------------------------------------------------------------------------------------
+class Sweep(Record):
+    """One execution of a plan (``sweeps``): built by ``flows.sweep`` (``vllm_bench_import`` for imports)."""
+
+    TABLE: ClassVar[str] = "sweeps"
+    BUNDLE: ClassVar[str] = "sweep"
+
+    sweep_id: Text = Field(description="Id of the sweep, see :func:`sweep_id` / :func:`import_sweep_id`.")
+    plan_name: Text = Field(description="The plan's ``name``.")
+    plan_yaml: Text | None = _f("The plan file as given, for re-running.")
+    host: Text | None = _f("Host name the sweep ran on (socket.gethostname()).")
+    started_at: Timestamp | None = _f("When the sweep started (UTC).")
+    finished_at: Timestamp | None = _f("When the sweep finished (UTC); None in bundles written before the end.")
+    tunelab_version: Text | None = _f("tunelab.__version__ of the orchestrator.")
+    source: Text | None = _f("'tunelab' or 'vllm-bench-import' (the SQL default is 'tunelab').", "tunelab")
+
+
+# -- trials --------------------------------------------------------------------------------------------------
+class Trial(Record):
+    """One boot of one engine config on one runtime (``trials``): built by ``flows.trial`` (``trial_row_base``
+    before boot, then boot/measure/teardown results); version columns are filled by the loader from
+    ``vllm_version`` (``warehouse.versions.version_columns``) when None."""
+
+    TABLE: ClassVar[str] = "trials"
+    BUNDLE: ClassVar[str] = "trial"
+
+    trial_id: Text = Field(description="Id of the trial, see :func:`trial_id`.")
+    sweep_id: Text = Field(description="The sweep's id.")
+    config_key: Text = Field(description="plan.config_key: hash of model + engine args + env (not the runtime).")
+    config_label: Text | None = _f("Human label of the config, e.g. 'enforce-eager=true' (plan.Trial.label).")
+    replicate: Int32 = Field(description="Boot number of this config in the sweep (0-based).")
+    runtime_name: Text | None = _f("The plan's runtime name the server ran on.")
+    vllm_version: Text | None = _f("vLLM version string as the runtime reports it (else the boot log).")
+    vllm_release: Text | None = _f("Release part, e.g. '0.32.0' (loader, warehouse.versions).")
+    vllm_release_major: Int32 | None = _f("Major release number (loader).")
+    vllm_release_minor: Int32 | None = _f("Minor release number (loader).")
+    vllm_release_patch: Int32 | None = _f("Patch release number (loader).")
+    vllm_pre: Text | None = _f("Pre-release, e.g. 'rc1'; None for a final release (loader).")
+    vllm_dev: Int32 | None = _f("Dev number; None if none (loader).")
+    vllm_commit: Text | None = _f("Git commit from a '+g<sha>' local part (loader).")
+    vllm_local: Text | None = _f("Full local suffix ('cpu', 'cu130', ...) (loader).")
+    torch_version: Text | None = _f("torch version of the runtime.")
+    transformers_version: Text | None = _f("transformers version of the runtime.")
+    fastokens_version: Text | None = _f("fastokens version of the runtime.")
+    cuda_version: Text | None = _f("CUDA version of the host (NVML inventory).")
+    driver_version: Text | None = _f("NVIDIA driver version (NVML inventory).")
+    gpu_name: Text | None = _f("GPU name; 'cpu' when no GPU.")
+    gpu_index: Int32 | None = _f("NVML index of the (first) GPU; None on CPU.")
+    model: Text | None = _f("Model id of the plan.")
+    engine_args: JsonText | None = _f("{flag: value} passed to vllm serve, as JSON text.")
+    env: JsonText | None = _f("The server's env on top of the runtime's (secrets redacted), as JSON text.")
+    env_not_applied: JsonText | None = _f("Env vars of the plan that vLLM reported as unknown, JSON list.")
+    effective_config: JsonText | None = _f("What vLLM reports it used (boot log), as JSON text.")
+    command: Text | None = _f("The vllm serve command line, secrets redacted.")
+    status: Text = Field(description="ok | boot_failed | failed | cancelled | gpu_busy.")
+    failure_class: Text | None = _f("oom_weights | oom_kv_cache | ... | measurement_error (tasks.bootlog).")
+    failure_reason: Text | None = _f("Why the trial failed, at most 2,000 characters.")
+    eager_diagnosis: Text | None = _f("Result of re-booting a failed config with --enforce-eager.")
+    boot_s: Float | None = _f("Popen -> ready (health 200 + one real completion), seconds.")
+    compile_cache: Text | None = _f("cold | warm (boot log).")
+    teardown_s: Float | None = _f("Teardown of the process group, seconds.")
+    started_at: Timestamp | None = _f("When the trial started (UTC).")
+    finished_at: Timestamp | None = _f("When the trial's bundle was written (UTC).")
+    load_avg_1m: Float | None = _f("Host 1-minute load average at the start (noise context).")
+    quality_verdict: Text | None = _f("pass | warn | fail | unvalidated (tasks.quality).")
+    log_path: Text | None = _f("The server's log file.")
+    vllm_version_key: Text | None = _f("PEP 440 sort key of the release (loader; migration 002, 006).")
+    gpu_clean_at_boot: Bool | None = _f("GPU free of foreign processes at boot; None on CPU (migration 003).")
+    foreign_gpu_processes: Int32 | None = _f("Compute processes on the GPU not started by tunelab (003).")
+    gpu_baseline_excess_mib: Float | None = _f("Used GPU memory above the sweep's baseline at boot, MiB (003).")
+    teardown_clean: Bool | None = _f("False: the group survived SIGKILL or the port stayed busy (003).")
+    health_s: Float | None = _f("Popen -> first /health 200, seconds (003).")
+    measurement_notes: Text | None = _f("What the measurement noticed about its windows, one per line (004).")
+    vllm_public_version: Text | None = _f("Release group of the build, '0.26.0' for '0.26.0+empty' (loader, 006).")
+    vllm_platform: Text | None = _f("Build target from the local part: cpu, cu128, ... (loader, 006).")
+    vllm_build_date: Date | None = _f("Date from a local segment dYYYYMMDD (loader, 006).")
+    vllm_untrusted: Text | None = _f("Why the version cannot place the build among releases (loader, 006).")
+
+
+# -- boot phases ---------------------------------------------------------------------------------------------
+class BootPhase(Record):
+    """One phase of a trial's boot (``boot_phases``), parsed from the server log by ``tasks.bootlog``."""
+
+    TABLE: ClassVar[str] = "boot_phases"
+    BUNDLE: ClassVar[str] = "boot_phases"
+
+    trial_id: Text = Field(description="The trial's id.")
+    phase: Text = Field(description="weights_load | model_load | torch_compile | graph_capture | kv_cache | ...")
+    seconds: Float | None = _f("Duration of the phase, seconds.")
+    gib: Float | None = _f("Memory the phase reports, GiB.")
+    tokens: Int64 | None = _f("Tokens the phase reports (KV cache size).")
+    detail: Text | None = _f("The log line's detail.")
+
+
+# -- measurements --------------------------------------------------------------------------------------------
+#: Percentiles reported for every latency (``*_p50_s`` ... ``*_p99_s``).
+PERCENTILES: tuple[int, ...] = (50, 90, 95, 99)
+#: The latencies with mean and percentiles in ``measurements``.
+LATENCY_METRICS: tuple[str, ...] = ("ttft", "tpot", "itl", "e2el")
+_LATENCY_TEXT = {
+    "ttft": "TTFT (send -> first chunk with text)",
+    "tpot": "TPOT ((E2EL - TTFT) / (output_tokens - 1))",
+    "itl": "ITL (gaps between content chunks, pooled over ok requests)",
+    "e2el": "E2EL (send -> last chunk with text)",
+}
+
+
+class MeasurementKey(Record):
+    """The key of a measured window: trial x workload x load level x repeat (see :func:`measurement_key`)."""
+
+    TABLE: ClassVar[str] = "measurements"
+    BUNDLE: ClassVar[str] = "measurements"
+
+    trial_id: Text = Field(description="The trial's id.")
+    workload: Text = Field(description="The plan's workload name.")
+    load_kind: Text = Field(description="concurrency | rate.")
+    load_value: Float = Field(description="Target concurrency, or requests/s for a rate.")
+    repeat: Int32 = Field(description="Repeat number of the window at this level (0-based).")
+
+
+class _Throughput(MeasurementKey):
+    num_requests: Int32 | None = _f("Measured requests of the window.")
+    completed: Int32 | None = _f("Requests that were ok (tasks.metrics.derive_request).")
+    failed: Int32 | None = _f("Requests that failed.")
+    duration_s: Float | None = _f("First send -> last end of the measured requests, seconds.")
+    request_throughput_per_s: Float | None = _f("completed / duration_s.")
+    output_tokens_per_s: Float | None = _f("Output tokens of ok requests / duration_s.")
+    total_tokens_per_s: Float | None = _f("(Prompt + output tokens of ok requests) / duration_s.")
+    goodput_per_s: Float | None = _f("Requests/s meeting every SLO of the plan (vllm bench --goodput rule).")
+    achieved_concurrency: Float | None = _f("sum(E2EL to the stream's end) / duration_s (Little's law).")
+    peak_in_flight: Int32 | None = _f("Most requests in flight at once in the window (005).")
+    in_flight_while_sending: Float | None = _f("Mean in flight from the first to the last send (005).")
+    total_input_tokens: Int64 | None = _f("Prompt tokens of ok requests (server usage).")
+    total_output_tokens: Int64 | None = _f("Output tokens of ok requests (server usage).")
+
+
+_Latencies = create_model(
+    "_Latencies",
+    __base__=_Throughput,
+    **{
+        f"{m}_{s}_s": (Float | None, _f(f"{'Mean' if s == 'mean' else s} of {_LATENCY_TEXT[m]} over ok requests, s."))
+        for m in LATENCY_METRICS
+        for s in ("mean", *(f"p{p}" for p in PERCENTILES))
+    },
+)
+
+
+class WindowAggregate(_Latencies):  # type: ignore[misc,valid-type]
+    """The columns ``tasks.metrics.aggregate`` computes from a window's requests (key included)."""
+
+    client_cpu_frac: Float | None = _f("Load generator CPU time / wall time.")
+    client_bound: Bool | None = _f("The client's own evidence says it could not keep up (tasks.metrics).")
+
+
+class Measurement(WindowAggregate):
+    """One measured window (``measurements``): :class:`WindowAggregate` plus what the load generator
+    (``tasks.loadgen.LevelResult``) and ``tasks.measure`` record about the window (migrations 004, 005)."""
+
+    rx_stamps: Text | None = _f("'kernel' | 'read' | 'mixed': how receive times were taken (004).")
+    read_delay_p99_s: Float | None = _f("p99 of read time - kernel receive time, seconds (004).")
+    loop_lag_p99_s: Float | None = _f("p99 event-loop wake-up lateness of the busiest load process, s (004).")
+    same_read_itl_frac: Float | None = _f("Inter-chunk gaps whose two chunks came in one read (004).")
+    load_processes: Int32 | None = _f("Load-generator processes of the window (plan.load_processes) (004).")
+    warmup_requests: Int32 | None = _f("Warm-up requests sent before this level's windows (005).")
+    warmup_peak_in_flight: Int32 | None = _f("Most warm-up requests in flight at once (005).")
+    compile_during_window: Bool | None = _f("Server log shows compilation during the window; None: not read (005).")
+    compile_log_lines: Text | None = _f("Those log lines, one per line, at most 20 (005).")
+
+
+# -- requests ------------------------------------------------------------------------------------------------
+class Request(Record):
+    """One measured request (``requests``), from ``tasks.metrics.derive_request``. Key: measurement key +
+    ``request_index`` (unique per bundle, checked by the bundle writer; not indexed in SQL)."""
+
+    TABLE: ClassVar[str] = "requests"
+    BUNDLE: ClassVar[str] = "requests"
+
+    trial_id: Text = Field(description="The trial's id.")
+    workload: Text = Field(description="The plan's workload name.")
+    load_kind: Text = Field(description="concurrency | rate.")
+    load_value: Float = Field(description="Target concurrency, or requests/s.")
+    repeat: Int32 = Field(description="Repeat number of the window (0-based).")
+    request_index: Int32 = Field(description="Index of the request in its window.")
+    ok: Bool = Field(description="The request succeeded (tasks.metrics.derive_request).")
+    error: Text | None = _f("Reason of a failed request.")
+    send_ts: Float | None = _f("Epoch seconds of the send.")
+    first_token_ts: Float | None = _f("Epoch s of the first chunk carrying generated text.")
+    end_ts: Float | None = _f("Epoch s of the stream's last byte (after the usage chunk and [DONE]).")
+    last_token_ts: Float | None = _f("Epoch s of the last chunk carrying generated text: the request's end (005).")
+    chunk_offsets_s: FloatList | None = _f("Every content chunk, seconds after send_ts.")
+    prompt_tokens: Int32 | None = _f("Prompt tokens from the server's usage.")
+    output_tokens: Int32 | None = _f("Output tokens from the server's usage.")
+    requested_output_tokens: Int32 | None = _f("max_tokens sent.")
+    finish_reason: Text | None = _f("The server's finish_reason.")
+    ttft_s: Float | None = _f("TTFT, seconds.")
+    tpot_s: Float | None = _f("TPOT, seconds.")
+    e2el_s: Float | None = _f("E2EL (to the last token), seconds.")
+    itl_mean_s: Float | None = _f("Mean gap between content chunks, seconds.")
+
+
+# -- server metrics, GPU samples, quality checks -------------------------------------------------------------
+class ServerMetric(Record):
+    """One vLLM ``/metrics`` value over a window (``server_metrics``), from ``tasks.server_metrics``."""
+
+    TABLE: ClassVar[str] = "server_metrics"
+    BUNDLE: ClassVar[str] = "server_metrics"
+
+    trial_id: Text = Field(description="The trial's id.")
+    workload: Text = Field(description="The plan's workload name.")
+    load_kind: Text = Field(description="concurrency | rate.")
+    load_value: Float = Field(description="Target concurrency, or requests/s.")
+    repeat: Int32 = Field(description="Repeat number of the window (0-based).")
+    metric: Text = Field(description="tunelab's canonical name, e.g. preemptions, kv_cache_usage.")
+    kind: Text = Field(description="counter_delta | histogram | gauge.")
+    value: Float | None = _f("Counter delta, gauge value or histogram mean over the window.")
+    count: Float | None = _f("Histogram observations in the window.")
+    sum: Float | None = _f("Histogram sum in the window.")
+    source_name: Text | None = _f("The vLLM metric name actually read.")
+    null_reason: Text | None = _f("Why value is None (metric absent in this version, ...).")
+
+
+class GpuSample(Record):
+    """One NVML sample during the measurement (``gpu_samples``), from ``tasks.gpu.GpuSampler``."""
+
+    TABLE: ClassVar[str] = "gpu_samples"
+    BUNDLE: ClassVar[str] = "gpu_samples"
+
+    trial_id: Text = Field(description="The trial's id.")
+    ts: Float = Field(description="Epoch seconds of the sample.")
+    gpu_index: Int32 = Field(description="NVML index.")
+    memory_used_mib: Float | None = _f("Used GPU memory, MiB.")
+    utilization_pct: Float | None = _f("GPU utilization, percent.")
+    sm_clock_mhz: Float | None = _f("SM clock, MHz.")
+    mem_clock_mhz: Float | None = _f("Memory clock, MHz.")
+    power_w: Float | None = _f("Power draw, W.")
+    temperature_c: Float | None = _f("Temperature, degrees C.")
+    throttle_reasons: Int64 | None = _f("NVML clock-event reason bits.")
+
+
+class QualityCheck(Record):
+    """One expectation result (``quality_checks``), from ``tasks.quality.validate_trial``."""
+
+    TABLE: ClassVar[str] = "quality_checks"
+    BUNDLE: ClassVar[str] = "quality_checks"
+
+    trial_id: Text = Field(description="The trial's id.")
+    suite: Text = Field(description="Suite name (tasks.quality.CHECKS).")
+    expectation: Text = Field(description="Check name (tasks.quality.CHECKS).")
+    success: Bool | None = _f("Passed; None: skipped.")
+    severity: Text | None = _f("fail | warn.")
+    observed: Text | None = _f("What was observed, as text.")
+    threshold: Text | None = _f("The limit, as text.")
+    detail: Text | None = _f("What was checked, and the failing rows.")
+
+
+#: bundle table name -> record, in bundle order (``bundle.BUNDLE_TABLES``).
+RECORDS: dict[str, type[Record]] = {
+    r.BUNDLE: r for r in (Trial, Sweep, BootPhase, Measurement, Request, ServerMetric, GpuSample, QualityCheck)
+}
+
+
+# -- derived views -------------------------------------------------------------------------------------------
+def record_for(table: str) -> type[Record]:
+    """The record of a bundle table name (``trial``) or warehouse table name (``trials``).
+
+    Raises:
+        RecordError: no record has that name.
+    """
+    for r in RECORDS.values():
+        if table in (r.BUNDLE, r.TABLE):
+            return r
+    raise RecordError(f"no record for table {table!r}; known: {sorted(RECORDS)}")
+
+
+def columns(record: type[Record]) -> tuple[str, ...]:
+    """The record's columns in order."""
+    return tuple(record.model_fields)
+
+
+def pick(record: type[Record], *names: str) -> tuple[str, ...]:
+    """``names``, checked to be columns of ``record`` (for column lists kept elsewhere, e.g. a check's
+    required columns).
+
+    Raises:
+        RecordError: a name is not a column of the record.
+    """
+    unknown = [n for n in names if n not in record.model_fields]
+    if unknown:
+        raise RecordError(f"{unknown} are not columns of {record.TABLE} (tunelab/records.py {record.__name__})")
+    return tuple(names)
+
+
+def _col(record: type[Record], name: str) -> _Col:
+    field = record.model_fields[name]
+    # ``Text | None`` keeps the Annotated metadata inside the Optional; ``Text`` puts it on the field.
+    candidates = list(field.metadata)
+    for arg in typing.get_args(field.annotation):
+        candidates.extend(getattr(arg, "__metadata__", ()))
+    for m in candidates:
+        if isinstance(m, _Col):
+            return m
+    raise RecordError(f"{record.__name__}.{name} has no column type (use one of the types of tunelab/records.py)")
+
+
+def sql_type(record: type[Record], name: str) -> str:
+    """DuckDB type of a column, as ``duckdb_columns().data_type`` names it (``VARCHAR``, ``DOUBLE[]``, ...)."""
+    return _col(record, name).sql
+
+
+def arrow_schema(record: type[Record], names: list[str] | tuple[str, ...] | None = None) -> pa.Schema:
+    """The Arrow schema of the record's columns (all, or ``names`` in that order): the type a bundle's
+    Parquet file has for each column. Every field is nullable (NOT NULL is enforced by the warehouse).
+
+    Raises:
+        RecordError: a name is not a column of the record.
+    """
+    names = columns(record) if names is None else pick(record, *names)
+    return pa.schema([pa.field(n, _col(record, n).arrow, nullable=True) for n in names])
+
+
+def to_row(record: type[Record], row: Mapping[str, Any] | Record, *, full: bool = True) -> dict[str, Any]:
+    """Validate one row against its record and return it as a dict of column -> value.
+
+    Args:
+        record: the table's record.
+        row: a dict (or a record instance) of column values.
+        full: every column (None where not given, the default of ``source``); False: only the columns given.
+
+    Raises:
+        RecordError: naming the table and the column that is unknown or has a wrong value, and the fix.
+    """
+    if isinstance(row, Record):
+        row = row.model_dump(exclude_unset=not full)
+    try:
+        obj = record.model_validate(dict(row))
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
+        raise RecordError(
+            f"{record.TABLE} row does not fit tunelab/records.py {record.__name__}: {problems}. A new column needs "
+            "a field there and a new tunelab/warehouse/schema migration"
+        ) from None
+    return obj.model_dump(exclude_unset=not full)
+
+
+# -- ids -----------------------------------------------------------------------------------------------------
+def _part(name: str, value: Any, allow_slash: bool = False) -> str:
+    if not isinstance(value, str) or not value:
+        raise RecordError(f"{name} must be a non-empty string, got {value!r}")
+    if not allow_slash and "/" in value:
+        raise RecordError(f"{name} {value!r} must not contain '/' (it separates the parts of a trial_id)")
+    return value
+
+
+def trial_id(sweep_id: str, config_key: str, runtime: str, replicate: int) -> str:
+    """The id of a trial: ``<sweep_id>/<runtime>/<config_key>/r<replicate>``.
+
+    Parts: the sweep's id (:func:`sweep_id`), the plan's runtime name (one config on two runtimes is two
+    trials), ``plan.config_key`` (hash of model + engine args + env), and the boot number of that config on
+    that runtime in the sweep (0-based). This is the format sweeps have written since the runtime became part
+    of the id; bundle folders replace '/' by '__'.
+
+    Raises:
+        RecordError: an empty part, '/' in config_key or runtime, or a negative replicate.
+    """
+    if isinstance(replicate, bool) or not isinstance(replicate, int) or replicate < 0:
+        raise RecordError(f"replicate must be an integer >= 0, got {replicate!r}")
+    return (f"{_part('sweep_id', sweep_id, allow_slash=True)}/{_part('runtime', runtime)}/"
+            f"{_part('config_key', config_key)}/r{replicate}")
+
+
+def sweep_id(started: _dt.datetime, plan_name: str, token: str | None = None) -> str:
+    """The id of a sweep: ``<started, UTC, %Y%m%dT%H%M%SZ>-<plan name>-<token>``, e.g.
+    ``20261129T091500Z-demo-3f2a``; ``token`` is 4 random hex digits unless given (two sweeps of one plan in
+    the same second differ).
+
+    Raises:
+        RecordError: ``started`` without a time zone, or an empty plan name.
+    """
+    if not isinstance(started, _dt.datetime) or started.tzinfo is None:
+        raise RecordError(f"started must be a timezone-aware datetime (UTC), got {started!r}")
+    token = secrets.token_hex(2) if token is None else token
+    return f"{started.astimezone(_dt.timezone.utc):%Y%m%dT%H%M%SZ}-{_part('plan_name', plan_name, True)}-{token}"
+
+
+def import_sweep_id(source: str, sha256: str) -> str:
+    """The id of the sweep of an imported result file: ``<source>-<first 12 hex digits of its sha256>``, so
+    importing the same file twice gives the same id."""
+    return f"{_part('source', source)}-{_part('sha256', sha256)[:12]}"
+
+
+def measurement_key(workload: str, load_kind: str, load_value: float, repeat: int) -> dict[str, Any]:
+    """The key of a measured window without the trial (``workload``, ``load_kind``, ``load_value`` as float,
+    ``repeat`` as int): the columns every ``measurements``, ``requests`` and ``server_metrics`` row of that
+    window starts with.
+
+    Raises:
+        RecordError: ``load_kind`` not 'concurrency' or 'rate', or a negative repeat.
+    """
+    if load_kind not in ("concurrency", "rate"):
+        raise RecordError(f"load_kind must be 'concurrency' or 'rate', got {load_kind!r}")
+    if int(repeat) < 0:
+        raise RecordError(f"repeat must be >= 0, got {repeat!r}")
+    return {"workload": workload, "load_kind": load_kind, "load_value": float(load_value), "repeat": int(repeat)}
