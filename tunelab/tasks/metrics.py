@@ -42,6 +42,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tunelab import records as R
+
+from tunelab.load_profiles import LOAD_KINDS, concurrency_target_kinds
+
 __all__ = [
     "PERCENTILES",
     "REQUEST_COLUMNS",
@@ -56,56 +60,21 @@ __all__ = [
     "summarize_repeats",
 ]
 
-#: Percentiles reported for every latency (``*_p50_s`` ... ``*_p99_s``).
-PERCENTILES: tuple[int, ...] = (50, 90, 95, 99)
+#: Percentiles reported for every latency (``*_p50_s`` ... ``*_p99_s``): ``records.PERCENTILES``.
+PERCENTILES: tuple[int, ...] = R.PERCENTILES
 
-_IDENT = ("workload", "load_kind", "load_value", "repeat")
+_IDENT = tuple(c for c in R.columns(R.MeasurementKey) if c != "trial_id")
 _LOAD_KINDS = ("concurrency", "rate")
 
-#: Columns of :func:`derive_request`'s result, in the order of the ``requests`` table
-#: (``trial_id`` is added by the caller, or passed through when the raw record has it).
-REQUEST_COLUMNS: tuple[str, ...] = (
-    *_IDENT,
-    "request_index",
-    "ok",
-    "error",
-    "send_ts",
-    "first_token_ts",
-    "end_ts",
-    "last_token_ts",
-    "chunk_offsets_s",
-    "prompt_tokens",
-    "output_tokens",
-    "requested_output_tokens",
-    "finish_reason",
-    "ttft_s",
-    "tpot_s",
-    "e2el_s",
-    "itl_mean_s",
-)
+#: Columns of :func:`derive_request`'s result: the ``requests`` record (``records.Request``) without
+#: ``trial_id`` (added by the caller, or passed through when the raw record has it).
+REQUEST_COLUMNS: tuple[str, ...] = tuple(c for c in R.columns(R.Request) if c != "trial_id")
 
-_LATENCIES = ("ttft", "tpot", "itl", "e2el")
+_LATENCIES = R.LATENCY_METRICS
 
-#: Columns of :func:`aggregate`'s result, in the order of the ``measurements`` table.
-MEASUREMENT_COLUMNS: tuple[str, ...] = (
-    *_IDENT,
-    "num_requests",
-    "completed",
-    "failed",
-    "duration_s",
-    "request_throughput_per_s",
-    "output_tokens_per_s",
-    "total_tokens_per_s",
-    "goodput_per_s",
-    "achieved_concurrency",
-    "peak_in_flight",
-    "in_flight_while_sending",
-    "total_input_tokens",
-    "total_output_tokens",
-    *(f"{m}_{s}_s" for m in _LATENCIES for s in ("mean", *(f"p{p}" for p in PERCENTILES))),
-    "client_cpu_frac",
-    "client_bound",
-)
+#: Columns of :func:`aggregate`'s result: ``records.WindowAggregate`` without ``trial_id``; the rest of the
+#: ``measurements`` columns (``records.Measurement``) come from the load generator and ``tasks.measure``.
+MEASUREMENT_COLUMNS: tuple[str, ...] = tuple(c for c in R.columns(R.WindowAggregate) if c != "trial_id")
 
 #: SLO keys :func:`aggregate` accepts (seconds), as ``vllm bench serve --goodput ttft: tpot: e2el:``.
 SLO_KEYS: tuple[str, ...] = ("ttft_s", "tpot_s", "e2el_s")
@@ -447,7 +416,8 @@ def aggregate(
         slo: per-request SLOs in seconds for goodput, keys among :data:`SLO_KEYS`
             (``ttft_s``, ``tpot_s``, ``e2el_s``); None or {} -> ``goodput_per_s`` None.
         client_cpu_frac: load-generator CPU time / wall time during the measurement.
-        target: the target concurrency (used only when ``load_kind == 'concurrency'``).
+        target: the target concurrency (``LoadProfile.target_concurrency``; used only for load kinds that have
+            one, ``load_profiles.concurrency_target_kinds()``).
 
     Returns:
         dict with the keys of :data:`MEASUREMENT_COLUMNS` (plus ``trial_id`` if present):
@@ -559,7 +529,7 @@ def aggregate(
     bound: bool | None = None
     if client_cpu_frac is not None:
         bound = float(client_cpu_frac) >= CLIENT_BOUND_CPU_FRAC
-    if target is not None and out["load_kind"] == "concurrency" and while_sending is not None:
+    if target is not None and out["load_kind"] in concurrency_target_kinds() and while_sending is not None:
         expected = min(float(target), float(n))
         low = while_sending < CLIENT_BOUND_CONCURRENCY_FRAC * expected
         bound = bool(bound) or low
