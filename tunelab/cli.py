@@ -162,7 +162,7 @@ def plan_check(
     for i, tr in enumerate(p.trials(), 1):
         t.add_row(str(i), tr.runtime, tr.config_key, str(tr.replicate), tr.label, " ".join(tr.serve_args()))
     console.print(t)
-    levels = [f"c={c}" for c in p.concurrency] + [f"{r:g} req/s" for r in p.request_rates]
+    levels = [lp.label for lp in p.load_profiles()]
     console.print(f"workloads: {', '.join(w.name for w in p.workloads)}; load levels: {', '.join(levels)}; "
                   f"repeats {p.repeats}, warm-up {p.warmup_requests} requests")
     # The plan is valid; can it run on THIS machine? (A GPU plan checked on a laptop is still a valid plan.)

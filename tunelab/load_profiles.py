@@ -38,6 +38,7 @@ __all__ = [
     "RATE_WARMUP_S",
     "arrival_offsets",
     "profile_for",
+    "profile_class",
     "load_label",
     "concurrency_target_kinds",
     "profiles_from_levels",
@@ -341,6 +342,18 @@ def _first_error(e: ValidationError) -> str:
     return str(err["msg"]).removeprefix("Value error, ")
 
 
+def profile_class(kind: str) -> type[_Profile]:
+    """The profile type of a warehouse ``load_kind``.
+
+    Raises:
+        ValueError: an unknown kind (the message lists the known ones).
+    """
+    cls = _BY_KIND.get(kind)
+    if cls is None:
+        raise ValueError(f"load_kind must be one of {list(LOAD_KINDS)}, got {kind!r}")
+    return cls
+
+
 def profile_for(kind: str, value: float, **options: Any) -> LoadProfile:
     """The profile of a warehouse key (``load_kind``, ``load_value``), with ``options`` such as
     ``burstiness`` for a rate.
@@ -348,9 +361,7 @@ def profile_for(kind: str, value: float, **options: Any) -> LoadProfile:
     Raises:
         ValueError: an unknown kind (the message lists the known ones) or a value the profile rejects.
     """
-    cls = _BY_KIND.get(kind)
-    if cls is None:
-        raise ValueError(f"load_kind must be one of {list(LOAD_KINDS)}, got {kind!r}")
+    cls = profile_class(kind)
     level: Any = value
     if cls.level_field == "concurrency" and isinstance(value, float) and value.is_integer():
         level = int(value)  # the warehouse stores every load_value as a float
@@ -367,10 +378,7 @@ def load_label(kind: str, value: float) -> str:
     Raises:
         ValueError: an unknown kind.
     """
-    cls = _BY_KIND.get(kind)
-    if cls is None:
-        raise ValueError(f"load_kind must be one of {list(LOAD_KINDS)}, got {kind!r}")
-    return cls.format_label(float(value))
+    return profile_class(kind).format_label(float(value))
 
 
 def concurrency_target_kinds() -> tuple[str, ...]:

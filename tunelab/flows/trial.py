@@ -134,8 +134,9 @@ def measure_task(server: EngineServer, plan: Plan, gpu_index: int | None):
             last["t"] = now
             logger.info("%s: %d/%d requests", label, done, total)
 
-    n_windows = len(plan.workloads) * (len(plan.concurrency) + len(plan.request_rates)) * plan.repeats
-    deadline = plan.request_timeout_s * (plan.repeats + 1) * n_windows + 300
+    # Each load profile gives its windows' time limit (tunelab.load_profiles); 300 s covers set-up and scrapes.
+    per_level_s = sum(lp.window_deadline_s(plan.request_timeout_s, plan.repeats) for lp in plan.load_profiles())
+    deadline = per_level_s * len(plan.workloads) * plan.repeats + 300
     sampler = GpuSampler(gpu_index) if gpu_index is not None else None
     if sampler:
         sampler.__enter__()

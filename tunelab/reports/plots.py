@@ -17,6 +17,8 @@ from pathlib import Path
 
 import duckdb
 
+from tunelab.load_profiles import load_label, profile_class
+
 __all__ = ["latency_throughput_plot", "version_plot", "write_plots"]
 
 _LATENCIES = ("ttft_p50_s", "tpot_p50_s", "itl_p50_s", "e2el_p95_s")
@@ -73,11 +75,10 @@ def latency_throughput_plot(db_path: Path | duckdb.DuckDBPyConnection, sweep_id:
         for (rt, cfg), g in d.groupby(["runtime", "config"], sort=True):
             for kind, gk in g.groupby("load_kind"):
                 gk = gk.sort_values("load_value")
-                ax.plot(gk["output_tokens_per_s"], gk[latency] * 1000, marker="o" if kind == "concurrency" else "s",
+                ax.plot(gk["output_tokens_per_s"], gk[latency] * 1000, marker=profile_class(kind).plot_marker,
                         label=f"{cfg} ({rt}, {kind})")
                 for _, r in gk.iterrows():
-                    lab = f"c={int(r['load_value'])}" if kind == "concurrency" else f"{r['load_value']:g}/s"
-                    ax.annotate(lab, (r["output_tokens_per_s"], r[latency] * 1000), fontsize=7,
+                    ax.annotate(load_label(kind, r["load_value"]), (r["output_tokens_per_s"], r[latency] * 1000), fontsize=7,
                                 textcoords="offset points", xytext=(3, 3))
         ax.set_title(w)
         ax.set_xlabel("output tokens/s (mean over boots and repeats)")
@@ -137,7 +138,7 @@ def version_plot(db_path: Path, out_dir: Path, metric: str = "output_tokens_per_
     plt = _plt()
     fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(xpos) + 4), 4.5))
     for (ck, lab, w, lk, lv), g in pts.groupby(["config_key", "config_label", "workload", "load_kind", "load_value"]):
-        load = f"c={int(lv)}" if lk == "concurrency" else f"{lv:g} req/s"
+        load = load_label(lk, lv)
         ax.errorbar([xpos[k] for k in g["vllm_version_key"]], g["mean"], yerr=g["std"].fillna(0), marker="o",
                     capsize=3, label=f"{lab} [{ck[:6]}] {w} {load}")
     ax.set_xticks(range(len(xpos)), list(versions["vllm_version"]), rotation=30, ha="right")

@@ -14,6 +14,8 @@ from typing import Any, Iterator
 import duckdb
 import pandas as pd
 
+from tunelab.load_profiles import load_label
+
 __all__ = [
     "VERDICT_ORDER",
     "ab_markdown",
@@ -90,7 +92,7 @@ def _fmt_row(r: pd.Series) -> dict[str, str]:
         "runtime": str(r["runtime"]),
         "config": _config_cell(r),
         "workload": str(r["workload"]),
-        "load": f"c={int(r['load_value'])}" if r["load_kind"] == "concurrency" else f"{r['load_value']:g} req/s",
+        "load": load_label(r["load_kind"], r["load_value"]),
         "boots x repeats": f"{int(r['boots'])}x{int(r['repeats'] // max(r['boots'], 1))}",
         "output tok/s": "-" if pd.isna(r["output_tokens_per_s"]) else f"{r['output_tokens_per_s']:.1f}",
         "cv": "-" if pd.isna(cv) else f"{cv * 100:.0f}%",
@@ -201,7 +203,7 @@ def trial_table(tables: dict[str, pd.DataFrame]) -> list[dict[str, str]]:
         rows.append({
             **base,
             "workload": str(m["workload"]),
-            "load": f"c={int(m['load_value'])}" if m["load_kind"] == "concurrency" else f"{m['load_value']:g} req/s",
+            "load": load_label(m["load_kind"], m["load_value"]),
             "repeat": int(m["repeat"]),
             "output tok/s": "-" if pd.isna(m.get("output_tokens_per_s")) else f"{m['output_tokens_per_s']:.1f}",
             "TTFT p50 ms": ms(m.get("ttft_p50_s")), "TPOT p50 ms": ms(m.get("tpot_p50_s")),
@@ -313,7 +315,7 @@ def ab_markdown(df: pd.DataFrame, baseline: dict, candidate: dict, title: str | 
         lines += _md_table([{
             **({"config": f"{r.config_label} `{r.config_key}`"} if by_config else {}),
             "workload": r.workload,
-            "load": f"c={int(r.load_value)}" if r.load_kind == "concurrency" else f"{r.load_value:g} req/s",
+            "load": load_label(r.load_kind, r.load_value),
             "baseline": "-" if pd.isna(r.baseline_mean) else f"{r.baseline_mean:.4g}",
             "candidate": "-" if pd.isna(r.candidate_mean) else f"{r.candidate_mean:.4g}",
             "change": pct(r.rel_diff), "CI": f"[{pct(r.rel_ci_low)}, {pct(r.rel_ci_high)}]",
@@ -342,7 +344,7 @@ def regressions_markdown(df: pd.DataFrame, only_flagged: bool = True) -> str:
     else:
         lines += _md_table([{
             "config": r.config_key, "gpu": r.gpu_name, "workload": r.workload,
-            "load": f"{r.load_kind}={r.load_value:g}", "version": r.point, "baseline": r.baseline_point,
+            "load": load_label(r.load_kind, r.load_value), "version": r.point, "baseline": r.baseline_point,
             "change": "-" if pd.isna(r.rel_change) else f"{r.rel_change * 100:+.1f}%", "boots": r.boots,
             "status": f"**{r.status}**",
         } for r in d.itertuples(index=False)])

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tunelab.load_profiles import concurrency_target_kinds
 from tunelab.quality_thresholds import QualityThresholds
 from tunelab.tasks.quality.catalogue import (
     _GPU_IDLE_BIT,
@@ -282,7 +283,8 @@ def _suite_aggregates(gxe: Any, meas: pd.DataFrame | None, th: QualityThresholds
     if cv_specs:
         out.plans.append(_Plan(groups, cv_specs))
 
-    conc = m[(m["load_kind"] == "concurrency") & m["achieved_concurrency"].notna()
+    # Load kinds whose load_value is an in-flight target (fixed concurrency), by their load profile.
+    conc = m[m["load_kind"].isin(concurrency_target_kinds()) & m["achieved_concurrency"].notna()
              & (m["load_value"] > 0)].reset_index(drop=True)
     if conc.empty:
         out.skips.append(_Skip("achieved_concurrency",
