@@ -64,7 +64,7 @@ __all__ = [
 PERCENTILES: tuple[int, ...] = R.PERCENTILES
 
 _IDENT = tuple(c for c in R.columns(R.MeasurementKey) if c != "trial_id")
-_LOAD_KINDS = ("concurrency", "rate")
+_LOAD_KINDS = LOAD_KINDS  # one per load profile (tunelab.load_profiles)
 
 #: Columns of :func:`derive_request`'s result: the ``requests`` record (``records.Request``) without
 #: ``trial_id`` (added by the caller, or passed through when the raw record has it).
