@@ -32,6 +32,8 @@ from typing import Annotated, Any, ClassVar, Mapping
 import pyarrow as pa
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model
 
+from tunelab.load_profiles import LOAD_KINDS
+
 __all__ = [
     "LATENCY_METRICS",
     "PERCENTILES",
@@ -503,10 +505,11 @@ def measurement_key(workload: str, load_kind: str, load_value: float, repeat: in
     window starts with.
 
     Raises:
-        RecordError: ``load_kind`` not 'concurrency' or 'rate', or a negative repeat.
+        RecordError: ``load_kind`` not one of the load profiles' kinds (``load_profiles.LOAD_KINDS``), or a
+            negative repeat.
     """
-    if load_kind not in ("concurrency", "rate"):
-        raise RecordError(f"load_kind must be 'concurrency' or 'rate', got {load_kind!r}")
+    if load_kind not in LOAD_KINDS:
+        raise RecordError(f"load_kind must be one of {list(LOAD_KINDS)}, got {load_kind!r}")
     if int(repeat) < 0:
         raise RecordError(f"repeat must be >= 0, got {repeat!r}")
     return {"workload": workload, "load_kind": load_kind, "load_value": float(load_value), "repeat": int(repeat)}
