@@ -10,20 +10,13 @@ from typing import Literal
 import pandas as pd
 import pynvml
 
+from tunelab import records as R
+
 Verdict = Literal["pass", "warn", "fail", "unvalidated"]
 Severity = Literal["fail", "warn"]
 
-QUALITY_CHECK_COLUMNS: tuple[str, ...] = (
-    "trial_id",
-    "suite",
-    "expectation",
-    "success",
-    "severity",
-    "observed",
-    "threshold",
-    "detail",
-)
-"""Columns of the ``quality_checks`` warehouse table, in schema order."""
+QUALITY_CHECK_COLUMNS: tuple[str, ...] = R.columns(R.QualityCheck)
+"""Columns of the ``quality_checks`` warehouse table, in schema order (``records.QualityCheck``)."""
 
 THROTTLE_REASON_BITS: dict[str, int] = {
     "HwSlowdown": pynvml.nvmlClocksEventReasonHwSlowdown,  # 0x08
@@ -41,36 +34,21 @@ for _bit in THROTTLE_REASON_BITS.values():
     _THROTTLE_MASK |= _bit
 _GPU_IDLE_BIT = pynvml.nvmlClocksEventReasonGpuIdle
 
-_MEASUREMENT_KEY = ["workload", "load_kind", "load_value", "repeat"]
+_MEASUREMENT_KEY = list(R.pick(R.Measurement, "workload", "load_kind", "load_value", "repeat"))
 _GROUP_KEY = ["workload", "load_kind", "load_value"]
 _OUTLIER_MIN_REQUESTS = 5
 """Smallest window ``no_outlier_cluster`` assesses: with 5 ok requests a cluster of two
 outliers is still a minority, so the window median is a normal request."""
 
+#: Columns each suite reads, per table, checked against the table's record (``records.pick`` raises at import
+#: for a name the record does not have); a frame lacking one makes the trial ``unvalidated``.
 _REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
-    "requests": (
-        *_MEASUREMENT_KEY,
-        "ok",
-        "send_ts",
-        "end_ts",
-        "output_tokens",
-        "requested_output_tokens",
-        "ttft_s",
-        "e2el_s",
-        "itl_mean_s",
-    ),
-    "measurements": (
-        *_MEASUREMENT_KEY,
-        "ttft_p50_s",
-        "tpot_p50_s",
-        "ttft_mean_s",
-        "itl_mean_s",
-        "achieved_concurrency",
-        "client_cpu_frac",
-        "client_bound",
-    ),
-    "server_metrics": (*_MEASUREMENT_KEY, "metric", "kind", "value"),
-    "gpu_samples": ("gpu_index", "ts", "sm_clock_mhz", "throttle_reasons"),
+    "requests": R.pick(R.Request, *_MEASUREMENT_KEY, "ok", "send_ts", "end_ts", "output_tokens",
+                       "requested_output_tokens", "ttft_s", "e2el_s", "itl_mean_s"),
+    "measurements": R.pick(R.Measurement, *_MEASUREMENT_KEY, "ttft_p50_s", "tpot_p50_s", "ttft_mean_s",
+                           "itl_mean_s", "achieved_concurrency", "client_cpu_frac", "client_bound"),
+    "server_metrics": R.pick(R.ServerMetric, *_MEASUREMENT_KEY, "metric", "kind", "value"),
+    "gpu_samples": R.pick(R.GpuSample, "gpu_index", "ts", "sm_clock_mhz", "throttle_reasons"),
 }
 
 
