@@ -35,7 +35,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from tunelab.load_profiles import LOAD_KINDS
 
 __all__ = [
-    "LATENCY_METRICS",
+    "LATENCIES",
+    "LATENCY_COLUMNS",
     "PERCENTILES",
     "RECORDS",
     "BootPhase",
@@ -207,7 +208,11 @@ class BootPhase(Record):
 #: Percentiles reported for every latency (``*_p50_s`` ... ``*_p99_s``).
 PERCENTILES: tuple[int, ...] = (50, 90, 95, 99)
 #: The latencies with mean and percentiles in ``measurements``.
-LATENCY_METRICS: tuple[str, ...] = ("ttft", "tpot", "itl", "e2el")
+LATENCIES: tuple[str, ...] = ("ttft", "tpot", "itl", "e2el")
+#: Their columns in ``measurements``: ``<latency>_<mean|p50|...>_s`` in this order, seconds.
+LATENCY_COLUMNS: tuple[str, ...] = tuple(
+    f"{m}_{s}_s" for m in LATENCIES for s in ("mean", *(f"p{p}" for p in PERCENTILES))
+)
 _LATENCY_TEXT = {
     "ttft": "TTFT (send -> first chunk with text)",
     "tpot": "TPOT ((E2EL - TTFT) / (output_tokens - 1))",
@@ -249,9 +254,8 @@ _Latencies = create_model(
     "_Latencies",
     __base__=_Throughput,
     **{
-        f"{m}_{s}_s": (Float | None, _f(f"{'Mean' if s == 'mean' else s} of {_LATENCY_TEXT[m]} over ok requests, s."))
-        for m in LATENCY_METRICS
-        for s in ("mean", *(f"p{p}" for p in PERCENTILES))
+        col: (Float | None, _f(f"{col.split('_')[1]} of {_LATENCY_TEXT[col.split('_')[0]]} over ok requests, s."))
+        for col in LATENCY_COLUMNS
     },
 )
 

@@ -70,7 +70,7 @@ _LOAD_KINDS = LOAD_KINDS  # one per load profile (tunelab.load_profiles)
 #: ``trial_id`` (added by the caller, or passed through when the raw record has it).
 REQUEST_COLUMNS: tuple[str, ...] = tuple(c for c in R.columns(R.Request) if c != "trial_id")
 
-_LATENCIES = R.LATENCY_METRICS
+_LATENCIES = R.LATENCIES
 
 #: Columns of :func:`aggregate`'s result: ``records.WindowAggregate`` without ``trial_id``; the rest of the
 #: ``measurements`` columns (``records.Measurement``) come from the load generator and ``tasks.measure``.

@@ -38,6 +38,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from tunelab import records as R
+
 __all__ = [
     "LATENCY_METRICS",
     "SELECTOR_KEYS",
@@ -48,12 +50,10 @@ __all__ = [
     "regressions",
 ]
 
-THROUGHPUT_METRICS = (
-    "request_throughput_per_s", "output_tokens_per_s", "total_tokens_per_s", "goodput_per_s",
-)
-LATENCY_METRICS = tuple(
-    f"{m}_{s}_s" for m in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "p50", "p90", "p95", "p99")
-) + ("duration_s",)
+#: Comparable throughput columns of ``measurements`` (higher is better): its ``*_per_s`` columns.
+THROUGHPUT_METRICS = tuple(c for c in R.columns(R.Measurement) if c.endswith("_per_s"))
+#: Comparable latency columns (lower is better): mean and percentiles of TTFT/TPOT/ITL/E2EL, and the window.
+LATENCY_METRICS = R.LATENCY_COLUMNS + R.pick(R.Measurement, "duration_s")
 SELECTOR_KEYS = (
     "trial_id", "sweep_id", "config_key", "config_label", "runtime_name", "vllm_version",
     "vllm_release", "gpu_name", "model",
