@@ -53,6 +53,7 @@ __all__ = [
     "WindowAggregate",
     "arrow_schema",
     "columns",
+    "frame",
     "import_sweep_id",
     "measurement_key",
     "pick",
@@ -455,6 +456,38 @@ def to_row(record: type[Record], row: Mapping[str, Any] | Record, *, full: bool 
             "a field there and a new tunelab/warehouse/schema migration"
         ) from None
     return obj.model_dump(exclude_unset=not full)
+
+
+def frame(record: type[Record], df: Any, *, without: tuple[str, ...] = ()) -> Any:
+    """A table's rows (a pandas DataFrame) with the record's columns, in the record's order.
+
+    Args:
+        record: the table's record.
+        df: a pandas DataFrame. One without columns (built from no rows) is returned as it is: a bundle then
+            leaves the table out, as before.
+        without: record columns to leave out (``trial_id``, which the bundle writer adds).
+
+    Returns:
+        The frame; every record column (but ``without``) is present, None where no row gave it. Values are
+        those given; each column was checked to convert to its Arrow type (:func:`arrow_schema`).
+
+    Raises:
+        RecordError: a column the record does not have, or a value that does not fit its column's type.
+    """
+    if len(df.columns) == 0:
+        return df
+    wanted = [c for c in columns(record) if c not in without]
+    unknown = [c for c in df.columns if c not in wanted]
+    if unknown:
+        raise RecordError(f"{record.TABLE} rows have columns {unknown} that tunelab/records.py {record.__name__} "
+                          "does not have: add them there and in a new tunelab/warehouse/schema migration")
+    df = df.reindex(columns=wanted)
+    for col in wanted:
+        try:
+            pa.array(df[col], type=_col(record, col).arrow, from_pandas=True)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
+            raise RecordError(f"{record.TABLE}.{col}: values do not fit {_col(record, col).arrow}: {exc}") from exc
+    return df
 
 
 # -- ids -----------------------------------------------------------------------------------------------------

@@ -46,6 +46,7 @@ from typing import Any, Callable, Iterator
 import httpx
 import pandas as pd
 
+from tunelab import records as R
 from tunelab.tasks import bootlog
 from tunelab.tasks import metrics as M
 from tunelab.tasks import server_metrics as SM
@@ -125,8 +126,8 @@ class ServerLogTail:
 
 @dataclass
 class MeasureResult:
-    """DataFrames with the columns of the ``requests``, ``measurements`` and ``server_metrics`` tables
-    (without trial_id, which the caller adds)."""
+    """DataFrames with the columns of the ``requests``, ``measurements`` and ``server_metrics`` records
+    (``tunelab/records.py``, in that order; without trial_id, which the caller adds)."""
 
     requests: pd.DataFrame
     measurements: pd.DataFrame
@@ -312,7 +313,7 @@ async def _measure(
                     text = log.since_mark()
                     after = await _scrape(client)
                     clines = None if text is None else bootlog.compile_lines(text)
-                    ident = {"workload": w.name, "load_kind": lv.kind, "load_value": lv.value, "repeat": rep}
+                    ident = R.measurement_key(w.name, lv.kind, lv.value, rep)
                     derived = []
                     for i, raw in enumerate(res.records):
                         raw = {**raw, **ident, "request_index": i, "requested_output_tokens": w.output_tokens,
@@ -340,7 +341,11 @@ async def _measure(
                     else:
                         notes.append(f"{label}: /metrics could not be scraped")
                     await _reset_prefix_cache(client)
-    return MeasureResult(pd.DataFrame(req_rows), pd.DataFrame(meas_rows), pd.DataFrame(sm_rows), notes)
+    # The rows through their records (tunelab/records.py): every column, in table order, of the right type.
+    no_id = ("trial_id",)  # the trial flow's bundle writer adds it
+    return MeasureResult(R.frame(R.Request, pd.DataFrame(req_rows), without=no_id),
+                         R.frame(R.Measurement, pd.DataFrame(meas_rows), without=no_id),
+                         R.frame(R.ServerMetric, pd.DataFrame(sm_rows), without=no_id), notes)
 
 
 def _client_advice(res: Any, concurrency: float | None) -> str:
