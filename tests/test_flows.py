@@ -225,7 +225,7 @@ def _fake_trial_flow():
         row.update(status="ok", boot_s=0.5, teardown_s=0.1, teardown_clean=True,
                    finished_at=dt.datetime.now(dt.timezone.utc).isoformat())
         _FAKE_LOG.append({"trial_id": trial_id, "gpus": ctx["gpu_indices"], "device": ctx["device"],
-                          "env": row["env"], "t0": t0, "t1": time.time()})
+                          "env": json.loads(row.env), "t0": t0, "t1": time.time()})
         return write_bundle(Path(ctx["results_dir"]), ctx["sweep"], row, tables)
 
     return fake_trial

@@ -195,13 +195,15 @@ def _check_unique(name: str, df: pd.DataFrame) -> None:
         raise BundleError(f"table {name!r}: duplicate rows for key {keys}, e.g. {dup}; each key must occur once")
 
 
-def write_bundle(results_dir: Path, sweep: dict, trial: dict, tables: dict[str, pd.DataFrame]) -> Path:
+def write_bundle(results_dir: Path, sweep: dict | records.Sweep, trial: dict | records.Trial,
+                 tables: dict[str, pd.DataFrame]) -> Path:
     """Write one trial's results as a bundle, atomically.
 
     Args:
         results_dir: root of all bundles (created if missing).
-        sweep: the ``sweeps`` row as a dict (needs ``sweep_id``).
-        trial: the ``trials`` row as a dict (needs ``trial_id``, and ``sweep_id`` equal to the sweep's).
+        sweep: the ``sweeps`` row as a ``records.Sweep`` or a dict (needs ``sweep_id``).
+        trial: the ``trials`` row as a ``records.Trial`` or a dict (needs ``trial_id``, and ``sweep_id`` equal
+            to the sweep's). A record is written with all its columns; a dict with the columns it has.
             JSON columns may be dicts/lists; they are stored as JSON text.
         tables: any of ``boot_phases``, ``measurements``, ``requests``, ``server_metrics``,
             ``gpu_samples``, ``quality_checks`` as DataFrames with warehouse column names.
@@ -216,6 +218,9 @@ def write_bundle(results_dir: Path, sweep: dict, trial: dict, tables: dict[str, 
     Raises:
         BundleError: on a missing id, mismatched ids, an unknown table name or a non-DataFrame.
     """
+    # Records (tunelab/records.py) are written with every column, None where not set.
+    sweep = sweep.model_dump() if isinstance(sweep, records.Record) else sweep
+    trial = trial.model_dump() if isinstance(trial, records.Record) else trial
     sweep_id = sweep.get("sweep_id") if isinstance(sweep, dict) else None
     trial_id = trial.get("trial_id") if isinstance(trial, dict) else None
     final = bundle_dir_for(Path(results_dir), sweep_id, trial_id)

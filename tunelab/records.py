@@ -106,6 +106,18 @@ class Record(BaseModel):
     TABLE: ClassVar[str]
     BUNDLE: ClassVar[str]
 
+    def update(self, values: Mapping[str, Any] | None = None, /, **more: Any) -> None:
+        """Set several columns at once (``values`` then ``more``), each validated like an assignment.
+
+        Raises:
+            RecordError: a name that is not a column of this record.
+            pydantic.ValidationError: a value of the wrong type.
+        """
+        for key, value in {**(values or {}), **more}.items():
+            if key not in type(self).model_fields:
+                raise RecordError(f"{key!r} is not a column of {self.TABLE} (tunelab/records.py {type(self).__name__})")
+            setattr(self, key, value)
+
 
 def _f(description: str, default: Any = None) -> Any:
     return Field(default, description=description)

@@ -13,12 +13,15 @@ import socket
 import time
 import traceback
 from pathlib import Path
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
+from tunelab import records as R
 from tunelab.tasks import bootlog
 from tunelab.bundle import write_bundle
 from tunelab.tasks.engine import BootFailed, EngineServer
@@ -61,36 +64,81 @@ def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat()
 
 
-class TrialContext(dict):
-    """What the sweep tells a trial: sweep row, results folder, logs folder, GPU index and baseline,
-    PIDs tunelab owns, and the inventory (driver/CUDA/GPU name)."""
+@dataclass(frozen=True)
+class TrialContext:
+    """What the sweep tells a trial.
+
+    Attributes:
+        sweep: the sweep's row (written into every bundle).
+        results_dir: root folder of the bundles; logs_dir: folder of the servers' logs.
+        driver_version, cuda_version: from the NVML inventory (None on a CPU host).
+        gpu_index: NVML index of the trial's (first) GPU; None on CPU. gpu_indices: all its GPUs.
+        gpu_name: the GPU's name, 'cpu' on CPU. gpu_baseline_mib: its used memory at inventory time, MiB.
+        our_pids: PIDs of servers tunelab started (not foreign on the GPU). device: the device slots held.
+    """
+
+    sweep: R.Sweep
+    results_dir: str
+    logs_dir: str
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    gpu_index: int | None = None
+    gpu_indices: tuple[int, ...] = ()
+    gpu_name: str = "cpu"
+    gpu_baseline_mib: float | None = None
+    our_pids: tuple[int, ...] = ()
+    device: str | None = None
+
+    @classmethod
+    def of(cls, ctx: "TrialContext | Mapping[str, Any]") -> "TrialContext":
+        """``ctx`` itself, or a context built from a dict with the same keys (``sweep`` a dict or a record).
+
+        Raises:
+            TypeError: a key that is not a field (names it).
+        """
+        if isinstance(ctx, TrialContext):
+            return ctx
+        values = dict(ctx)
+        if not isinstance(values.get("sweep"), R.Sweep):
+            values["sweep"] = R.Sweep(**R.to_row(R.Sweep, values["sweep"], full=False))
+        for key in ("gpu_indices", "our_pids"):
+            if values.get(key) is not None:
+                values[key] = tuple(values[key])
+            else:
+                values.pop(key, None)
+        if values.get("gpu_name") is None:
+            values.pop("gpu_name", None)
+        return cls(**values)
 
 
-def trial_row_base(trial: Trial, trial_id: str, sweep_id: str, runtime: Runtime, ctx: dict) -> dict[str, Any]:
-    """The ``trials`` row fields known before boot."""
+def trial_row_base(trial: Trial, trial_id: str, sweep_id: str, runtime: Runtime,
+                   ctx: TrialContext | Mapping[str, Any]) -> R.Trial:
+    """The ``trials`` record with the fields known before boot (``status`` 'failed' until the trial says
+    otherwise, ``quality_verdict`` 'unvalidated' until validated)."""
+    ctx = TrialContext.of(ctx)
     v = runtime.versions
-    return {
-        "trial_id": trial_id,
-        "sweep_id": sweep_id,
-        "config_key": trial.config_key,
-        "config_label": trial.label,
-        "replicate": trial.replicate,
-        "runtime_name": runtime.name,
-        "vllm_version": v.get("vllm"),
-        "torch_version": v.get("torch"),
-        "transformers_version": v.get("transformers"),
-        "fastokens_version": v.get("fastokens"),
-        "cuda_version": ctx.get("cuda_version"),
-        "driver_version": ctx.get("driver_version"),
-        "gpu_name": ctx.get("gpu_name") or "cpu",
-        "gpu_index": ctx.get("gpu_index"),
-        "model": trial.model_id,
-        "engine_args": dict(trial.engine_args),
-        "env": _redact_env(launch_env(trial, runtime, ctx.get("gpu_indices"))),
-        "status": "failed",
-        "quality_verdict": "unvalidated",
-        "started_at": _now(),
-    }
+    return R.Trial(
+        trial_id=trial_id,
+        sweep_id=sweep_id,
+        config_key=trial.config_key,
+        config_label=trial.label,
+        replicate=trial.replicate,
+        runtime_name=runtime.name,
+        vllm_version=v.get("vllm"),
+        torch_version=v.get("torch"),
+        transformers_version=v.get("transformers"),
+        fastokens_version=v.get("fastokens"),
+        cuda_version=ctx.cuda_version,
+        driver_version=ctx.driver_version,
+        gpu_name=ctx.gpu_name or "cpu",
+        gpu_index=ctx.gpu_index,
+        model=trial.model_id,
+        engine_args=dict(trial.engine_args),
+        env=_redact_env(launch_env(trial, runtime, list(ctx.gpu_indices))),
+        status="failed",
+        quality_verdict="unvalidated",
+        started_at=_now(),
+    )
 
 
 @task(name="clean-gpu", cache_policy=NO_CACHE)
@@ -147,7 +195,7 @@ def measure_task(server: EngineServer, plan: Plan, gpu_index: int | None):
     finally:
         if sampler:
             sampler.__exit__(None, None, None)
-    gpu = pd.DataFrame(sampler.rows) if sampler else pd.DataFrame()
+    gpu = R.frame(R.GpuSample, pd.DataFrame(sampler.rows if sampler else []), without=("trial_id",))
     return res, gpu
 
 
@@ -171,7 +219,7 @@ def _phases_frame(report: Any) -> pd.DataFrame:
         {"phase": p.phase, "seconds": p.seconds, "gib": p.gib, "tokens": p.tokens, "detail": p.detail}
         for p in getattr(report, "phases", [])
     ]
-    df = pd.DataFrame(rows, columns=["phase", "seconds", "gib", "tokens", "detail"])
+    df = pd.DataFrame(rows, columns=[c for c in R.columns(R.BootPhase) if c != "trial_id"])
     # One row per phase (primary key): keep the first occurrence if a version prints one twice.
     return df.drop_duplicates("phase", keep="first")
 
@@ -191,7 +239,7 @@ def _boot_once(trial: Trial, runtime: Runtime, plan: Plan, log_path: Path, trial
 
 
 @flow(name="trial", flow_run_name="{trial_id}", log_prints=True, validate_parameters=False)
-def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: dict) -> Path:
+def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: TrialContext | Mapping[str, Any]) -> Path:
     """Run one trial end to end and write its bundle. Returns the bundle folder.
 
     Never raises for a failed boot or measurement: the trial row carries ``status`` and
@@ -199,18 +247,20 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: di
     SystemExit) still tears down and writes a ``cancelled`` bundle, then propagates.
     """
     logger = get_run_logger()
-    sweep = ctx["sweep"]
-    row = trial_row_base(trial, trial_id, sweep["sweep_id"], runtime, ctx)
+    ctx = TrialContext.of(ctx)
+    sweep = ctx.sweep
+    # The trials record: every assignment below is validated against its column (tunelab/records.py).
+    row = trial_row_base(trial, trial_id, sweep.sweep_id, runtime, ctx)
     tables: dict[str, pd.DataFrame] = {}
     safe = trial_id.replace("/", "__")
-    log_path = Path(ctx["logs_dir"]) / f"{safe}.log"
-    row["log_path"] = str(log_path)
-    row["load_avg_1m"] = host_load_avg()
-    gpu_index = ctx.get("gpu_index")
-    server = _boot_once(trial, runtime, plan, log_path, trial_id, gpu_index, ctx.get("gpu_indices"))
+    log_path = Path(ctx.logs_dir) / f"{safe}.log"
+    row.log_path = str(log_path)
+    row.load_avg_1m = host_load_avg()
+    gpu_index = ctx.gpu_index
+    server = _boot_once(trial, runtime, plan, log_path, trial_id, gpu_index, list(ctx.gpu_indices))
     interrupted: BaseException | None = None
     try:
-        gpu_state = clean_gpu_task(gpu_index, ctx.get("gpu_baseline_mib"), ctx.get("our_pids", []))
+        gpu_state = clean_gpu_task(gpu_index, ctx.gpu_baseline_mib, list(ctx.our_pids))
         row.update({k: v for k, v in gpu_state.items() if k != "detail"})
         if gpu_state.get("gpu_clean_at_boot") is False and gpu_state.get("foreign_gpu_processes"):
             row.update(status="gpu_busy", failure_class="gpu_busy", failure_reason=gpu_state["detail"])
@@ -218,58 +268,58 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: di
         else:
             try:
                 boot = boot_task(server)
-                row["boot_s"] = boot["boot_s"]
-                row["health_s"] = boot["health_s"]
+                row.boot_s = boot["boot_s"]
+                row.health_s = boot["health_s"]
                 logger.info("ready in %.1f s on port %s", boot["boot_s"], boot["port"])
                 res, gpu = measure_task(server, plan, gpu_index)
                 tables.update(requests=res.requests, measurements=res.measurements,
                               server_metrics=res.server_metrics, gpu_samples=gpu)
-                row["status"] = "ok"
+                row.status = "ok"
                 if res.notes:
                     # Not a failure: what the measurement noticed about its windows (see tasks.measure). Logged
                     # so the terminal and the Prefect UI show it, stored for SQL.
-                    row["measurement_notes"] = "\n".join(res.notes)[:4000]
+                    row.measurement_notes = "\n".join(res.notes)[:4000]
                     for note in res.notes:
                         logger.warning("measurement note: %s", note)
             except BootFailed as e:
-                row["boot_s"] = e.boot_s
-                row["status"] = "boot_failed"
+                row.boot_s = e.boot_s
+                row.status = "boot_failed"
                 text = log_path.read_text(errors="replace") if log_path.exists() else ""
                 fail = bootlog.classify_boot_failure(text, e.returncode, e.kind == "timeout")
-                row["failure_class"] = fail.failure_class if e.kind != "not_ours" else "port_conflict"
-                row["failure_reason"] = f"{e}: {fail.reason}"[:2000]
-                logger.warning("boot failed (%s): %s", row["failure_class"], row["failure_reason"])
+                row.failure_class = fail.failure_class if e.kind != "not_ours" else "port_conflict"
+                row.failure_reason = f"{e}: {fail.reason}"[:2000]
+                logger.warning("boot failed (%s): %s", row.failure_class, row.failure_reason)
                 if plan.eager_diagnosis and fail.failure_class != "invalid_config" \
                         and not trial.engine_args.get("enforce-eager"):
-                    row["eager_diagnosis"] = _eager_diagnosis(trial, runtime, plan, log_path, trial_id, gpu_index,
-                                                             ctx.get("gpu_indices"))
+                    row.eager_diagnosis = _eager_diagnosis(trial, runtime, plan, log_path, trial_id, gpu_index,
+                                                             list(ctx.gpu_indices))
             except Exception as e:  # measurement failure: record, keep the sweep going
-                row["status"] = "failed"
-                row["failure_class"] = "measurement_error"
+                row.status = "failed"
+                row.failure_class = "measurement_error"
                 # httpx's ReadError / ReadTimeout carry no text: say what the server was doing.
-                row["failure_reason"] = f"{_server_state(server)}; {type(e).__name__}: {e or repr(e)}"[:2000]
+                row.failure_reason = f"{_server_state(server)}; {type(e).__name__}: {e or repr(e)}"[:2000]
                 logger.error("trial failed: %s\n%s", e, traceback.format_exc())
     except BaseException as e:  # cancellation / Ctrl-C: tear down, record, propagate
         interrupted = e
-        row["status"] = "cancelled"
-        row["failure_reason"] = f"{type(e).__name__}: {e}"[:2000]
+        row.status = "cancelled"
+        row.failure_reason = f"{type(e).__name__}: {e}"[:2000]
     finally:
         td = teardown_task(server) if interrupted is None else dict(server.stop().__dict__)
-        row["teardown_s"] = td.get("total_s")
-        row["teardown_clean"] = bool(td.get("clean", True))
+        row.teardown_s = td.get("total_s")
+        row.teardown_clean = bool(td.get("clean", True))
         if not td.get("clean", True):
             # The sweep reads teardown_clean from the bundle and takes the device out of service.
-            row["failure_reason"] = ((row.get("failure_reason") or "") + f"; teardown: {td.get('detail')}").strip("; ")
-        row["command"] = server.redacted_command()
+            row.failure_reason = ((row.failure_reason or "") + f"; teardown: {td.get('detail')}").strip("; ")
+        row.command = server.redacted_command()
         text, report = _boot_report(log_path)
-        row["vllm_version"] = row.get("vllm_version") or getattr(report, "vllm_version", None)
-        row["effective_config"] = getattr(report, "effective_config", {}) or {}
-        row["env_not_applied"] = [k for k in getattr(report, "unknown_env", []) if k in trial.env]
-        row["compile_cache"] = getattr(report, "compile_cache", None)
+        row.vllm_version = row.vllm_version or getattr(report, "vllm_version", None)
+        row.effective_config = getattr(report, "effective_config", {}) or {}
+        row.env_not_applied = [k for k in getattr(report, "unknown_env", []) if k in trial.env]
+        row.compile_cache = getattr(report, "compile_cache", None)
         tables["boot_phases"] = _phases_frame(report)
-        row["finished_at"] = _now()
-        bundle = write_bundle(Path(ctx["results_dir"]), sweep, row, tables)
-        logger.info("trial %s: %s; bundle %s", trial_id, row["status"], bundle)
+        row.finished_at = _now()
+        bundle = write_bundle(Path(ctx.results_dir), sweep, row, tables)
+        logger.info("trial %s: %s; bundle %s", trial_id, row.status, bundle)
     if interrupted is not None:
         raise interrupted
     return bundle
