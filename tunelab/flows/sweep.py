@@ -41,10 +41,8 @@ warehouse (``warehouse.loader.bundles_warehouse``, the same tables) and says who
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import datetime as dt
 import math
-import queue
 import re
 import secrets
 import socket
@@ -57,16 +55,28 @@ from typing import Any, Callable, Sequence
 import pandas as pd
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
-from prefect.exceptions import TerminationSignal
 
 import tunelab
 from tunelab.flows.trial import run_trial, trial_row_base
 from tunelab.bundle import read_bundle, update_bundle_table, write_bundle
 from tunelab.tasks.engine import stop_leftovers, tracked_servers
-from tunelab.tasks.gpu import Inventory, inventory
+from tunelab.tasks.gpu import inventory
 from tunelab.reports import report as R
 from tunelab import paths
 from tunelab.cancel_watch import watch_for_cancel
+# Device scheduling and locks live in flows/devices.py; re-exported here (their public home before the split).
+from tunelab.flows.devices import (
+    INTERRUPTS,
+    SLOT_LEASE_S,
+    Device,
+    device_locks,
+    devices_from_inventory,
+    ensure_slots,
+    gpus_needed,
+    prefect_slots_enabled,
+    run_on_devices,
+    slot_name,
+)
 from tunelab.plan import Plan, PlanError, Trial, load_plan, runtime_checks
 from tunelab.runtime import Runtime, RuntimeError_, load_runtime
 from tunelab.slot_holders import hold_slots
@@ -89,17 +99,6 @@ __all__ = [
     "validate_task",
 ]
 
-#: Lease of a held device slot, seconds. Prefect renews it in the background while the trial runs; a holder
-#: that dies (SIGKILL) would block the device for about this long (70 s measured with 60; Prefect's minimum is
-#: 60), unless a waiting sweep on its host sees it dead and releases its lease (tunelab/slot_holders.py).
-SLOT_LEASE_S = 60.0
-
-#: What ends a sweep early: Prefect's cancellation (its SIGTERM bridge raises ``TerminationSignal``), Ctrl-C.
-INTERRUPTS = (KeyboardInterrupt, SystemExit, TerminationSignal)
-
-_PARALLEL_FLAGS = ("tensor-parallel-size", "pipeline-parallel-size", "data-parallel-size")
-_SHORT_FLAGS = {"tp": "tensor-parallel-size", "pp": "pipeline-parallel-size", "dp": "data-parallel-size"}
-
 
 class SweepSummary(dict):
     """Returned by :func:`tuning_sweep`: ``sweep_id``, ``db`` path, ``results`` folder, ``trials`` (one dict
@@ -111,133 +110,6 @@ class SweepSummary(dict):
     comparison and quality summary are then computed from the sweep's bundles in memory, the same tables)."""
 
 
-# -- devices ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Device:
-    """One schedulable device: a GPU (``kind='gpu'``, NVML index) or the host CPU (``kind='cpu'``, index 0).
-
-    ``baseline_mib`` is the GPU memory used at inventory time (MiB), the reference for the pre-boot check."""
-
-    kind: str
-    index: int
-    name: str = "cpu"
-    baseline_mib: float | None = None
-
-    @property
-    def label(self) -> str:
-        """``gpu0``, ``gpu1``, ... or ``cpu0``."""
-        return f"{self.kind}{self.index}"
-
-
-def devices_from_inventory(inv: Inventory, only: Sequence[int] | None = None) -> list[Device]:
-    """The GPUs of an inventory as devices (restricted to the NVML indices in ``only`` when given).
-
-    Raises:
-        ValueError: ``only`` names an index the inventory does not have.
-    """
-    if not inv.available:
-        return []
-    gpus = {g.index: g for g in inv.gpus}
-    if only is not None:
-        missing = [i for i in only if i not in gpus]
-        if missing:
-            raise ValueError(f"gpus: {missing} not on this host (NVML sees {sorted(gpus)}); fix the 'gpus' parameter")
-        gpus = {i: gpus[i] for i in only}
-    return [Device("gpu", g.index, g.name, g.memory_used_mib) for g in sorted(gpus.values(), key=lambda g: g.index)]
-
-
-def gpus_needed(trial: Trial) -> int:
-    """GPUs one boot of ``trial`` occupies: product of ``--tensor-parallel-size``, ``--pipeline-parallel-size``
-    and ``--data-parallel-size`` (also spelled ``tp``/``pp``/``dp``) in its engine args; 1 when none is set.
-
-    Raises:
-        PlanError: a value that is not a positive integer (names the flag).
-    """
-    n = 1
-    for raw, v in trial.engine_args.items():
-        flag = _SHORT_FLAGS.get(raw, raw)
-        if flag in _PARALLEL_FLAGS and v not in (None, False):
-            try:
-                k = int(v)
-            except (TypeError, ValueError):
-                k = 0
-            if k < 1 or str(k) != str(v).strip():
-                raise PlanError(f"engine_args.{raw}: {v!r} is not a positive integer number of GPUs")
-            n *= k
-    return n
-
-
-def slot_name(host: str, device: Device) -> str:
-    """Name of the global concurrency limit guarding ``device`` on ``host``: ``tunelab-<host>-gpu0``.
-    The host name is lower-cased with characters other than letters, digits, '-' and '.' replaced by '-'."""
-    h = re.sub(r"[^a-z0-9.-]+", "-", host.lower()).strip("-") or "host"
-    return f"tunelab-{h}-{device.label}"
-
-
-def ensure_slots(names: Sequence[str]) -> None:
-    """Create (or reset to limit 1) the global concurrency limit of each device, idempotently
-    (``upsert_global_concurrency_limit_by_name``; ``prefect gcl create`` fails when it exists).
-
-    Raises:
-        prefect errors when the API cannot be reached: a sweep without its locks does not start.
-    """
-    from prefect.client.orchestration import get_client
-    from prefect.exceptions import ObjectAlreadyExists
-
-    with get_client(sync_client=True) as client:
-        for n in names:
-            try:
-                client.upsert_global_concurrency_limit_by_name(n, 1)
-            except ObjectAlreadyExists:
-                # The upsert is read-then-create, not atomic: another sweep created it in between. Once more
-                # (now an update to limit 1 if needed).
-                client.upsert_global_concurrency_limit_by_name(n, 1)
-
-
-def prefect_slots_enabled() -> bool:
-    """Whether trials also hold Prefect global concurrency slots: only against a real Prefect server
-    (``PREFECT_API_URL`` set). Prefect keeps slot leases in the server process's memory; an ephemeral server
-    dies with its sweep, so a sweep killed while holding a slot leaves ``active_slots = 1`` in the shared
-    database that no later ephemeral server can ever expire (seen: a second sweep then waited forever).
-    The host-level device locks (:func:`device_locks`) guard the devices in every mode."""
-    import os
-
-    return bool(os.environ.get("PREFECT_API_URL"))
-
-
-@contextlib.contextmanager
-def device_locks(names: Sequence[str], log: Callable[[str], None] | None = None, poll_s: float = 1.0):
-    """Hold an exclusive host-level lock for each device name (``fcntl.flock`` on
-    ``<tunelab home>/state/locks/<name>.lock``), in sorted order so two sweeps cannot deadlock. The OS
-    releases a lock when its process dies, also on SIGKILL: a crashed sweep never blocks a device."""
-    import fcntl
-
-    d = paths.state_dir() / "locks"
-    d.mkdir(parents=True, exist_ok=True)
-    files = []
-    try:
-        for n in sorted(set(names)):
-            f = open(d / f"{n}.lock", "a+")
-            files.append(f)
-            waited = 0.0
-            while True:
-                try:
-                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if log and waited == 0.0:
-                        log(f"waiting for device {n}: another sweep on this host holds it")
-                    time.sleep(poll_s)
-                    waited += poll_s
-        yield
-    finally:
-        for f in files:
-            try:
-                fcntl.flock(f, fcntl.LOCK_UN)
-            finally:
-                f.close()
-
-
 def trial_run_name(trial: Trial, devices: Sequence[Device]) -> str:
     """Flow run name of a trial in the UI: config label, config key, runtime, replicate and device(s),
     e.g. ``enforce-eager [3f2a9c1b0d4e] cpu r0 @ cpu0``."""
@@ -245,118 +117,13 @@ def trial_run_name(trial: Trial, devices: Sequence[Device]) -> str:
     return f"{trial.label} [{trial.config_key}] {trial.runtime} r{trial.replicate} @ {dev}"
 
 
-# -- the scheduler ------------------------------------------------------------------------------------------
+# -- the sweep's trials ------------------------------------------------------------------------------------------
 @dataclass
 class _Job:
     index: int
     trial: Trial
     need: int
     pool: str  # "gpu" | "cpu"
-
-
-def run_on_devices(
-    jobs: Sequence[Any],
-    need: Callable[[Any], int],
-    devices: Sequence[Device],
-    run_one: Callable[[Any, list[Device]], Any],
-    *,
-    on_skip: Callable[[Any, str], Any] | None = None,
-    on_interrupt: Callable[[], None] | None = None,
-    usable: Callable[[Device], bool] = lambda d: True,
-) -> list[Any]:
-    """Run ``jobs`` in order on ``devices``, at most one job per device at a time.
-
-    Each job takes the ``need(job)`` lowest-numbered free usable devices; a job that needs more devices than
-    are usable is passed to ``on_skip(job, reason)`` instead. Jobs start strictly in order (a job waiting
-    for two devices is not overtaken), so an interleaved plan stays interleaved. With one device the jobs run
-    on the calling thread (an interruption reaches the running trial directly); with several, each runs
-    in a worker thread that carries the caller's context variables (the Prefect flow run context, so trials
-    appear as subflows of the sweep).
-
-    ``usable(device)`` is checked whenever a device is handed out: a device whose teardown was not clean is
-    taken out of service for the rest of the sweep.
-
-    On an interruption (:data:`INTERRUPTS`: Ctrl-C, Prefect's cancellation) in the calling thread with jobs in worker threads: ``on_interrupt()``
-    (stop the servers) is called, the running jobs are awaited and the interruption is re-raised with the
-    results so far in its ``results`` attribute.
-
-    Returns:
-        ``run_one``'s / ``on_skip``'s return values in job order (None for jobs never started).
-    """
-    results: list[Any] = [None] * len(jobs)
-    if not devices:
-        for i, job in enumerate(jobs):
-            results[i] = on_skip(job, "no device to run on") if on_skip else None
-        return results
-    order = {d: i for i, d in enumerate(devices)}
-    free = list(devices)
-    if len(devices) == 1:
-        for i, job in enumerate(jobs):
-            n = need(job)
-            if n > 1 or not usable(devices[0]):
-                why = (f"needs {n} devices, this host has 1" if n > 1 else
-                       f"{devices[0].label} is out of service (an earlier teardown was not clean)")
-                results[i] = on_skip(job, why) if on_skip else None
-                continue
-            results[i] = run_one(job, [devices[0]])
-        return results
-
-    # One thread per started job (registered before it starts), completions through a queue: an interruption
-    # of this thread at any point cannot lose track of a trial that runs.
-    done_q: queue.Queue = queue.Queue()
-    threads: list[threading.Thread] = []
-    errors: list[BaseException] = []
-    busy = [0]
-
-    def lane(i: int, job: Any, devs: list[Device]) -> None:
-        try:
-            results[i] = run_one(job, devs)
-        except BaseException as e:  # noqa: BLE001 - re-raised by the scheduler
-            errors.append(e)
-        finally:
-            done_q.put(devs)
-
-    def reap() -> None:
-        devs = done_q.get()
-        busy[0] -= 1
-        free.extend(devs)
-        free.sort(key=order.__getitem__)
-
-    def n_usable() -> int:
-        return len([d for d in devices if usable(d)])
-
-    try:
-        for i, job in enumerate(jobs):
-            n = need(job)
-            while n <= n_usable() and len([d for d in free if usable(d)]) < n:
-                reap()
-            if n > n_usable():
-                results[i] = on_skip(job, f"needs {n} devices, {n_usable()} usable") if on_skip else None
-                continue
-            devs = [d for d in free if usable(d)][:n]
-            for d in devs:
-                free.remove(d)
-            th = threading.Thread(target=contextvars.copy_context().run, args=(lane, i, job, devs),
-                                  name=f"tunelab-{'+'.join(d.label for d in devs)}")
-            threads.append(th)
-            busy[0] += 1
-            th.start()
-        while busy[0]:
-            reap()
-    except INTERRUPTS as e:
-        if on_interrupt:
-            on_interrupt()
-        for th in threads:  # the trials finish (their servers are stopped) and store their results
-            t_end = time.monotonic() + 2
-            while th.ident is None and time.monotonic() < t_end:  # interrupted inside start()
-                time.sleep(0.01)
-            if th.ident is not None:
-                th.join()
-        e.results = results  # type: ignore[attr-defined]
-        raise
-    if errors:
-        raise errors[0]
-    return results
 
 
 # -- tasks and helpers --------------------------------------------------------------------------------------
@@ -538,6 +305,210 @@ def tuning_sweep(plan_path: str, db: str | None = None, results: str | None = No
         return _sweep(plan_path, db, results, gpus, plots, logger, lock_timeout_s)
 
 
+class _SweepTrials:
+    """The trials of one sweep on their devices: runs each one (under its device locks and Prefect slots),
+    records its outcome, and knows which trials were running when the sweep was interrupted.
+
+    ``run_one``, ``on_skip`` and ``on_interrupt`` are :func:`run_on_devices`' callbacks; with several devices
+    they run in worker threads, so every attribute below that they change is changed under ``self.lock``:
+
+    - ``statuses``, ``bundles``: by job index, the trial's status dict and its bundle (None until recorded);
+    - ``timings``: by job index, ``queued_at``/``slot_at``/``end_at`` epoch seconds;
+    - ``out_of_service``: devices whose teardown was not clean (not handed out again in this sweep);
+    - ``in_flight``: job index -> trial_id of the trials running now;
+    - ``unrecorded``: trials started and not yet recorded (a trial on the main thread that Ctrl-C interrupts
+      writes its own cancelled bundle and leaves ``in_flight`` on the way out, without reaching ``record``);
+    - ``cancelled``: the trials that were in flight when ``on_interrupt`` ran.
+    """
+
+    def __init__(self, *, plan: Plan, runtimes: dict[str, Runtime], sweep_id: str, jobs: list[_Job],
+                 slot_names: dict[Device, str], base_ctx: dict, use_slots: bool, flow_run_id: Any,
+                 progress_id: Any, logger: Any):
+        self.plan, self.runtimes, self.sweep_id, self.jobs = plan, runtimes, sweep_id, jobs
+        self.slot_names, self.base_ctx, self.use_slots, self.flow_run_id = slot_names, base_ctx, use_slots, flow_run_id
+        self.progress_id, self.logger = progress_id, logger
+        self.lock = threading.Lock()
+        self.statuses: list[dict | None] = [None] * len(jobs)
+        self.bundles: list[Path | None] = [None] * len(jobs)
+        self.timings: list[dict] = [dict(trial_index=j.index) for j in jobs]
+        self.out_of_service: set[Device] = set()
+        self.in_flight: dict[int, str] = {}
+        self.unrecorded: set[int] = set()
+        self.cancelled: set[int] = set()
+        self.done = 0
+
+    def trial_id_of(self, job: _Job) -> str:
+        t = job.trial
+        return f"{self.sweep_id}/{t.runtime}/{t.config_key}/r{t.replicate}"
+
+    def usable(self, device: Device) -> bool:
+        return device not in self.out_of_service
+
+    def record(self, job: _Job, bundle: Path | None, devs: list[Device], error: str | None = None) -> None:
+        """Store the trial's status (from its bundle, or the orchestrator's ``error``), take its devices out
+        of service after an unclean teardown, and update the trial and progress artifacts."""
+        logger, plan = self.logger, self.plan
+        st = {"trial_id": self.trial_id_of(job), "config": job.trial.label, "config_key": job.trial.config_key,
+              "runtime": job.trial.runtime, "replicate": job.trial.replicate,
+              "device": "+".join(d.label for d in devs) or "-", "status": "failed",
+              "failure_class": "orchestrator_error" if error else None, "failure_reason": error,
+              "boot_s": None, "compile_cache": None, "teardown_clean": None, "verdict": "unvalidated",
+              "measurement_notes": None}
+        if bundle is not None:
+            row = _status_of(bundle)
+            for k in ("status", "failure_class", "failure_reason", "boot_s", "compile_cache", "teardown_clean",
+                      "measurement_notes"):
+                st[k] = row.get(k)
+            if row.get("teardown_clean") is False:
+                with self.lock:
+                    self.out_of_service.update(devs)
+                logger.error("%s taken out of service: the teardown of %s was not clean",
+                             "+".join(d.label for d in devs), st["trial_id"])
+        with self.lock:
+            self.statuses[job.index] = st
+            self.bundles[job.index] = bundle
+            self.unrecorded.discard(job.index)
+            self.done += 1
+            n = self.done
+        if bundle is not None:
+            try:
+                from prefect.artifacts import create_table_artifact
+
+                create_table_artifact(R.trial_table(read_bundle(bundle, verify=False)),
+                                      key=_artifact_key("trial", plan.name, job.trial.runtime,
+                                                        job.trial.config_key, f"r{job.trial.replicate}"),
+                                      description=f"{trial_run_name(job.trial, devs)}: {st['status']}")
+            except Exception as e:
+                logger.warning("could not create the trial artifact: %s", e)
+        if self.progress_id is not None:
+            try:
+                from prefect.artifacts import update_progress_artifact
+
+                update_progress_artifact(self.progress_id, 100.0 * n / max(len(self.jobs), 1),
+                                         description=f"{self.sweep_id}: {n}/{len(self.jobs)} trials; last: "
+                                                     f"{job.trial.label} {st['status']}")
+            except Exception as e:
+                logger.warning("could not update the progress artifact: %s", e)
+
+    def run_one(self, job: _Job, devs: list[Device]) -> Path | None:
+        """Run one trial on ``devs`` under their locks (and Prefect slots); returns its bundle, None when the
+        trial raised (recorded as ``orchestrator_error``; the sweep goes on)."""
+        logger, t = self.logger, job.trial
+        trial_id = self.trial_id_of(job)
+        tim = self.timings[job.index]
+        tim["queued_at"] = time.time()
+        names = [self.slot_names[d] for d in devs]
+        try:
+            # Prefect's slot, with this sweep recorded as its holder: a waiting sweep names it every few seconds
+            # and takes back the slot of a holder that is provably dead (tunelab/slot_holders.py).
+            slots = (hold_slots(names, lease_duration_s=SLOT_LEASE_S, sweep_id=self.sweep_id,
+                                flow_run_id=self.flow_run_id, log=logger.info)
+                     if self.use_slots else contextlib.nullcontext())
+            with device_locks(names, log=logger.info), slots:
+                tim["slot_at"] = time.time()
+                if tim["slot_at"] - tim["queued_at"] > 1:
+                    logger.info("%s: waited %.1f s for %s", trial_id, tim["slot_at"] - tim["queued_at"], names)
+                gpu = devs[0] if devs and devs[0].kind == "gpu" else None
+                ctx = dict(self.base_ctx, gpu_index=gpu.index if gpu else None,
+                           gpu_indices=[d.index for d in devs if d.kind == "gpu"],
+                           gpu_name=gpu.name if gpu else "cpu",
+                           gpu_baseline_mib=gpu.baseline_mib if gpu else None,
+                           our_pids=[e["pid"] for e in tracked_servers()], device=" ".join(names))
+                logger.info("trial %d/%d: %s [%s] on %s, %s", job.index + 1, len(self.jobs), t.label, t.config_key,
+                            t.runtime, "+".join(d.label for d in devs))
+                with self.lock:
+                    self.in_flight[job.index] = trial_id
+                    self.unrecorded.add(job.index)
+                name = trial_run_name(t, devs)
+                try:
+                    with _no_subflow_heartbeats():
+                        bundle = _trial_subflow(name)(t, trial_id, self.plan, self.runtimes[t.runtime], ctx)
+                finally:
+                    with self.lock:
+                        self.in_flight.pop(job.index, None)
+                    tim["end_at"] = time.time()
+        except Exception as e:  # a trial that raised is recorded; the sweep goes on
+            logger.error("trial %s could not run: %s: %s", trial_id, type(e).__name__, e)
+            self.record(job, None, devs, f"{type(e).__name__}: {e}"[:2000])
+            return None
+        self.record(job, bundle, devs)
+        return bundle
+
+    def on_skip(self, job: _Job, reason: str) -> Path:
+        """A trial that cannot run (not enough devices, a device out of service): a failed bundle, recorded."""
+        t = job.trial
+        fc = "device_out_of_service" if "out of service" in reason else "not_enough_devices"
+        self.logger.error("skipping %s: %s", self.trial_id_of(job), reason)
+        b = _skip_bundle(t, self.trial_id_of(job), self.runtimes[t.runtime], self.base_ctx, reason, fc)
+        self.record(job, b, [])
+        return b
+
+    def on_interrupt(self) -> None:
+        with self.lock:
+            self.cancelled.update(self.in_flight)
+        _stop_live_servers(self.logger.warning)
+
+    def run(self, pools: dict[str, list[Device]], no_gpu_reason: str) -> None:
+        """Run the jobs pool by pool: GPU trials and CPU-runtime trials use different devices; each pool's
+        jobs run in plan order. GPU jobs on a host without a selected GPU are skipped with ``no_gpu_reason``."""
+        for p in sorted({j.pool for j in self.jobs}):
+            pj = [j for j in self.jobs if j.pool == p]
+            if p == "gpu" and not pools["gpu"]:
+                for j in pj:
+                    self.on_skip(j, f"runtime {j.trial.runtime!r} needs a GPU; {no_gpu_reason or 'none selected'}")
+                continue
+            run_on_devices(pj, lambda j: j.need, pools[p], self.run_one, on_skip=self.on_skip,
+                           on_interrupt=self.on_interrupt, usable=self.usable)
+
+    def mark_running_cancelled(self) -> int:
+        """After an interruption: mark every trial that was running as ``cancelled``; returns how many."""
+        with self.lock:
+            running_then = set(self.cancelled) | set(self.in_flight) | self.unrecorded
+        self.logger.warning("sweep %s cancelled; %d trial(s) were running", self.sweep_id, len(running_then))
+        for i in running_then:
+            _mark_cancelled(self.bundles[i], self.statuses[i], self.logger)
+        return len(running_then)
+
+
+def _sweep_row(plan: Plan, plan_path: str, host: str) -> dict[str, Any]:
+    """The sweep's ``sweeps`` row as far as it is known at the start (``finished_at`` is added at the end)."""
+    started = dt.datetime.now(dt.timezone.utc)
+    return {
+        "sweep_id": f"{started:%Y%m%dT%H%M%SZ}-{plan.name}-{secrets.token_hex(2)}",
+        "plan_name": plan.name,
+        "plan_yaml": Path(plan_path).read_text(),
+        "host": host,
+        "started_at": started.isoformat(),
+        "tunelab_version": tunelab.__version__,
+        "source": "tunelab",
+    }
+
+
+def _progress_artifact(plan: Plan, sweep_id: str, n_trials: int, logger: Any) -> Any:
+    """The sweep's progress artifact id, None when it could not be created (artifacts are a view)."""
+    try:
+        from prefect.artifacts import create_progress_artifact
+
+        return create_progress_artifact(0.0, key=_artifact_key("sweep-progress", plan.name),
+                                        description=f"{sweep_id}: 0/{n_trials} trials")
+    except Exception as e:  # artifacts are a view; never lose a sweep over them
+        logger.warning("could not create the progress artifact: %s", e)
+        return None
+
+
+def _validate_all(plan: Plan, bundles: list[Path | None], statuses: list[dict | None], logger: Any) -> None:
+    """Quality verdict of every bundle into its status; a validation that cannot run leaves 'unvalidated'."""
+    for i, b in enumerate(bundles):
+        if b is None:
+            continue
+        try:
+            v = validate_task.with_options(task_run_name=f"validate {statuses[i]['config']} r{statuses[i]['replicate']}")(b, plan)
+        except Exception as e:  # the verdict stays 'unvalidated'; never 'pass'
+            logger.error("validation of %s could not run: %s", b, e)
+            continue
+        statuses[i]["verdict"] = v
+
+
 def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] | None, plots: bool,
            logger: Any, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> SweepSummary:
     plan = load_plan(plan_path)
@@ -548,24 +519,14 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
         logger.warning(msg)
     db_path = Path(db) if db else paths.db_path()
     results_dir = Path(results) if results else paths.results_dir()
-    started = dt.datetime.now(dt.timezone.utc)
-    sweep_id = f"{started:%Y%m%dT%H%M%SZ}-{plan.name}-{secrets.token_hex(2)}"
     host = socket.gethostname()
-    sweep = {
-        "sweep_id": sweep_id,
-        "plan_name": plan.name,
-        "plan_yaml": Path(plan_path).read_text(),
-        "host": host,
-        "started_at": started.isoformat(),
-        "tunelab_version": tunelab.__version__,
-        "source": "tunelab",
-    }
+    sweep = _sweep_row(plan, plan_path, host)
+    sweep_id = sweep["sweep_id"]
     left = stop_leftovers(log=logger.info)
     if left:
         logger.warning("stopped %d leftover server(s) of an earlier run", len(left))
     inv = inventory()
     gpu_devices = devices_from_inventory(inv, gpus)
-    cpu_device = Device("cpu", 0)
     if not inv.available:
         logger.info("%s; running on CPU", inv.reason)
     logs_dir = paths.logs_dir() / sweep_id
@@ -582,7 +543,7 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
     for i, t in enumerate(trials):
         on_gpu = runtimes[t.runtime].device == "cuda"
         jobs.append(_Job(i, t, gpus_needed(t) if on_gpu else 1, "gpu" if on_gpu else "cpu"))
-    pools = {"gpu": gpu_devices, "cpu": [cpu_device]}
+    pools = {"gpu": gpu_devices, "cpu": [Device("cpu", 0)]}
     used_pools = sorted({j.pool for j in jobs})
     slot_names = {d: slot_name(host, d) for p in used_pools for d in pools[p]}
     use_slots = prefect_slots_enabled()
@@ -601,149 +562,13 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
                 ", ".join(f"{d.label} ({slot_names[d]})" for p in used_pools for d in pools[p]) or "no device",
                 plan.interleave, order)
 
-    progress_id = None
+    run = _SweepTrials(plan=plan, runtimes=runtimes, sweep_id=sweep_id, jobs=jobs, slot_names=slot_names,
+                       base_ctx=base_ctx, use_slots=use_slots, flow_run_id=flow_run_id,
+                       progress_id=_progress_artifact(plan, sweep_id, len(trials), logger), logger=logger)
     try:
-        from prefect.artifacts import create_progress_artifact
-
-        progress_id = create_progress_artifact(0.0, key=_artifact_key("sweep-progress", plan.name),
-                                               description=f"{sweep_id}: 0/{len(trials)} trials")
-    except Exception as e:  # artifacts are a view; never lose a sweep over them
-        logger.warning("could not create the progress artifact: %s", e)
-
-    lock = threading.Lock()
-    out_of_service: set[Device] = set()
-    done_count = [0]
-    statuses: list[dict | None] = [None] * len(jobs)
-    bundles: list[Path | None] = [None] * len(jobs)
-    timings: list[dict] = [dict(trial_index=j.index) for j in jobs]
-    in_flight: dict[int, str] = {}
-
-    def trial_id_of(job: _Job) -> str:
-        t = job.trial
-        return f"{sweep_id}/{t.runtime}/{t.config_key}/r{t.replicate}"
-
-    def record(job: _Job, bundle: Path | None, devs: list[Device], error: str | None = None) -> None:
-        st = {"trial_id": trial_id_of(job), "config": job.trial.label, "config_key": job.trial.config_key,
-              "runtime": job.trial.runtime, "replicate": job.trial.replicate,
-              "device": "+".join(d.label for d in devs) or "-", "status": "failed",
-              "failure_class": "orchestrator_error" if error else None, "failure_reason": error,
-              "boot_s": None, "compile_cache": None, "teardown_clean": None, "verdict": "unvalidated",
-              "measurement_notes": None}
-        if bundle is not None:
-            row = _status_of(bundle)
-            for k in ("status", "failure_class", "failure_reason", "boot_s", "compile_cache", "teardown_clean",
-                      "measurement_notes"):
-                st[k] = row.get(k)
-            if row.get("teardown_clean") is False:
-                with lock:
-                    out_of_service.update(devs)
-                logger.error("%s taken out of service: the teardown of %s was not clean",
-                             "+".join(d.label for d in devs), st["trial_id"])
-        with lock:
-            statuses[job.index] = st
-            bundles[job.index] = bundle
-            unrecorded.discard(job.index)
-            done_count[0] += 1
-            n = done_count[0]
-        if bundle is not None:
-            try:
-                from prefect.artifacts import create_table_artifact
-
-                create_table_artifact(R.trial_table(read_bundle(bundle, verify=False)),
-                                      key=_artifact_key("trial", plan.name, job.trial.runtime,
-                                                        job.trial.config_key, f"r{job.trial.replicate}"),
-                                      description=f"{trial_run_name(job.trial, devs)}: {st['status']}")
-            except Exception as e:
-                logger.warning("could not create the trial artifact: %s", e)
-        if progress_id is not None:
-            try:
-                from prefect.artifacts import update_progress_artifact
-
-                update_progress_artifact(progress_id, 100.0 * n / max(len(jobs), 1),
-                                         description=f"{sweep_id}: {n}/{len(jobs)} trials; last: "
-                                                     f"{job.trial.label} {st['status']}")
-            except Exception as e:
-                logger.warning("could not update the progress artifact: %s", e)
-
-    def run_one(job: _Job, devs: list[Device]) -> Path | None:
-        t = job.trial
-        trial_id = trial_id_of(job)
-        tim = timings[job.index]
-        tim["queued_at"] = time.time()
-        names = [slot_names[d] for d in devs]
-        try:
-            # Prefect's slot, with this sweep recorded as its holder: a waiting sweep names it every few seconds
-            # and takes back the slot of a holder that is provably dead (tunelab/slot_holders.py).
-            slots = (hold_slots(names, lease_duration_s=SLOT_LEASE_S, sweep_id=sweep_id, flow_run_id=flow_run_id,
-                                log=logger.info) if use_slots else contextlib.nullcontext())
-            with device_locks(names, log=logger.info), slots:
-                tim["slot_at"] = time.time()
-                if tim["slot_at"] - tim["queued_at"] > 1:
-                    logger.info("%s: waited %.1f s for %s", trial_id, tim["slot_at"] - tim["queued_at"], names)
-                gpu = devs[0] if devs and devs[0].kind == "gpu" else None
-                ctx = dict(base_ctx, gpu_index=gpu.index if gpu else None,
-                           gpu_indices=[d.index for d in devs if d.kind == "gpu"],
-                           gpu_name=gpu.name if gpu else "cpu",
-                           gpu_baseline_mib=gpu.baseline_mib if gpu else None,
-                           our_pids=[e["pid"] for e in tracked_servers()], device=" ".join(names))
-                logger.info("trial %d/%d: %s [%s] on %s, %s", job.index + 1, len(jobs), t.label, t.config_key,
-                            t.runtime, "+".join(d.label for d in devs))
-                with lock:
-                    in_flight[job.index] = trial_id
-                    unrecorded.add(job.index)
-                name = trial_run_name(t, devs)
-                try:
-                    with _no_subflow_heartbeats():
-                        bundle = _trial_subflow(name)(t, trial_id, plan, runtimes[t.runtime], ctx)
-                finally:
-                    with lock:
-                        in_flight.pop(job.index, None)
-                    tim["end_at"] = time.time()
-        except Exception as e:  # a trial that raised is recorded; the sweep goes on
-            logger.error("trial %s could not run: %s: %s", trial_id, type(e).__name__, e)
-            record(job, None, devs, f"{type(e).__name__}: {e}"[:2000])
-            return None
-        record(job, bundle, devs)
-        return bundle
-
-    def on_skip(job: _Job, reason: str) -> Path:
-        t = job.trial
-        fc = "device_out_of_service" if "out of service" in reason else "not_enough_devices"
-        logger.error("skipping %s: %s", trial_id_of(job), reason)
-        b = _skip_bundle(t, trial_id_of(job), runtimes[t.runtime], base_ctx, reason, fc)
-        record(job, b, [])
-        return b
-
-    cancelled_jobs: set[int] = set()
-    # Trials started and not yet recorded: a trial on the main thread that Ctrl-C interrupts writes its own
-    # cancelled bundle and leaves `in_flight` on the way out, without reaching `record`.
-    unrecorded: set[int] = set()
-
-    def on_interrupt() -> None:
-        with lock:
-            cancelled_jobs.update(in_flight)
-        _stop_live_servers(logger.warning)
-
-    def by_pool() -> None:
-        # GPU trials and CPU-runtime trials use different devices; run each pool's jobs in plan order.
-        for p in used_pools:
-            pj = [j for j in jobs if j.pool == p]
-            if p == "gpu" and not gpu_devices:
-                for j in pj:
-                    on_skip(j, f"runtime {j.trial.runtime!r} needs a GPU; {inv.reason or 'none selected'}")
-                continue
-            run_on_devices(pj, lambda j: j.need, pools[p], run_one, on_skip=on_skip,
-                           on_interrupt=on_interrupt,
-                           usable=lambda d: d not in out_of_service)
-
-    try:
-        by_pool()
+        run.run(pools, inv.reason)
     except INTERRUPTS:
-        with lock:
-            running_then = set(cancelled_jobs) | set(in_flight) | unrecorded
-        logger.warning("sweep %s cancelled; %d trial(s) were running", sweep_id, len(running_then))
-        for i in running_then:
-            _mark_cancelled(bundles[i], statuses[i], logger)
+        run.mark_running_cancelled()
         try:
             n = load_pending(db_path, results_dir, lock_timeout_s=10)
             logger.warning("cancelled: loaded %d bundle(s); the rest stay on disk for `tunelab load`", len(n))
@@ -751,20 +576,18 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
             logger.warning("cancelled: bundles not loaded (%s); run `tunelab load`", e)
         raise
 
-    for i, b in enumerate(bundles):
-        if b is None:
-            continue
-        try:
-            v = validate_task.with_options(task_run_name=f"validate {statuses[i]['config']} r{statuses[i]['replicate']}")(b, plan)
-        except Exception as e:  # the verdict stays 'unvalidated'; never 'pass'
-            logger.error("validation of %s could not run: %s", b, e)
-            continue
-        statuses[i]["verdict"] = v
+    _validate_all(plan, run.bundles, run.statuses, logger)
     sweep["finished_at"] = dt.datetime.now(dt.timezone.utc).isoformat()
     outcome = load_task(db_path, results_dir, lock_timeout_s)
-    statuses_ = [s for s in statuses if s]
+    return _report(plan, sweep_id, db_path, results_dir, run, outcome, plots, logger)
+
+
+def _report(plan: Plan, sweep_id: str, db_path: Path, results_dir: Path, run: _SweepTrials,
+            outcome: dict[str, Any], plots: bool, logger: Any) -> SweepSummary:
+    """The sweep's report (comparison, quality, plot, markdown, artifacts) and its :class:`SweepSummary`."""
+    statuses_ = [s for s in run.statuses if s]
     not_loaded = None
-    mine = [b for b in bundles if b is not None]
+    mine = [b for b in run.bundles if b is not None]
     if outcome["locked"] is None:
         logger.info("loaded %d bundle(s) into %s", outcome["loaded"], db_path)
     else:
@@ -804,4 +627,4 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
     return SweepSummary(sweep_id=sweep_id, db=str(db_path), results=str(results_dir), trials=statuses_,
                         comparison=comp.to_dict("records"), left_out=comp.attrs.get("left_out", []),
                         quality=counts, report_markdown=md,
-                        timings=timings, plots=[str(p) for p in plot_paths], not_loaded=not_loaded)
+                        timings=run.timings, plots=[str(p) for p in plot_paths], not_loaded=not_loaded)
