@@ -15,7 +15,7 @@ import pytest
 
 from tunelab import offline as off
 from tunelab.offline import (
-    BundleError,
+    OfflineBundleError,
     BundleManifest,
     PartChecksumError,
     PartInfo,
@@ -70,10 +70,10 @@ def test_manifest_round_trip(tmp_path):
 
 
 def test_manifest_load_errors_name_the_file(tmp_path):
-    with pytest.raises(BundleError, match="manifest not found"):
+    with pytest.raises(OfflineBundleError, match="manifest not found"):
         BundleManifest.load(tmp_path)
     (tmp_path / "manifest.json").write_text('{"kind": "nonsense"}')
-    with pytest.raises(BundleError, match="not a valid bundle manifest"):
+    with pytest.raises(OfflineBundleError, match="not a valid bundle manifest"):
         BundleManifest.load(tmp_path / "manifest.json")
 
 
@@ -178,13 +178,13 @@ def test_install_bundle_failed_import_raises(tmp_path):
     arc, parts_dir, parts, sha, total = _split(tmp_path)
     m = _manifest_for(arc, parts, sha, total, import_check=["fakepkg", "module_that_is_not_there_xyz"])
     m.save(parts_dir / "manifest.json")
-    with pytest.raises(BundleError, match="import check of synthetic") as ei:
+    with pytest.raises(OfflineBundleError, match="import check of synthetic") as ei:
         install_bundle(parts_dir, tmp_path / "rt", python=sys.executable)
     assert "module_that_is_not_there_xyz" in str(ei.value)
 
 
 def test_runtime_record_missing(tmp_path):
-    with pytest.raises(BundleError, match="runtime record not found"):
+    with pytest.raises(OfflineBundleError, match="runtime record not found"):
         off.load_runtime_record(tmp_path)
 
 
@@ -280,7 +280,7 @@ def SpecifierSetEq(a: str, b: str) -> bool:
 
 
 def test_walk_closure_unresolved_requirement_is_named():
-    with pytest.raises(BundleError, match="not-resolved-pkg"):
+    with pytest.raises(OfflineBundleError, match="not-resolved-pkg"):
         off.walk_closure(["a"], [_item("a", "1", "not-resolved-pkg>=1")], target_marker_environment(), [], [], "x")
 
 
