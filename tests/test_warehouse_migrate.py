@@ -90,3 +90,111 @@ def test_migration_6_groups_stored_builds_by_release_and_flags_untagged_builds(t
     assert rows["0.26.0+empty"][1:4] == ("0.26.0", "empty", None)
     assert rows["0.1.dev123+gabc1234"][0] is None and "untagged" in rows["0.1.dev123+gabc1234"][4]
     assert str(rows["0.10.2.dev5+g1234abc.d20250901"][3]) == "2025-09-01"
+
+
+def _schema(tmp_path, files):
+    schema = tmp_path / "schema"
+    schema.mkdir(exist_ok=True)
+    for name, text in files.items():
+        (schema / name).write_text(text)
+    return schema
+
+
+def test_an_applied_migration_whose_file_changed_is_an_error_naming_it(tmp_path):
+    """Editing a migration after it was applied is caught on the next migrate, with the file and the fix."""
+    from tunelab.warehouse.migrate import MigrationError
+
+    schema = _schema(tmp_path, {"001_a.sql": "CREATE TABLE a (x INTEGER);"})
+    con = duckdb.connect(str(tmp_path / "x.duckdb"))
+    assert migrate(con, schema_dir=schema) == [1]
+    (schema / "001_a.sql").write_text("CREATE TABLE a (x INTEGER, y INTEGER);")
+    with pytest.raises(MigrationError, match=r"001_a\.sql was changed after it was applied.*new migration 002_"):
+        migrate(con, schema_dir=schema)
+    con.close()
+
+
+def test_a_recorded_migration_without_its_file_is_an_error(tmp_path):
+    from tunelab.warehouse.migrate import MigrationError
+
+    schema = _schema(tmp_path, {"001_a.sql": "CREATE TABLE a (x INTEGER);", "002_b.sql": "CREATE TABLE b (y INTEGER);"})
+    con = duckdb.connect(str(tmp_path / "x.duckdb"))
+    migrate(con, schema_dir=schema)
+    (schema / "002_b.sql").unlink()
+    with pytest.raises(MigrationError, match=r"version 2 \(002_b\.sql\).*newer tunelab"):
+        migrate(con, schema_dir=schema)
+    con.close()
+
+
+def test_a_view_that_no_longer_binds_is_an_error_naming_it(tmp_path):
+    """A migration that drops a column a view reads leaves the view unbindable: named after migrating."""
+    from tunelab.warehouse.migrate import MigrationError
+
+    schema = _schema(tmp_path, {"001_a.sql": "CREATE TABLE a (x INTEGER, y INTEGER); CREATE VIEW a_y AS SELECT y FROM a;"})
+    con = duckdb.connect(str(tmp_path / "x.duckdb"))
+    migrate(con, schema_dir=schema)
+    _schema(tmp_path, {"002_drop_y.sql": "ALTER TABLE a DROP COLUMN y;"})
+    with pytest.raises(MigrationError, match=r"view a_y no longer binds"):
+        migrate(con, schema_dir=schema)
+    con.close()
+
+
+def test_every_view_of_the_real_schema_binds(tmp_path):
+    from tunelab.warehouse.migrate import check_views
+
+    con = connect(tmp_path / "wh.duckdb")
+    check_views(con)  # raises on a view that does not bind
+    n = con.execute("SELECT count(*) FROM duckdb_views() WHERE NOT internal AND schema_name = 'main'").fetchone()[0]
+    assert n >= 3
+    con.close()
+
+
+def _old_004_warehouse(tmp_path, commit_sha: str):
+    """A warehouse migrated to version 6 whose schema_migrations records an earlier text of 004 and whose tables
+    lack what later edits of 004 added: what a warehouse created before those edits looks like."""
+    from tunelab.warehouse.migrate import HISTORICAL_SHA256
+
+    db = tmp_path / "old.duckdb"
+    con = connect(db, target_version=6)
+    con.execute("ALTER TABLE measurements DROP COLUMN same_read_itl_frac")
+    con.execute("ALTER TABLE measurements DROP COLUMN load_processes")
+    con.execute("ALTER TABLE trials DROP COLUMN measurement_notes")
+    assert commit_sha in HISTORICAL_SHA256["004_receive_stamps.sql"]
+    con.execute("UPDATE schema_migrations SET sha256 = ? WHERE version = 4", [commit_sha])
+    con.close()
+    return db
+
+
+def test_a_warehouse_with_the_first_004_is_accepted_and_gets_its_columns(tmp_path):
+    """The one known case: 004 was edited after it was created (3d4dd94 -> 030a9ac -> 34786d3 -> 2656508). A
+    warehouse that recorded the first text opens, and migration 007 adds the columns the edits added."""
+    db = _old_004_warehouse(tmp_path, "8a9d0137f82d00cd85e6235b10753fa6ec488486f8347b310c97956badcdc289")
+    con = connect(db)
+    assert 7 in applied_versions(con)
+    mcols = {r[0] for r in con.execute("DESCRIBE measurements").fetchall()}
+    tcols = {r[0] for r in con.execute("DESCRIBE trials").fetchall()}
+    assert {"same_read_itl_frac", "load_processes"} <= mcols and "measurement_notes" in tcols
+    con.close()
+
+
+def test_an_unknown_hash_of_004_is_still_an_error(tmp_path):
+    """Only the listed earlier texts are accepted: any other recorded hash of 004 is an edit."""
+    from tunelab.warehouse.migrate import MigrationError
+
+    db = tmp_path / "wh.duckdb"
+    connect(db, target_version=6).close()
+    con = duckdb.connect(str(db))
+    con.execute("UPDATE schema_migrations SET sha256 = ? WHERE version = 4", ["0" * 64])
+    con.close()
+    with pytest.raises(MigrationError, match=r"004_receive_stamps\.sql was changed"):
+        connect(db)
+
+
+def test_historical_hashes_are_the_texts_in_git_history():
+    """Each accepted earlier hash differs from the file's current hash (else it would be no history), and the
+    table names only files that exist."""
+    from tunelab.warehouse.migrate import HISTORICAL_SHA256
+
+    current = {m.name: m.sha256 for m in list_migrations()}
+    for name, hashes in HISTORICAL_SHA256.items():
+        assert name in current
+        assert current[name] not in hashes and all(len(h) == 64 for h in hashes)
