@@ -239,3 +239,23 @@ def test_warmup_requests_for_levels():
     assert warmup_requests_for(_plan(warmup_requests=0), LoadLevel("concurrency", 8.0)) == 0
     with pytest.raises(ValueError, match="kind"):
         warmup_requests_for(p, LoadLevel("burst", 1.0))
+
+
+def test_progress_logger_throttles_on_the_monotonic_clock(monkeypatch):
+    """The one progress throttle (used by progress_reporter off a terminal and by the trial flow's measure
+    task): the first call logs, then at most one line per ``min_interval_s``, and always the window's end."""
+    from tunelab.tasks import measure as meas
+
+    now = {"t": 100.0}
+    monkeypatch.setattr(meas.time, "monotonic", lambda: now["t"])
+    seen: list[str] = []
+
+    class _Log:
+        def info(self, fmt, *args):
+            seen.append(fmt % args)
+
+    cb = meas.progress_logger(_Log(), min_interval_s=2.0)
+    for t, done in [(100.0, 1), (101.9, 2), (102.0, 3), (103.0, 4), (103.5, 5)]:
+        now["t"] = t
+        cb("w", done, 5)
+    assert seen == ["w: 1/5 requests", "w: 3/5 requests", "w: 5/5 requests"]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import socket
-import time
 import traceback
 from pathlib import Path
 from collections.abc import Mapping
@@ -26,11 +25,11 @@ from tunelab.tasks import bootlog
 from tunelab.bundle import write_bundle
 from tunelab.tasks.engine import BootFailed, EngineServer
 from tunelab.tasks.gpu import GpuSampler, check_clean, host_load_avg
-from tunelab.tasks.measure import measure_server
+from tunelab.tasks.measure import measure_server, progress_logger
 from tunelab.plan import Plan, Trial
 from tunelab.runtime import Runtime
 
-__all__ = ["run_trial", "trial_row_base", "TrialContext", "SERVER_ENV_DEFAULTS", "launch_env"]
+__all__ = ["run_trial", "trial_row_base", "TrialContext", "SERVER_ENV_DEFAULTS", "trial_server_env"]
 
 # Env var names whose values are secrets: redacted in the warehouse and logs.
 _SECRET_HINTS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
@@ -49,10 +48,11 @@ def _redact_env(env: dict[str, str]) -> dict[str, str]:
 SERVER_ENV_DEFAULTS = {"VLLM_SERVER_DEV_MODE": "1"}
 
 
-def launch_env(trial: Trial, runtime: Runtime | None = None, gpu_indices: list[int] | None = None) -> dict[str, str]:
+def trial_server_env(trial: Trial, runtime: Runtime | None = None, gpu_indices: list[int] | None = None) -> dict[str, str]:
     """Environment variables a trial's server gets on top of the runtime's: :data:`SERVER_ENV_DEFAULTS`, then
     ``CUDA_VISIBLE_DEVICES`` for a trial on several GPUs (tensor/pipeline/data parallel; the engine sets it for
-    one GPU), then the plan's env (which wins)."""
+    one GPU), then the plan's env (which wins). This is the ``extra`` that ``Runtime.launch_env`` lays over the
+    runtime's process environment when the engine starts the server."""
     env = dict(SERVER_ENV_DEFAULTS)
     if gpu_indices and len(gpu_indices) > 1 and (runtime is None or runtime.device == "cuda"):
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_indices)
@@ -134,7 +134,7 @@ def trial_row_base(trial: Trial, trial_id: str, sweep_id: str, runtime: Runtime,
         gpu_index=ctx.gpu_index,
         model=trial.model_id,
         engine_args=dict(trial.engine_args),
-        env=_redact_env(launch_env(trial, runtime, list(ctx.gpu_indices))),
+        env=_redact_env(trial_server_env(trial, runtime, list(ctx.gpu_indices))),
         status="failed",
         quality_verdict="unvalidated",
         started_at=_now(),
@@ -172,15 +172,7 @@ def boot_task(server: EngineServer) -> dict[str, Any]:
 @task(name="measure", cache_policy=NO_CACHE)
 def measure_task(server: EngineServer, plan: Plan, gpu_index: int | None):
     """Warm-up + all workloads x load levels x repeats on the running server, sampling the GPU meanwhile."""
-    logger = get_run_logger()
-    last = {"t": 0.0}
-
-    def progress(label: str, done: int, total: int) -> None:
-        # Log at most every 2 s, and at the end of each window: enough for the UI, quiet in the logs.
-        now = time.monotonic()
-        if done == total or now - last["t"] > 2:
-            last["t"] = now
-            logger.info("%s: %d/%d requests", label, done, total)
+    progress = progress_logger(get_run_logger(), min_interval_s=2.0)
 
     # Each load profile gives its windows' time limit (tunelab.load_profiles); 300 s covers set-up and scrapes.
     per_level_s = sum(lp.window_deadline_s(plan.request_timeout_s, plan.repeats) for lp in plan.load_profiles())
@@ -230,7 +222,7 @@ def _boot_once(trial: Trial, runtime: Runtime, plan: Plan, log_path: Path, trial
         runtime=runtime,
         model=trial.model,
         serve_args=trial.serve_args(),
-        env=launch_env(trial, runtime, gpu_indices),
+        env=trial_server_env(trial, runtime, gpu_indices),
         log_path=log_path,
         boot_timeout_s=plan.boot_timeout_s,
         trial_id=trial_id,

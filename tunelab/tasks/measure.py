@@ -55,7 +55,7 @@ from tunelab.load_profiles import RATE_WARMUP_S, LoadProfile
 from tunelab.plan import Plan, Workload, requests_for_level
 
 __all__ = ["MeasureResult", "measure_server", "run_interruptible", "window_prompts",
-           "progress_reporter", "warmup_requests_for", "ServerLogTail",
+           "progress_logger", "progress_reporter", "warmup_requests_for", "ServerLogTail",
            "LOOP_LAG_NOTE_S", "SAME_READ_NOTE_FRAC", "RATE_WARMUP_S", "COMPILE_LINES_KEPT", "same_read_note"]
 
 #: p99 event-loop wake-up lateness (seconds) above which a window gets a note: timestamps may be that stale.
@@ -229,6 +229,13 @@ def progress_reporter(logger: Any | None = None, min_interval_s: float = 2.0) ->
             logger = get_run_logger()
         except Exception:  # outside a flow/task run (MissingContextError) or prefect absent
             logger = logging.getLogger("tunelab.measure")
+    yield progress_logger(logger, min_interval_s)
+
+
+def progress_logger(logger: Any, min_interval_s: float = 2.0) -> Callable[[str, int, int], None]:
+    """A ``progress(label, done, total)`` callback that logs ``"<label>: <done>/<total> requests"`` to ``logger``
+    at most every ``min_interval_s`` seconds (monotonic clock), and always at the end of a window
+    (``done == total``): enough for the Prefect UI, quiet in the logs. The first call always logs."""
     last = {"t": float("-inf")}
 
     def log_cb(label: str, done: int, total: int) -> None:
@@ -237,7 +244,7 @@ def progress_reporter(logger: Any | None = None, min_interval_s: float = 2.0) ->
             last["t"] = now
             logger.info("%s: %d/%d requests", label, done, total)
 
-    yield log_cb
+    return log_cb
 
 
 async def _scrape(client: httpx.AsyncClient) -> Any | None:
