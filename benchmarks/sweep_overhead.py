@@ -90,8 +90,8 @@ def _child(plan_path: str, out_json: str, workdir: str) -> None:
                            "wall_s": (k.end_time - k.start_time).total_seconds(), "tasks": tt})
     json.dump({"call_wall_s": t1 - t0, "flow_start": sweep_run.start_time.timestamp(),
                "flow_end": sweep_run.end_time.timestamp(), "trials": trials,
-               "statuses": [t["status"] for t in summary["trials"]],
-               "boot_s": [t["boot_s"] for t in summary["trials"]]}, open(out_json, "w"))
+               "statuses": [t["status"] for t in summary.trials],
+               "boot_s": [t["boot_s"] for t in summary.trials]}, open(out_json, "w"))
 
 
 def _vllm_sweep(args: argparse.Namespace, model: Path, work: Path) -> tuple[float, int, str]:

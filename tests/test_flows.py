@@ -210,23 +210,23 @@ def _fake_trial_flow():
         trial also waits (up to 60 s) until the second one has started, so that trials scheduled in parallel
         always overlap however slow the box is, and trials run one after the other never do."""
         t0 = time.time()
-        if len(ctx["gpu_indices"]) == 1:
+        if len(ctx.gpu_indices) == 1:
             with lock:
                 started[0] += 1
                 if started[0] == 2:
                     both_started.set()
             both_started.wait(timeout=60)
         time.sleep(3.0)
-        row = trial_row_base(trial, trial_id, ctx["sweep"]["sweep_id"], runtime, ctx)
-        syn = synthetic_trial(sweep_id=ctx["sweep"]["sweep_id"], config_key=trial.config_key,
+        row = trial_row_base(trial, trial_id, ctx.sweep.sweep_id, runtime, ctx)
+        syn = synthetic_trial(sweep_id=ctx.sweep.sweep_id, config_key=trial.config_key,
                               replicate=trial.replicate, requests_per_repeat=6,
                               chunk_offsets=4)
         tables = {k: v.assign(trial_id=trial_id) for k, v in syn.tables.items() if k != "quality_checks"}
         row.update(status="ok", boot_s=0.5, teardown_s=0.1, teardown_clean=True,
                    finished_at=dt.datetime.now(dt.timezone.utc).isoformat())
-        _FAKE_LOG.append({"trial_id": trial_id, "gpus": ctx["gpu_indices"], "device": ctx["device"],
+        _FAKE_LOG.append({"trial_id": trial_id, "gpus": list(ctx.gpu_indices), "device": ctx.device,
                           "env": json.loads(row.env), "t0": t0, "t1": time.time()})
-        return write_bundle(Path(ctx["results_dir"]), ctx["sweep"], row, tables)
+        return write_bundle(Path(ctx.results_dir), ctx.sweep, row, tables)
 
     return fake_trial
 
@@ -267,8 +267,8 @@ def test_sweep_on_two_fake_gpus(prefect_server, fake_host, tmp_path):
                        {"data-parallel-size": [1, 2], "max-model-len": [128, 256]})
     out = tuning_sweep(str(plan), db=str(tmp_path / "wh.duckdb"), results=str(tmp_path / "results"), plots=True)
     log = {e["trial_id"]: e for e in _FAKE_LOG}
-    assert len(log) == 4 and [t["status"] for t in out["trials"]] == ["ok"] * 4
-    order = [t["trial_id"] for t in out["trials"]]
+    assert len(log) == 4 and [t["status"] for t in out.trials] == ["ok"] * 4
+    order = [t["trial_id"] for t in out.trials]
     one, two = [log[i] for i in order[:2]], [log[i] for i in order[2:]]
     assert sorted(e["gpus"][0] for e in one) == [0, 1] and all(len(e["gpus"]) == 1 for e in one)
     assert _intervals_overlap((one[0]["t0"], one[0]["t1"]), (one[1]["t0"], one[1]["t1"]))
@@ -277,13 +277,13 @@ def test_sweep_on_two_fake_gpus(prefect_server, fake_host, tmp_path):
         assert all(not _intervals_overlap((e["t0"], e["t1"]), (o["t0"], o["t1"])) for o in _FAKE_LOG if o is not e)
     assert all(e["env"]["VLLM_SERVER_DEV_MODE"] == "1" for e in _FAKE_LOG)
     # warehouse rows, verdicts and the report
-    con = duckdb.connect(out["db"], read_only=True)
+    con = duckdb.connect(out.db, read_only=True)
     rows = con.execute("SELECT trial_id, gpu_index, status, quality_verdict FROM trials ORDER BY trial_id").fetchall()
     con.close()
     assert len(rows) == 4 and all(r[2] == "ok" and r[3] in ("pass", "warn", "fail", "unvalidated") for r in rows)
-    assert sum(out["quality"].values()) == 4
-    assert "## Quality" in out["report_markdown"] and "data-parallel-size=2" in out["report_markdown"]
-    assert out["plots"] and Path(out["plots"][0]).read_bytes()[:4] == b"\x89PNG"
+    assert sum(out.quality.values()) == 4
+    assert "## Quality" in out.report_markdown and "data-parallel-size=2" in out.report_markdown
+    assert out.plots and Path(out.plots[0]).read_bytes()[:4] == b"\x89PNG"
     host_slots = [f"tunelab-{socket.gethostname().lower()}-gpu{i}" for i in (0, 1)]
     with get_client(sync_client=True) as c:
         for n in host_slots:

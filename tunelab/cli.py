@@ -240,19 +240,19 @@ def run(
         raise typer.Exit(EXIT_CANCELLED)
     import pandas as pd
 
-    print_comparison(pd.DataFrame(summary["comparison"]), title=f"sweep {summary['sweep_id']}",
-                     left_out=summary.get("left_out", []))
-    bad = [t for t in summary["trials"] if t["status"] != "ok"]
-    _print_notes([(t["config"], t.get("replicate"), t.get("measurement_notes")) for t in summary["trials"]])
-    console.print(f"warehouse: {summary['db']}  bundles: {summary['results']}")
+    print_comparison(pd.DataFrame(summary.comparison), title=f"sweep {summary.sweep_id}",
+                     left_out=summary.left_out)
+    bad = [t for t in summary.trials if t["status"] != "ok"]
+    _print_notes([(t["config"], t.get("replicate"), t.get("measurement_notes")) for t in summary.trials])
+    console.print(f"warehouse: {summary.db}  bundles: {summary.results}")
     if bad:
         console.print(f"[yellow]{len(bad)} trial(s) not ok:[/] " + ", ".join(f"{t['config']} ({t['status']}: {t['failure_class']})" for t in bad))
-    nl = summary.get("not_loaded")
+    nl = summary.not_loaded
     if nl:
         _not_loaded_line(nl["db"], nl["results"], nl.get("holder_pid"), nl.get("holder_exe"),
                          f"this sweep's {nl['bundles']} bundle(s) are safe in {nl['results']} (the table above is "
                          "from them)")
-    if summary["trials"] and len(bad) == len(summary["trials"]):
+    if summary.trials and len(bad) == len(summary.trials):
         # Every trial failed: a scheduler (cron, CI) must be able to see it. A sweep with some deliberate
         # boot failures still exits 0; its failures are results in the warehouse.
         err.print("[red]no trial of this sweep succeeded[/]")

@@ -29,8 +29,8 @@ def _install_fakes() -> None:
     @flow(name="trial", validate_parameters=False)
     def fake_trial(trial, trial_id, plan, runtime, ctx):
         """FAKE trial: no server; a synthetic bundle with the trial's ids."""
-        row = trial_row_base(trial, trial_id, ctx["sweep"]["sweep_id"], runtime, ctx)
-        syn = synthetic_trial(sweep_id=ctx["sweep"]["sweep_id"], config_key=trial.config_key,
+        row = trial_row_base(trial, trial_id, ctx.sweep.sweep_id, runtime, ctx)
+        syn = synthetic_trial(sweep_id=ctx.sweep.sweep_id, config_key=trial.config_key,
                               replicate=trial.replicate, requests_per_repeat=6, chunk_offsets=4)
         tables = {k: v.assign(trial_id=trial_id) for k, v in syn.tables.items() if k != "quality_checks"}
         m = tables["measurements"]  # the columns the quality gate needs that synthetic trials leave out
@@ -38,7 +38,7 @@ def _install_fakes() -> None:
                                           achieved_concurrency=m["load_value"], client_cpu_frac=0.1)
         row.update(status="ok", boot_s=0.5, teardown_s=0.1, teardown_clean=True,
                    finished_at=dt.datetime.now(dt.timezone.utc).isoformat())
-        return write_bundle(Path(ctx["results_dir"]), ctx["sweep"], row, tables)
+        return write_bundle(Path(ctx.results_dir), ctx.sweep, row, tables)
 
     rt = Runtime(name="gpu-fake", device="cuda", python=sys.executable, versions={"vllm": "0.32.0"})
     S.run_trial = fake_trial

@@ -35,16 +35,16 @@ Everything a trial produces is on disk (a bundle) before it is validated and loa
 nothing: ``tunelab load`` picks the bundles up later. A warehouse file that another process holds for longer
 than ``lock_timeout_s`` is such a case: the sweep then reports from its bundles loaded into an in-memory
 warehouse (``warehouse.loader.bundles_warehouse``, the same tables) and says who holds the file
-(``SweepSummary["not_loaded"]``; ``tunelab run`` exits 3).
+(``SweepSummary.not_loaded``; ``tunelab run`` exits 3).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import math
 import re
-import secrets
 import socket
 import threading
 import time
@@ -57,7 +57,8 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 import tunelab
-from tunelab.flows.trial import run_trial, trial_row_base
+from tunelab import records
+from tunelab.flows.trial import TrialContext, run_trial, trial_row_base
 from tunelab.bundle import read_bundle, update_bundle_table, write_bundle
 from tunelab.tasks.engine import stop_leftovers, tracked_servers
 from tunelab.tasks.gpu import inventory
@@ -100,14 +101,34 @@ __all__ = [
 ]
 
 
-class SweepSummary(dict):
-    """Returned by :func:`tuning_sweep`: ``sweep_id``, ``db`` path, ``results`` folder, ``trials`` (one dict
-    per trial: trial_id, config, config_key, runtime, device, status, failure_class, boot_s, verdict),
-    ``comparison`` (records of ``tunelab.reports.report.comparison_frame``), ``quality`` (verdict counts),
-    ``report_markdown``, ``timings`` (per trial: queued/slot/start/end epoch seconds), ``not_loaded`` (None,
-    or when the warehouse file stayed locked by another process: a dict with ``db``, ``results``, ``holder_pid``
-    (None if DuckDB did not name it), ``holder_exe``, ``bundles`` (how many of this sweep's) and ``error``; the
-    comparison and quality summary are then computed from the sweep's bundles in memory, the same tables)."""
+@dataclass
+class SweepSummary:
+    """Returned by :func:`tuning_sweep`.
+
+    Attributes:
+        sweep_id: the sweep's id (``records.sweep_id``). db: the warehouse file. results: the bundles' folder.
+        trials: one dict per trial: trial_id, config, config_key, runtime, replicate, device, status,
+            failure_class, failure_reason, boot_s, compile_cache, teardown_clean, verdict, measurement_notes.
+        comparison: records of ``tunelab.reports.report.comparison_frame``; left_out: what it left out.
+        quality: verdict counts. report_markdown: the sweep's report. plots: PNG paths.
+        timings: per trial: queued/slot/start/end epoch seconds.
+        not_loaded: None, or when the warehouse file stayed locked by another process: a dict with ``db``,
+            ``results``, ``holder_pid`` (None if DuckDB did not name it), ``holder_exe``, ``bundles`` (how many
+            of this sweep's) and ``error``; the comparison and quality summary are then computed from the
+            sweep's bundles in memory, the same tables.
+    """
+
+    sweep_id: str
+    db: str
+    results: str
+    trials: list[dict[str, Any]]
+    comparison: list[dict[str, Any]]
+    left_out: list[Any]
+    quality: dict[str, int]
+    report_markdown: str
+    timings: list[dict[str, Any]]
+    plots: list[str]
+    not_loaded: dict[str, Any] | None = None
 
 
 def trial_run_name(trial: Trial, devices: Sequence[Device]) -> str:
@@ -160,7 +181,7 @@ def _trial_subflow(name: str) -> Any:
     inner = getattr(run_trial, "fn", run_trial)
 
     @flow(name="trial", flow_run_name=lambda: name, log_prints=True, validate_parameters=False)
-    def trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: dict) -> Path:
+    def trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: TrialContext) -> Path:
         return inner(trial, trial_id, plan, runtime, ctx)
 
     trial.__doc__ = getattr(inner, "__doc__", None)
@@ -248,12 +269,13 @@ def _status_of(bundle: Path) -> dict[str, Any]:
     return {k: (None if (isinstance(v, float) and math.isnan(v)) else v) for k, v in t.to_dict().items()}
 
 
-def _skip_bundle(trial: Trial, trial_id: str, runtime: Runtime, ctx: dict, reason: str, failure_class: str) -> Path:
+def _skip_bundle(trial: Trial, trial_id: str, runtime: Runtime, ctx: TrialContext, reason: str,
+                 failure_class: str) -> Path:
     """A bundle for a trial that was never booted (not enough devices, a device out of service)."""
-    row = trial_row_base(trial, trial_id, ctx["sweep"]["sweep_id"], runtime, ctx)
+    row = trial_row_base(trial, trial_id, ctx.sweep.sweep_id, runtime, ctx)
     row.update(status="failed", failure_class=failure_class, failure_reason=reason,
                finished_at=dt.datetime.now(dt.timezone.utc).isoformat())
-    return write_bundle(Path(ctx["results_dir"]), ctx["sweep"], row, {})
+    return write_bundle(Path(ctx.results_dir), ctx.sweep, row, {})
 
 
 def _mark_cancelled(bundle: Path | None, status: dict | None, logger: Any) -> None:
@@ -265,7 +287,9 @@ def _mark_cancelled(bundle: Path | None, status: dict | None, logger: Any) -> No
         tdf = read_bundle(bundle)["trial"].copy()
         if tdf["status"].iloc[0] == "cancelled":
             return
-        seen = f"{tdf['status'].iloc[0]}: {tdf['failure_reason'].iloc[0] if 'failure_reason' in tdf else ''}"
+        # Bundles of records have every column; an unset failure_reason is None there (absent in older ones).
+        reason = tdf["failure_reason"].iloc[0] if "failure_reason" in tdf else None
+        seen = f"{tdf['status'].iloc[0]}: {reason or ''}"
         tdf["status"] = "cancelled"
         tdf["failure_reason"] = f"cancelled while running (the trial then saw {seen})"[:2000]
         update_bundle_table(bundle, "trial", tdf)
@@ -322,7 +346,7 @@ class _SweepTrials:
     """
 
     def __init__(self, *, plan: Plan, runtimes: dict[str, Runtime], sweep_id: str, jobs: list[_Job],
-                 slot_names: dict[Device, str], base_ctx: dict, use_slots: bool, flow_run_id: Any,
+                 slot_names: dict[Device, str], base_ctx: TrialContext, use_slots: bool, flow_run_id: Any,
                  progress_id: Any, logger: Any):
         self.plan, self.runtimes, self.sweep_id, self.jobs = plan, runtimes, sweep_id, jobs
         self.slot_names, self.base_ctx, self.use_slots, self.flow_run_id = slot_names, base_ctx, use_slots, flow_run_id
@@ -339,7 +363,7 @@ class _SweepTrials:
 
     def trial_id_of(self, job: _Job) -> str:
         t = job.trial
-        return f"{self.sweep_id}/{t.runtime}/{t.config_key}/r{t.replicate}"
+        return records.trial_id(self.sweep_id, t.config_key, t.runtime, t.replicate)
 
     def usable(self, device: Device) -> bool:
         return device not in self.out_of_service
@@ -409,11 +433,11 @@ class _SweepTrials:
                 if tim["slot_at"] - tim["queued_at"] > 1:
                     logger.info("%s: waited %.1f s for %s", trial_id, tim["slot_at"] - tim["queued_at"], names)
                 gpu = devs[0] if devs and devs[0].kind == "gpu" else None
-                ctx = dict(self.base_ctx, gpu_index=gpu.index if gpu else None,
-                           gpu_indices=[d.index for d in devs if d.kind == "gpu"],
-                           gpu_name=gpu.name if gpu else "cpu",
-                           gpu_baseline_mib=gpu.baseline_mib if gpu else None,
-                           our_pids=[e["pid"] for e in tracked_servers()], device=" ".join(names))
+                ctx = dataclasses.replace(self.base_ctx, gpu_index=gpu.index if gpu else None,
+                                          gpu_indices=tuple(d.index for d in devs if d.kind == "gpu"),
+                                          gpu_name=gpu.name if gpu else "cpu",
+                                          gpu_baseline_mib=gpu.baseline_mib if gpu else None,
+                                          our_pids=tuple(e["pid"] for e in tracked_servers()), device=" ".join(names))
                 logger.info("trial %d/%d: %s [%s] on %s, %s", job.index + 1, len(self.jobs), t.label, t.config_key,
                             t.runtime, "+".join(d.label for d in devs))
                 with self.lock:
@@ -470,18 +494,12 @@ class _SweepTrials:
         return len(running_then)
 
 
-def _sweep_row(plan: Plan, plan_path: str, host: str) -> dict[str, Any]:
-    """The sweep's ``sweeps`` row as far as it is known at the start (``finished_at`` is added at the end)."""
+def _sweep_row(plan: Plan, plan_path: str, host: str) -> records.Sweep:
+    """The sweep's ``sweeps`` record as far as it is known at the start (``finished_at`` is set at the end)."""
     started = dt.datetime.now(dt.timezone.utc)
-    return {
-        "sweep_id": f"{started:%Y%m%dT%H%M%SZ}-{plan.name}-{secrets.token_hex(2)}",
-        "plan_name": plan.name,
-        "plan_yaml": Path(plan_path).read_text(),
-        "host": host,
-        "started_at": started.isoformat(),
-        "tunelab_version": tunelab.__version__,
-        "source": "tunelab",
-    }
+    return records.Sweep(sweep_id=records.sweep_id(started, plan.name), plan_name=plan.name,
+                         plan_yaml=Path(plan_path).read_text(), host=host, started_at=started,
+                         tunelab_version=tunelab.__version__, source="tunelab")
 
 
 def _progress_artifact(plan: Plan, sweep_id: str, n_trials: int, logger: Any) -> Any:
@@ -521,7 +539,7 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
     results_dir = Path(results) if results else paths.results_dir()
     host = socket.gethostname()
     sweep = _sweep_row(plan, plan_path, host)
-    sweep_id = sweep["sweep_id"]
+    sweep_id = sweep.sweep_id
     left = stop_leftovers(log=logger.info)
     if left:
         logger.warning("stopped %d leftover server(s) of an earlier run", len(left))
@@ -531,13 +549,8 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
         logger.info("%s; running on CPU", inv.reason)
     logs_dir = paths.logs_dir() / sweep_id
     logs_dir.mkdir(parents=True, exist_ok=True)
-    base_ctx = {
-        "sweep": sweep,
-        "results_dir": str(results_dir),
-        "logs_dir": str(logs_dir),
-        "driver_version": inv.driver_version,
-        "cuda_version": inv.cuda_version,
-    }
+    base_ctx = TrialContext(sweep=sweep, results_dir=str(results_dir), logs_dir=str(logs_dir),
+                            driver_version=inv.driver_version, cuda_version=inv.cuda_version)
     trials = plan.trials()
     jobs = []
     for i, t in enumerate(trials):
@@ -577,7 +590,7 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
         raise
 
     _validate_all(plan, run.bundles, run.statuses, logger)
-    sweep["finished_at"] = dt.datetime.now(dt.timezone.utc).isoformat()
+    sweep.finished_at = dt.datetime.now(dt.timezone.utc)
     outcome = load_task(db_path, results_dir, lock_timeout_s)
     return _report(plan, sweep_id, db_path, results_dir, run, outcome, plots, logger)
 
