@@ -61,7 +61,7 @@ def warehouse(tmp_path_factory) -> Path:
 
 
 def test_quality_summary_counts_and_reasons(warehouse):
-    from tunelab.reports.report import quality_markdown, quality_summary
+    from tunelab.reports.report import quality_summary, sweep_quality_markdown
 
     q = quality_summary(warehouse, SWEEP)
     assert q["counts"] == {"pass": 2, "warn": 1, "fail": 1, "unvalidated": 1}
@@ -69,7 +69,7 @@ def test_quality_summary_counts_and_reasons(warehouse):
     assert set(reasons.index) == {"repeat_cv_small", "output_length_exact"}
     assert reasons.loc["output_length_exact", "severity"] == "fail" and reasons.loc["repeat_cv_small", "trials"] == 1
     assert list(q["unvalidated"]["failure_class"]) == ["oom_kv_cache"]
-    md = quality_markdown(q)
+    md = sweep_quality_markdown(q)
     assert "**fail** 1" in md and "output_length_exact" in md and "oom_kv_cache" in md
 
 

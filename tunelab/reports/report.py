@@ -24,7 +24,7 @@ __all__ = [
     "comparison_markdown",
     "latest_sweep_id",
     "print_comparison",
-    "quality_markdown",
+    "sweep_quality_markdown",
     "quality_summary",
     "regressions_markdown",
     "sweep_markdown",
@@ -243,7 +243,7 @@ def quality_summary(db_path: Path | duckdb.DuckDBPyConnection, sweep_id: str) ->
     return {"counts": full, "reasons": reasons, "unvalidated": unval}
 
 
-def quality_markdown(q: dict[str, Any]) -> str:
+def sweep_quality_markdown(q: dict[str, Any]) -> str:
     """Markdown of :func:`quality_summary`: the counts, the failed checks and the unvalidated trials."""
     c = q["counts"]
     lines = ["## Quality", "", " | ".join(f"**{k}** {v}" for k, v in c.items()), ""]
@@ -284,7 +284,7 @@ def sweep_markdown(df: pd.DataFrame, sweep_id: str, statuses: list[dict] | None,
         } for i, s in enumerate(statuses)])
         lines.append("")
     if quality is not None:
-        lines += [quality_markdown(quality), ""]
+        lines += [sweep_quality_markdown(quality), ""]
     body = comparison_markdown(df, sweep_id).split("\n", 2)[2]  # without its title
     if df.attrs.get("left_out"):
         body = "\n".join(f"- {x}" for x in left_out_lines(df.attrs["left_out"])) + "\n\n" + body
