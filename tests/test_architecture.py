@@ -66,25 +66,30 @@ def _config(root: Path, text: str) -> Path:
     return cfg
 
 
+def _toy_report(tmp_path: Path, files: dict[str, str], contract: str) -> str:
+    """Run lint-imports on the package ``files`` (``toypkg``) with one ``contract`` (TOML lines of a
+    ``[[tool.importlinter.contracts]]`` table); assert it is reported broken and return the report."""
+    _package(tmp_path, files)
+    cfg = _config(tmp_path, '[tool.importlinter]\nroot_packages = ["toypkg"]\n[[tool.importlinter.contracts]]\n'
+                  + textwrap.dedent(contract))
+    r = lint_imports(tmp_path, cfg)
+    report = r.stdout + r.stderr
+    assert r.returncode != 0 and "BROKEN" in report, report
+    return report
+
+
 def test_an_import_against_the_layers_is_reported_broken(tmp_path):
     """A low layer importing a high one breaks the layers contract, and the report names the import."""
-    _package(tmp_path, {
+    report = _toy_report(tmp_path, {
         "toypkg/__init__.py": "",
         "toypkg/high.py": "import toypkg.low\n",
         "toypkg/low.py": "import toypkg.high  # against the layers\n",
-    })
-    cfg = _config(tmp_path, """
-        [tool.importlinter]
-        root_packages = ["toypkg"]
-        [[tool.importlinter.contracts]]
+    }, """
         name = "toy layers"
         type = "layers"
         containers = ["toypkg"]
         layers = ["high", "low"]
         """)
-    r = lint_imports(tmp_path, cfg)
-    report = r.stdout + r.stderr
-    assert r.returncode != 0 and "BROKEN" in report, report
     assert "toypkg.low -> toypkg.high" in report, report
 
 
@@ -113,44 +118,31 @@ def test_tunelab_with_its_layers_inverted_is_reported_broken(tmp_path):
 
 def test_an_import_cycle_is_reported_broken(tmp_path):
     """Two sibling modules importing each other break the acyclic_siblings contract."""
-    _package(tmp_path, {
+    report = _toy_report(tmp_path, {
         "toypkg/__init__.py": "",
         "toypkg/sub/__init__.py": "",
         "toypkg/sub/a.py": "from toypkg.sub import b\n",
         "toypkg/sub/b.py": "def f():\n    from toypkg.sub import a  # a lazy import is a cycle all the same\n",
-    })
-    cfg = _config(tmp_path, """
-        [tool.importlinter]
-        root_packages = ["toypkg"]
-        [[tool.importlinter.contracts]]
+    }, """
         name = "toy acyclic"
         type = "acyclic_siblings"
         ancestors = ["toypkg"]
         """)
-    r = lint_imports(tmp_path, cfg)
-    report = r.stdout + r.stderr
-    assert r.returncode != 0 and "BROKEN" in report, report
     assert "No cycles are allowed in toypkg.sub" in report and ".b -> .a" in report, report
 
 
 def test_a_module_without_a_layer_is_reported_broken(tmp_path):
     """With ``exhaustive = true`` a new module that no layer names breaks the contract (it must be placed)."""
-    _package(tmp_path, {
+    report = _toy_report(tmp_path, {
         "toypkg/__init__.py": "",
         "toypkg/high.py": "",
         "toypkg/low.py": "",
         "toypkg/newcomer.py": "",
-    })
-    cfg = _config(tmp_path, """
-        [tool.importlinter]
-        root_packages = ["toypkg"]
-        [[tool.importlinter.contracts]]
+    }, """
         name = "toy exhaustive"
         type = "layers"
         containers = ["toypkg"]
         exhaustive = true
         layers = ["high", "low"]
         """)
-    r = lint_imports(tmp_path, cfg)
-    report = r.stdout + r.stderr
-    assert r.returncode != 0 and "BROKEN" in report and "toypkg.newcomer" in report, report
+    assert "toypkg.newcomer" in report, report
