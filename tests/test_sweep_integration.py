@@ -110,3 +110,25 @@ def test_report_prints_comparison(sweep):
     _, output = sweep
     # The table, or (when the trial failed its quality gate on a busy box) the line saying it was left out.
     assert ("output tok/s" in output and "TTFT p50 ms" in output) or "left out:" in output
+
+
+def test_the_real_bundle_has_the_record_columns(sweep):
+    """The bundle of a real vLLM trial (real /metrics, real boot log) has every column of every record with its
+    type; a CPU host has no GPU samples (tests/test_records.py covers those with the FAKE NVML)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tunelab import records as R
+    from tunelab.bundle import list_bundles, read_manifest
+
+    out, _ = sweep
+    (bundle,) = list_bundles(out / "results")
+    files = read_manifest(bundle)["files"]
+    assert set(files) == set(R.RECORDS) - {"gpu_samples"}
+
+    def norm(t):  # Parquet names a list's item 'element', Arrow 'item': the same type
+        return f"list<{t.value_type}>" if pa.types.is_list(t) else str(t)
+
+    for name, entry in files.items():
+        got = [(f.name, norm(f.type)) for f in pq.read_schema(bundle / entry["file"])]
+        assert got == [(f.name, norm(f.type)) for f in R.arrow_schema(R.RECORDS[name])], name
