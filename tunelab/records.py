@@ -17,7 +17,7 @@ Ids come from one function each: :func:`trial_id`, :func:`sweep_id`, :func:`impo
 Units: seconds in ``*_s``, epoch seconds in ``*_ts``, rates in ``*_per_s``, memory in MiB/GiB as named,
 tokens as integers.
 
-Domain layer: imports only pydantic, pyarrow and the standard library.
+Domain layer: imports only pydantic, pyarrow, the standard library and other domain modules (load_profiles).
 """
 
 from __future__ import annotations

@@ -108,8 +108,7 @@ def _request_rows(r: dict, trial_id: str, workload: str, kind: str, value: float
         e2el = (float(lat[i]) if lat[i] is not None else ttft + sum(gaps)) if ok else None
         out = int(outl[i]) if outl[i] is not None else None
         rows.append({
-            "trial_id": trial_id, "workload": workload, "load_kind": kind, "load_value": value,
-            "repeat": repeat, "request_index": i, "ok": ok,
+            "trial_id": trial_id, **R.measurement_key(workload, kind, value, repeat), "request_index": i, "ok": ok,
             "error": (errors[i] or None) if errors is not None else (None if ok else "failed"),
             "send_ts": None, "first_token_ts": None, "end_ts": None,
             "chunk_offsets_s": list(ttft + np.cumsum([0.0] + gaps)) if ok else None,
@@ -179,7 +178,7 @@ def vllm_bench_tables(
         duration = float(r["duration"])
         lat = [x for x in (r.get("latencies") or []) if x]
         m = {
-            "trial_id": trial_id, "workload": wl, "load_kind": kind, "load_value": value, "repeat": rep,
+            "trial_id": trial_id, **R.measurement_key(wl, kind, value, rep),
             "num_requests": r.get("num_prompts"), "completed": r.get("completed"), "failed": r.get("failed"),
             "duration_s": duration, "request_throughput_per_s": r.get("request_throughput"),
             "output_tokens_per_s": r.get("output_throughput"), "total_tokens_per_s": r.get("total_token_throughput"),
