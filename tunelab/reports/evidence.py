@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-import pandas as pd
 
+from tunelab.markdown import markdown_table
 from tunelab.warehouse.migrate import connect
 
 __all__ = ["warehouse_from_parquet", "evidence_report"]
@@ -46,16 +46,6 @@ def warehouse_from_parquet(parquet_dir: Path, db_path: Path) -> Path:
     finally:
         con.close()
     return db_path
-
-
-def _md_table(df: pd.DataFrame) -> list[str]:
-    if df.empty:
-        return ["_none_"]
-    cols = list(df.columns)
-    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for r in df.itertuples(index=False):
-        out.append("| " + " | ".join("" if pd.isna(v) else str(v) for v in r) + " |")
-    return out
 
 
 def _ab_sections(db: Path, plan: str, sweep_ids: list[str], baseline_label: str,
@@ -158,10 +148,10 @@ def evidence_report(run_dir: Path, baseline_label: str = "default",
                   "(exported with `tunelab export`). Every number below can be recomputed from them.", ""]
         for sid, plan, host, started in sweeps:
             lines += [f"- sweep `{sid}`: plan `{plan}`, started {started}"]
-        lines += ["", "## Trials (boots)", ""] + _md_table(trials.drop(columns=["sweep_id"]))
-        lines += ["", "## Boot phases (parsed from each boot log)", ""] + _md_table(phases)
+        lines += ["", "## Trials (boots)", ""] + markdown_table(trials.drop(columns=["sweep_id"]))
+        lines += ["", "## Boot phases (parsed from each boot log)", ""] + markdown_table(phases)
         if not failures.empty:
-            lines += ["", "## Boot failures (a result, not a crash of the sweep)", ""] + _md_table(failures)
+            lines += ["", "## Boot failures (a result, not a crash of the sweep)", ""] + markdown_table(failures)
         by_plan: dict[str, list[str]] = {}
         for sid, plan, *_ in sweeps:
             by_plan.setdefault(plan, []).append(sid)
@@ -185,7 +175,7 @@ def evidence_report(run_dir: Path, baseline_label: str = "default",
                     lines += [f"![{m} across vLLM versions]({Path(png).name})", ""]
         for plan, sids in by_plan.items():
             lines += _ab_sections(db, plan, sids, baseline_label, metrics)
-        lines += ["", "## Quality checks that did not pass", ""] + _md_table(quality)
+        lines += ["", "## Quality checks that did not pass", ""] + markdown_table(quality)
     finally:
         if not keep_db:
             Path(db).unlink(missing_ok=True)

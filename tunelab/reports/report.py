@@ -15,6 +15,7 @@ import duckdb
 import pandas as pd
 
 from tunelab.load_profiles import load_label
+from tunelab.markdown import markdown_table
 
 __all__ = [
     "VERDICT_ORDER",
@@ -109,22 +110,17 @@ def comparison_markdown(df: pd.DataFrame, sweep_id: str, statuses: list[dict] | 
     """Markdown report: the trials with their status, then the comparison table."""
     lines = [f"# tunelab sweep `{sweep_id}`", ""]
     if statuses:
-        lines += ["## Trials", "", "| trial | config | runtime | status | failure | boot s |", "|---|---|---|---|---|---|"]
-        for s in statuses:
-            b = s.get("boot_s")
-            lines.append(f"| `{s['trial_id'].split('/', 1)[-1]}` | {s['config']} | {s['runtime']} | {s['status']} | "
-                         f"{s.get('failure_class') or ''} | {'' if b is None or pd.isna(b) else f'{b:.1f}'} |")
+        lines += ["## Trials", ""] + markdown_table([{
+            "trial": f"`{s['trial_id'].split('/', 1)[-1]}`", "config": s["config"], "runtime": s["runtime"],
+            "status": s["status"], "failure": s.get("failure_class") or "",
+            "boot s": "" if s.get("boot_s") is None or pd.isna(s["boot_s"]) else f"{s['boot_s']:.1f}",
+        } for s in statuses])
         lines.append("")
     lines += ["## Comparison (means over boots and repeats; cv = repeat-to-repeat spread of output tok/s)", ""]
     if df.empty:
         lines.append("_no measurements_")
         return "\n".join(lines)
-    rows = [_fmt_row(r) for _, r in df.iterrows()]
-    cols = list(rows[0])
-    lines.append("| " + " | ".join(cols) + " |")
-    lines.append("|" + "---|" * len(cols))
-    for r in rows:
-        lines.append("| " + " | ".join(r[c] for c in cols) + " |")
+    lines += markdown_table([_fmt_row(r) for _, r in df.iterrows()])
     return "\n".join(lines)
 
 
@@ -152,16 +148,6 @@ def print_comparison(df: pd.DataFrame, title: str = "comparison", left_out: list
     for r in rows:
         t.add_row(*r.values())
     Console(width=200).print(t)
-
-
-def _md_table(rows: list[dict[str, Any]]) -> list[str]:
-    if not rows:
-        return ["_none_"]
-    cols = list(rows[0])
-    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for r in rows:
-        out.append("| " + " | ".join(str(r[c]).replace("|", "\\|").replace("\n", " ") for c in cols) + " |")
-    return out
 
 
 def latest_sweep_id(db_path: Path) -> str | None:
@@ -249,7 +235,7 @@ def sweep_quality_markdown(q: dict[str, Any]) -> str:
     lines = ["## Quality", "", " | ".join(f"**{k}** {v}" for k, v in c.items()), ""]
     if len(q["reasons"]):
         lines += ["Checks that did not pass (severity fail decides `fail`, warn decides `warn`; see docs/quality.md):", ""]
-        lines += _md_table([{
+        lines += markdown_table([{
             "severity": r.severity, "suite": r.suite, "check": r.expectation, "trials": int(r.trials),
             "observed": "" if pd.isna(r.observed) else str(r.observed)[:80],
             "threshold": "" if pd.isna(r.threshold) else str(r.threshold)[:80],
@@ -258,7 +244,7 @@ def sweep_quality_markdown(q: dict[str, Any]) -> str:
         lines.append("")
     if len(q["unvalidated"]):
         lines += ["Unvalidated trials (not measured, or validation could not run):", ""]
-        lines += _md_table([{
+        lines += markdown_table([{
             "trial": f"`{r.trial_id.split('/', 1)[-1]}`", "config": r.config, "status": r.status,
             "why": f"{'' if pd.isna(r.failure_class) else r.failure_class} "
                    f"{'' if pd.isna(r.failure_reason) else str(r.failure_reason)[:160]}".strip(),
@@ -275,7 +261,7 @@ def sweep_markdown(df: pd.DataFrame, sweep_id: str, statuses: list[dict] | None,
     if statuses:
         if interleave:
             lines += [f"Trials in run order ({interleave}; replicates = boots per config):", ""]
-        lines += _md_table([{
+        lines += markdown_table([{
             "#": i + 1, "config": s["config"], "key": f"`{s.get('config_key', '')}`", "runtime": s["runtime"],
             "boot": f"r{s.get('replicate', '')}", "device": s.get("device", ""), "status": s["status"],
             "failure": s.get("failure_class") or "",
@@ -312,7 +298,7 @@ def ab_markdown(df: pd.DataFrame, baseline: dict, candidate: dict, title: str | 
             return "-" if pd.isna(x) else f"{x * 100:+.1f}%"
 
         by_config = "config_key" in df.columns and (df["config_key"].astype(str) != "").any()
-        lines += _md_table([{
+        lines += markdown_table([{
             **({"config": f"{r.config_label} `{r.config_key}`"} if by_config else {}),
             "workload": r.workload,
             "load": load_label(r.load_kind, r.load_value),
@@ -325,11 +311,11 @@ def ab_markdown(df: pd.DataFrame, baseline: dict, candidate: dict, title: str | 
     lines += ["", f"Method: {df.attrs.get('method', '')}"]
     ex = df.attrs.get("excluded")
     if ex is not None and len(ex):
-        lines += ["", "Trials left out:", ""] + _md_table(ex.to_dict("records"))
+        lines += ["", "Trials left out:", ""] + markdown_table(ex.to_dict("records"))
     na = df.attrs.get("not_applied")
     if na is not None and len(na):
         lines += ["", "Boots whose vLLM reported these env vars as unknown (not applied; from the boot log):", ""]
-        lines += _md_table(na.to_dict("records"))
+        lines += markdown_table(na.to_dict("records"))
     return "\n".join(lines)
 
 
@@ -342,7 +328,7 @@ def regressions_markdown(df: pd.DataFrame, only_flagged: bool = True) -> str:
         lines.append(f"_none flagged over {df[['config_key', 'workload', 'load_kind', 'load_value']].drop_duplicates().shape[0]} "
                      f"series and {len(df)} points_")
     else:
-        lines += _md_table([{
+        lines += markdown_table([{
             "config": r.config_key, "gpu": r.gpu_name, "workload": r.workload,
             "load": load_label(r.load_kind, r.load_value), "version": r.point, "baseline": r.baseline_point,
             "change": "-" if pd.isna(r.rel_change) else f"{r.rel_change * 100:+.1f}%", "boots": r.boots,

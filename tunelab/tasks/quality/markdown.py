@@ -2,18 +2,8 @@
 
 from __future__ import annotations
 
-import math
-from typing import Any
-
-import pandas as pd
-
+from tunelab.markdown import markdown_cell, markdown_table
 from tunelab.tasks.quality.catalogue import QualityResult
-
-
-def _md_cell(v: Any) -> str:
-    if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
-        return ""
-    return str(v).replace("|", "\\|").replace("\n", " ")
 
 
 def quality_markdown(result: QualityResult) -> str:
@@ -27,16 +17,13 @@ def quality_markdown(result: QualityResult) -> str:
         Markdown text (GitHub table syntax, ``|`` in cells escaped).
     """
     c = result.checks
-    lines = [f"**Quality: {result.verdict.upper()}** - {_md_cell(result.summary)}", ""]
+    lines = [f"**Quality: {result.verdict.upper()}** - {markdown_cell(result.summary)}", ""]
     bad = c[c["success"] == False]  # noqa: E712
     if len(bad):
         bad = bad.assign(_o=bad["severity"].map({"fail": 0, "warn": 1}).fillna(2))
         bad = bad.sort_values("_o", kind="stable")
-        lines += ["| severity | suite | check | observed | threshold | detail |",
-                  "|---|---|---|---|---|---|"]
-        for r in bad.itertuples(index=False):
-            lines.append("| " + " | ".join(_md_cell(x) for x in (
-                r.severity, r.suite, r.expectation, r.observed, r.threshold, r.detail)) + " |")
+        lines += markdown_table(bad[["severity", "suite", "expectation", "observed", "threshold", "detail"]]
+                                .rename(columns={"expectation": "check"}))
     else:
         lines.append("No check failed or warned.")
     n_skip = int(c["success"].isna().sum())
