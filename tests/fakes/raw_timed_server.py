@@ -96,6 +96,13 @@ class _SockTransport:
         if self.fd >= 0:
             self.proto.data_received(data, t, tk)
 
+    # write/_flush look like RawTransport.write/_flush of tunelab/tasks/loadgen/transport.py, and stay a copy
+    # on purpose. That routine is the client side, code under test: this fake is the reference its timing
+    # error is measured against (tests/test_loadgen.py, benchmarks/loadgen_accuracy.py), so it must not run
+    # the client's code: a slip in the shared send/buffer path (a lost tail after a partial send, a writer
+    # never removed) would then delay or corrupt both sides alike and could hide itself. The fake also imports
+    # nothing of tunelab (it runs as a standalone script). And the server's semantics differ: a write after
+    # close is dropped rather than raised, close() waits for the buffered bytes, and EAGAIN is not a loss.
     def write(self, data: bytes) -> None:
         if self.closing:
             return
