@@ -1,0 +1,15 @@
+"""Statistics of tunelab's verdicts: the only place where intervals, noise models and designs are computed.
+
+Pure domain code (numpy, scipy, pandas; no warehouse, no Prefect), so the warehouse, the sweep flow and the
+benchmarks share one implementation:
+
+* :mod:`tunelab.stats.intervals` - fixed-design A/B intervals of a relative effect on the log scale, with a
+  variance that borrows strength across cells (empirical Bayes) and the minimum detectable effect (MDE).
+* :mod:`tunelab.stats.sequential` - the sequential A/B rule for ``replicates: auto``: paired log ratios of
+  adjacent boots and an always-valid confidence sequence.
+* :mod:`tunelab.stats.noise` - variance components per cell (between boots, between windows of a boot,
+  within a window) by the method of moments (Kalibera and Jones 2013).
+* :mod:`tunelab.stats.design` - windows per boot and boots per config for a target half-width at least cost.
+
+The method, its assumptions and its measured error rates are in ``docs/statistics.md``.
+"""
