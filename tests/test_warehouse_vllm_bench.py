@@ -68,3 +68,29 @@ def test_not_a_bench_file_is_refused(tmp_path):
     bad.write_text('{"hello": 1}')
     with pytest.raises(BundleError, match="x.json"):
         import_vllm_bench(tmp_path / "wh.duckdb", [bad])
+
+
+def test_tables_have_their_records_columns():
+    """The import's rows go through tunelab.records like the trial flow's: every column of each table's
+    record, in the record's order (None where the file has no value)."""
+    from tunelab import records as R
+    from tunelab.warehouse.vllm_bench_import import vllm_bench_tables
+
+    _, tables, _ = vllm_bench_tables(DETAILED, runtime_name="cpu")
+    for name, record in (("sweep", R.Sweep), ("trial", R.Trial), ("measurements", R.Measurement),
+                         ("requests", R.Request)):
+        assert list(tables[name].columns) == list(R.columns(record)), name
+    assert tables["measurements"]["warmup_requests"].isna().all()  # a column the file cannot fill
+
+
+def test_a_value_of_the_wrong_type_is_refused_before_the_warehouse_opens(tmp_path):
+    from tunelab.records import RecordError
+
+    src = json.loads(DETAILED.read_text())
+    src["completed"] = "all of them"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(src))
+    db = tmp_path / "wh.duckdb"
+    with pytest.raises(RecordError, match="measurements.completed"):
+        import_vllm_bench(db, [bad])
+    assert not db.exists()

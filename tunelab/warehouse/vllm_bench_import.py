@@ -139,7 +139,12 @@ def vllm_bench_tables(
         config_key: default ``vb-`` + sha256(model_id, label)[:12].
 
     Returns:
-        (trial_id, {bundle table name: DataFrame}, sha256 of the file).
+        (trial_id, {bundle table name: DataFrame}, sha256 of the file); each frame has its record's columns
+        (``tunelab.records``: ``Sweep``, ``Trial``, ``Measurement``, ``Request``) in the record's order.
+
+    Raises:
+        BundleError: not a ``vllm bench serve`` result file.
+        records.RecordError: a value that does not fit its column (names the table and the column).
     """
     path = Path(path)
     raw = path.read_bytes()
@@ -194,9 +199,13 @@ def vllm_bench_tables(
                 m[f"{name}_p{p}_s"] = _ms(r, f"p{p}_{name}_ms")
         mrows.append(m)
         rrows.extend(_request_rows(r, trial_id, wl, kind, value, rep))
-    tables = {"sweep": pd.DataFrame([sweep]), "trial": pd.DataFrame([trial]), "measurements": pd.DataFrame(mrows)}
+    # Through the records, as the trial flow's rows are: every column of the table in its order (None where
+    # the file has no value), and a value of the wrong type is refused here, naming the column, before the
+    # warehouse is opened.
+    tables = {"sweep": pd.DataFrame([R.to_row(R.Sweep, sweep)]), "trial": pd.DataFrame([R.to_row(R.Trial, trial)]),
+              "measurements": R.frame(R.Measurement, pd.DataFrame(mrows))}
     if rrows:
-        tables["requests"] = pd.DataFrame(rrows)
+        tables["requests"] = R.frame(R.Request, pd.DataFrame(rrows))
     return trial_id, tables, sha
 
 
