@@ -233,7 +233,8 @@ async def _ours(base_url: str, key: str, model: str, c: int, n: int, in_len: int
                               "request_index": i, "requested_output_tokens": out_len, "ignore_eos": True})
             for i, r in enumerate(res.records)]
     df = pd.DataFrame(rows)
-    agg = M.aggregate(df, None, client_cpu_frac=res.client_cpu_frac, target=c)
+    # Whole window, as vllm bench serve counts it (tunelab's sweeps count the steady part only).
+    agg = M.aggregate(df, None, client_cpu_frac=res.client_cpu_frac, target=c, steady_state=False)
     out: dict[str, Any] = {f"{m}_p{q}_ms": math.nan if agg[f"{m}_p{q}_s"] is None else agg[f"{m}_p{q}_s"] * 1e3
                            for m in LATENCIES for q in (50, 99)}
     gaps = M.itl_values(df)

@@ -176,3 +176,27 @@ def test_plan_level_errors_name_the_field(tmp_path):
     with pytest.raises(PlanError) as ei:
         _plan(tmp_path, "concurrency: [0]\n")
     assert "concurrency" in str(ei.value) and ">= 1" in str(ei.value), str(ei.value)
+
+
+def test_duration_window_schedules_and_deadline():
+    from tunelab.load_profiles import ConcurrencyProfile, RateProfile, WindowSpec, arrival_offsets
+
+    c = ConcurrencyProfile(concurrency=4)
+    s = c.duration_schedule(10.0, seed=1, requests_per_s=20.0)
+    assert s.slots == 4 and s.send_until_s == 10.0 and s.n_requests == 1.5 * 20 * 10 + 4
+    assert c.duration_schedule(10.0, seed=1, requests_per_s=None).n_requests == 64 * 4  # pace unknown
+    r = RateProfile(rate_per_s=5.0)
+    s = r.duration_schedule(10.0, seed=3)
+    assert s.send_until_s == 10.0 and max(s.send_offsets_s) < 10.0
+    # The same draws as a count window of the same seed, cut at the duration.
+    assert s.send_offsets_s == tuple(arrival_offsets(s.n_requests, 5.0, seed=3))
+    assert 25 < s.n_requests < 80
+    assert c.window_deadline_s(120.0, 2, 10.0) == c.window_deadline_s(120.0, 2) + 10.0
+    with pytest.raises(ValueError, match="duration_s must be a finite number of seconds > 0.*window:"):
+        WindowSpec(duration_s=0)
+    from tunelab.plan import Plan
+
+    plan = Plan(name="p", model="m", workloads=[{"name": "w", "prompt_tokens": 8, "output_tokens": 4,
+                                                "num_requests": 4}], window={"duration_s": 5})
+    assert plan.window.duration_s == 5.0
+    assert Plan(name="p", model="m", workloads=plan.workloads).window is None  # default: request-count windows

@@ -259,3 +259,65 @@ def test_progress_logger_throttles_on_the_monotonic_clock(monkeypatch):
         now["t"] = t
         cb("w", done, 5)
     assert seen == ["w: 1/5 requests", "w: 3/5 requests", "w: 5/5 requests"]
+
+
+# -- steady-state windows and duration windows (FAKE timed server: exact server timing) -----------------------
+@pytest.fixture(scope="module")
+def slow_fake():
+    """FAKE server with 0.1 s requests (TTFT 10 ms, 10 ms per token, 10 tokens), long enough that the ramp, the
+    steady part and the drain of a window are far apart compared with the client's own delays."""
+    with FakeServerProcess(FakeTiming(ttft_s=0.01, itl_s=0.01, tokens_per_chunk=1), model=MODEL) as s:
+        yield s
+
+
+def test_closed_loop_window_records_and_excludes_its_ramp(slow_fake):
+    res = measure_server(slow_fake.base_url, "k", MODEL, _plan(
+        workloads=[Workload(name="w", prompt_tokens=16, output_tokens=10, num_requests=12)], concurrency=[4],
+        warmup_requests=0, repeats=1), progress=lambda *a: None)
+    m, req = res.measurements.iloc[0], res.requests
+    assert m["steady_state"] and m["window_duration_s"] is None
+    # The first wave: 3 requests sent before the 4th put 4 in flight; nothing is sent after the last send.
+    assert (m["ramp_requests"], m["steady_requests"], m["drain_requests"]) == (3, 9, 0)
+    assert m["ramp_s"] + m["steady_s"] + m["drain_s"] == pytest.approx(m["duration_s"])
+    first3 = req.sort_values("send_ts").head(3)
+    assert (first3["send_ts"] < req["send_ts"].min() + m["ramp_s"] + 1e-9).all()
+    # The drain: after the last send, the last wave finishes; the steady part ends at its first end.
+    ends = req["end_ts"].sort_values()
+    assert req["send_ts"].max() < req["send_ts"].min() + m["ramp_s"] + m["steady_s"] <= ends.iloc[-1]
+    assert m["steady_s"] < m["duration_s"]
+
+
+def test_rate_window_excludes_the_drain_after_the_last_arrival(slow_fake):
+    res = measure_server(slow_fake.base_url, "k", MODEL, _plan(
+        workloads=[Workload(name="w", prompt_tokens=16, output_tokens=10, num_requests=10)], concurrency=[],
+        request_rates=[40.0], warmup_requests=0, repeats=1), progress=lambda *a: None)
+    m, req = res.measurements.iloc[0], res.requests
+    first_send, last_send, last_end = req["send_ts"].min(), req["send_ts"].max(), req["end_ts"].max()
+    assert m["steady_state"]
+    # Ramp: until the first end (about one 0.1 s request of the fake); drain: the last arrival's life.
+    assert m["ramp_s"] == pytest.approx(req["end_ts"].min() - first_send, abs=1e-6) and m["ramp_s"] >= 0.09
+    assert m["drain_s"] == pytest.approx(last_end - last_send, abs=1e-6) and m["drain_s"] >= 0.09
+    t0, t1 = first_send + m["ramp_s"], last_send
+    assert m["ramp_requests"] == (req["send_ts"] < t0).sum() and m["steady_requests"] == 10 - m["ramp_requests"]
+    # Output tokens/s = tokens streamed in the steady part / its length (1 token per chunk on this fake).
+    streamed = sum(sum(t0 <= s + o <= t1 for o in offs) for s, offs in zip(req["send_ts"], req["chunk_offsets_s"]))
+    assert m["output_tokens_per_s"] == pytest.approx(streamed / (t1 - t0), rel=1e-9)
+
+
+def test_duration_window_sends_until_its_duration_and_ends_on_time(slow_fake):
+    duration_s = 0.8
+    t0 = time.monotonic()
+    res = measure_server(slow_fake.base_url, "k", MODEL, _plan(
+        workloads=[Workload(name="w", prompt_tokens=16, output_tokens=10, num_requests=3)], concurrency=[2],
+        warmup_requests=4, repeats=1, window={"duration_s": duration_s}), progress=lambda *a: None)
+    took = time.monotonic() - t0
+    m, req = res.measurements.iloc[0], res.requests
+    sends = req["send_ts"] - req["send_ts"].min()
+    assert m["window_duration_s"] == duration_s
+    assert sends.max() < duration_s  # nothing sent at or after the duration
+    # It kept sending until then (not num_requests=3): 2 slots of ~0.1 s requests for 0.8 s.
+    assert len(req) > 6 and sends.max() > duration_s - 2 * req["e2el_s"].max()
+    # The window ends on time: at most one request after its duration.
+    assert m["duration_s"] < duration_s + 2 * req["e2el_s"].max()
+    assert took < 30
+    assert not any("ran out of" in n for n in res.notes)

@@ -419,3 +419,69 @@ def test_summarize_repeats_end_to_end_from_aggregates():
 def test_summarize_repeats_names_missing_columns():
     with pytest.raises(ValueError, match="tpot_p50_s"):
         summarize_repeats(pd.DataFrame([_measurement(0, 1, 1, 1)]).drop(columns=["tpot_p50_s"]))
+
+
+# ------------------------------------------------------------------ steady-state windows
+def _c2_window():
+    """c=2, 5 requests, exact times (offsets from T0). r0 is the ramp (sent before 2 were in flight) with a slow
+    first token; r3's end at 2.6 is the first end after the last send (r4 at 2.0): the drain is 2.6 -> 2.8."""
+    return frame(
+        raw(send=0.0, offsets=(0.9, 1.0), end=1.0, out=2, req=2, request_index=0),
+        raw(send=0.1, offsets=(0.1, 1.4), end=1.4, out=2, req=2, request_index=1),
+        raw(send=1.0, offsets=(0.1, 0.9), end=1.0, out=2, req=2, request_index=2),
+        raw(send=1.5, offsets=(0.1, 1.0), end=1.1, out=2, req=2, request_index=3),
+        raw(send=2.0, offsets=(0.1, 0.7), end=0.8, out=2, req=2, request_index=4),
+    )
+
+
+def test_steady_interval_closed_and_open_loop():
+    from tunelab.tasks.metrics import steady_interval
+
+    df = _c2_window()
+    iv = steady_interval(df["send_ts"], df["end_ts"], target=2)
+    assert (iv.start_ts - T0, iv.end_ts - T0) == (pytest.approx(0.1), pytest.approx(2.6))
+    iv = steady_interval(df["send_ts"], df["end_ts"], target=None)  # open loop: first end to last send
+    assert (iv.start_ts - T0, iv.end_ts - T0) == (pytest.approx(1.0), pytest.approx(2.0))
+    assert steady_interval(df["send_ts"], df["end_ts"], target=8) is None  # the target never held
+    assert steady_interval([T0], [T0 + 1], target=1) is None  # one request: no interval
+
+
+def test_aggregate_excludes_ramp_and_drain():
+    df = _c2_window()
+    m = aggregate(df, slo=None, target=2)
+    assert m["steady_state"] is True
+    assert (m["ramp_s"], m["steady_s"], m["drain_s"]) == (pytest.approx(0.1), pytest.approx(2.5), pytest.approx(0.2))
+    assert m["ramp_s"] + m["steady_s"] + m["drain_s"] == pytest.approx(m["duration_s"])
+    assert (m["ramp_requests"], m["steady_requests"], m["drain_requests"]) == (1, 4, 0)
+    # Latencies of the requests sent in the steady part only: r0's 0.9 s TTFT is the ramp's.
+    assert m["ttft_p99_s"] == pytest.approx(0.1) and m["ttft_mean_s"] == pytest.approx(0.1)
+    # Tokens streamed in [0.1, 2.6]: all but r4's last (at 2.7); requests whose last token came in it: r0..r3.
+    assert m["output_tokens_per_s"] == pytest.approx(9 / 2.5)
+    assert m["request_throughput_per_s"] == pytest.approx(4 / 2.5)
+    assert m["total_output_tokens"] == 10 and m["achieved_concurrency"] == pytest.approx(
+        (1.0 + 1.4 + 1.0 + 1.1 + 0.8) / 2.8)  # Little's law stays over the whole window
+    whole = aggregate(df, slo=None, target=2, steady_state=False)
+    assert whole["steady_state"] is None and whole["ramp_requests"] is None
+    assert whole["output_tokens_per_s"] == pytest.approx(10 / 2.8)
+    assert whole["ttft_p99_s"] > 0.8  # r0 counted
+
+
+def test_aggregate_rate_window_excludes_the_drain_after_the_last_arrival():
+    df = _c2_window().assign(load_kind="rate", load_value=2.0)
+    m = aggregate(df, slo={"ttft_s": 0.5}, target=None)
+    # Open loop: the ramp lasts until the first end (r0 at 1.0); the drain follows the last arrival (r4 at 2.0).
+    assert m["steady_state"] is True and m["ramp_s"] == pytest.approx(1.0)
+    assert m["steady_s"] == pytest.approx(1.0) and m["drain_s"] == pytest.approx(0.8)
+    assert (m["ramp_requests"], m["steady_requests"]) == (2, 3) and m["ttft_p99_s"] == pytest.approx(0.1)
+    # In [1.0, 2.0]: r0 1 (1.0), r1 1 (1.5), r2 2 (1.1, 1.9), r3 1 (1.6) tokens; r0, r1, r2 ended in it.
+    assert m["output_tokens_per_s"] == pytest.approx(5 / 1.0)
+    assert m["goodput_per_s"] == pytest.approx(2 / 1.0)  # r0 misses the TTFT SLO
+
+
+def test_aggregate_without_steady_part_counts_the_whole_window():
+    df = frame(*(raw(send=0.0, offsets=(0.1, 0.2), end=0.2 + 0.1 * i, out=2, req=2, request_index=i)
+                 for i in range(3)))
+    m = aggregate(df, slo=None, target=4)  # 3 requests never put 4 in flight
+    assert m["steady_state"] is False and (m["ramp_requests"], m["drain_requests"]) == (0, 0)
+    assert m["output_tokens_per_s"] == pytest.approx(6 / m["duration_s"])
+    assert aggregate(df, slo=None)["steady_state"] is None  # concurrency without its target: not asked

@@ -11,6 +11,7 @@ process (``2 req/s``: request i sent at a drawn offset whatever the server does,
   or send offsets);
 * ``measured_requests`` / ``warmup_requests``: requests per measured window and per warm-up;
 * ``window_deadline_s``: the time a window may take before tunelab gives up on the measurement;
+* ``duration_schedule``: the schedule of a window defined by its duration (``window: {duration_s}``);
 * ``target_concurrency``: the in-flight count a window should reach (client-bound and quality checks);
 * validation, with errors naming the plan field and the fix.
 
@@ -31,6 +32,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, TypeAdapter, Valid
 
 __all__ = [
     "Schedule",
+    "WindowSpec",
+    "DURATION_PROMPT_HEADROOM",
     "ConcurrencyProfile",
     "RateProfile",
     "LoadProfile",
@@ -65,6 +68,10 @@ class Schedule:
     n_requests: int
     slots: int | None = None
     send_offsets_s: tuple[float, ...] | None = None
+    #: A duration window: no request is sent this many seconds or later after the window's start (closed loop:
+    #: ``n_requests`` is then a capacity, the prompts prepared; open loop: the offsets already end before it).
+    #: None: every request is sent.
+    send_until_s: float | None = None
 
     def __post_init__(self) -> None:
         if (self.slots is None) == (self.send_offsets_s is None):
@@ -75,6 +82,9 @@ class Schedule:
         if self.send_offsets_s is not None and len(self.send_offsets_s) != self.n_requests:
             raise ValueError(f"Schedule.send_offsets_s needs one offset (seconds) per request: got "
                              f"{len(self.send_offsets_s)} for {self.n_requests} requests")
+        if self.send_until_s is not None and not (math.isfinite(self.send_until_s) and self.send_until_s > 0):
+            raise ValueError(f"Schedule.send_until_s (window duration) must be a finite number of seconds > 0, got "
+                             f"{self.send_until_s!r}")
 
     @property
     def closed_loop(self) -> bool:
@@ -158,6 +168,38 @@ def arrival_offsets(
     return offsets
 
 
+class WindowSpec(BaseModel):
+    """How long a measured window runs: the plan's ``window:`` field.
+
+    * absent (the default, as before): a number of requests, the workload's ``num_requests`` (raised by
+      ``requests_per_concurrency`` at concurrency levels);
+    * ``window: {duration_s: 10}``: requests are sent for 10 s from the window's start (closed loop: the
+      slots keep taking the next request until then; open loop: the arrivals that fall before it), then the
+      window drains. A longer window does not by itself lower boot-to-boot noise (docs/measurement.md,
+      "Steady-state windows"), so the default stays the request count.
+
+    Raises:
+        pydantic.ValidationError: ``duration_s`` not a finite number > 0 (the message gives an example).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    duration_s: float | None = Field(None, description="Seconds of sending per measured window (> 0); None: a "
+                                                       "window of the workload's num_requests.")
+
+    @field_validator("duration_s")
+    @classmethod
+    def _duration_ok(cls, v: float | None) -> float | None:
+        if v is not None and (isinstance(v, bool) or not math.isfinite(v) or v <= 0):
+            raise ValueError(f"duration_s must be a finite number of seconds > 0, got {v!r}; e.g. window: "
+                             "{duration_s: 10}, or leave window out for windows of num_requests requests")
+        return v
+
+
+#: Headroom of a closed-loop duration window's prompts over the expected number of requests (the warm-up's
+#: pace x duration): a window that runs out of prompts ends early, with a note.
+DURATION_PROMPT_HEADROOM = 1.5
+
+
 class _Profile(BaseModel):
     """What every load profile provides (see the module docstring). Subclasses set ``kind`` (a ``Literal``,
     the discriminator), ``level_field`` (the attribute holding the level, read by :func:`profile_for`),
@@ -215,11 +257,22 @@ class _Profile(BaseModel):
         ``send_offsets_s`` gives them instead."""
         raise NotImplementedError
 
-    def window_deadline_s(self, request_timeout_s: float, repeats: int) -> float:
+    def window_deadline_s(self, request_timeout_s: float, repeats: int, duration_s: float | None = None) -> float:
         """Seconds one measured window (and its share of warm-up) may take before tunelab stops the
         measurement: ``request_timeout_s x (repeats + 1)`` (the rule of the trial flow since its start; the
-        flow adds 300 s to the sum over windows)."""
-        return request_timeout_s * (repeats + 1)
+        flow adds 300 s to the sum over windows); a duration window adds its ``duration_s``."""
+        return request_timeout_s * (repeats + 1) + (duration_s or 0.0)
+
+    def duration_schedule(self, duration_s: float, seed: int, requests_per_s: float | None) -> Schedule:
+        """The :class:`Schedule` of a window that sends for ``duration_s`` seconds (``window: {duration_s}``).
+
+        Args:
+            duration_s: seconds of sending (> 0).
+            seed: draws random parts (arrivals).
+            requests_per_s: the pace the server kept at this level (the warm-up's requests / wall seconds), to
+                size a closed loop's prompts; None: unknown.
+        """
+        raise NotImplementedError  # pragma: no cover - abstract
 
 
 class ConcurrencyProfile(_Profile):
@@ -265,6 +318,17 @@ class ConcurrencyProfile(_Profile):
                  send_offsets_s: Sequence[float] | None = None) -> Schedule:
         """``c`` slots (no send offsets: the server's pace sets them; ``seed`` is not used)."""
         return Schedule(n_requests, slots=self.concurrency)
+
+    def duration_schedule(self, duration_s: float, seed: int, requests_per_s: float | None) -> Schedule:
+        """``c`` slots that take no new request ``duration_s`` after the start; prompts for
+        ``DURATION_PROMPT_HEADROOM x requests_per_s x duration_s + c`` requests (at least ``4 c``; ``64 c``
+        when the pace is unknown)."""
+        c = self.concurrency
+        if requests_per_s is None or not math.isfinite(requests_per_s) or requests_per_s <= 0:
+            n = 64 * c
+        else:
+            n = max(4 * c, math.ceil(DURATION_PROMPT_HEADROOM * requests_per_s * duration_s) + c)
+        return Schedule(n, slots=c, send_until_s=float(duration_s))
 
 
 class RateProfile(_Profile):
@@ -327,6 +391,19 @@ class RateProfile(_Profile):
                                  "prompt (tunelab.load_profiles.arrival_offsets), or a seed to draw them from")
             send_offsets_s = arrival_offsets(n_requests, self.rate_per_s, self.burstiness, seed=seed)
         return Schedule(n_requests, send_offsets_s=tuple(float(x) for x in send_offsets_s))
+
+    def duration_schedule(self, duration_s: float, seed: int, requests_per_s: float | None = None) -> Schedule:
+        """The arrivals of :func:`arrival_offsets` (same seed, same draws as a count window's) that fall before
+        ``duration_s``: about ``rate x duration_s`` requests (``requests_per_s`` is not used: the rate sets the
+        pace)."""
+        n = max(8, math.ceil(self.rate_per_s * duration_s * 2) + 8)
+        while True:
+            offs = arrival_offsets(n, self.rate_per_s, self.burstiness, seed=seed)
+            if offs[-1] >= duration_s:
+                break
+            n *= 2
+        kept = tuple(float(x) for x in offs if x < duration_s) or (float(offs[0]),)  # at least one request
+        return Schedule(len(kept), send_offsets_s=kept, send_until_s=float(duration_s))
 
 
 #: The union of all profiles, told apart by ``kind`` (pydantic discriminated union).

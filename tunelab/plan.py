@@ -26,7 +26,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator, model_validator
 
-from tunelab.load_profiles import ConcurrencyProfile, LoadProfile, RateProfile, profiles_from_levels
+from tunelab.load_profiles import ConcurrencyProfile, LoadProfile, RateProfile, WindowSpec, profiles_from_levels
 from tunelab.quality_thresholds import QualityThresholds
 
 __all__ = [
@@ -179,6 +179,10 @@ class Plan(BaseModel):
     burstiness: float = Field(1.0, gt=0, allow_inf_nan=False, description="Gamma shape of inter-arrival gaps; 1.0 = Poisson (as vllm bench serve).")
     warmup_requests: int = Field(4, strict=True, ge=0, description="Warm-up requests per load level before its measured windows, excluded from numbers; a minimum: a concurrency level warms up with at least its concurrency, a rate level with at least one second of its arrivals (LoadProfile.warmup_requests in tunelab.load_profiles); 0 turns warm-up off.")
     repeats: int = Field(2, strict=True, ge=1, description="Measured repeats per load level on one server.")
+    window: WindowSpec | None = Field(
+        None, description="How long a measured window runs: absent = the workload's num_requests requests (the "
+                          "default); {duration_s: 10} = sending for 10 s. Either way its figures count only the "
+                          "steady part (tunelab.tasks.metrics.steady_interval).")
     replicates: int = Field(1, strict=True, ge=1, description="Boots per config (the unit of noise for A/B verdicts).")
     interleave: Literal["round_robin", "shuffle"] = Field(
         "round_robin", description="Order of boots: A B A B (round_robin) or a seeded shuffle."

@@ -278,6 +278,15 @@ class WindowAggregate(_Latencies):  # type: ignore[misc,valid-type]
 
     client_cpu_frac: Float | None = _f("Load generator CPU time / wall time.")
     client_bound: Bool | None = _f("The client's own evidence says it could not keep up (tasks.metrics).")
+    steady_state: Bool | None = _f("Throughputs and latencies count only the steady part (tasks.metrics."
+                                   "steady_interval); False: the window had none, all of it counts; None: "
+                                   "whole window, rows before 008 (008).")
+    steady_s: Float | None = _f("Seconds of the steady part: the rates' denominator when steady_state (008).")
+    ramp_s: Float | None = _f("Seconds from the first send to the steady part (ramp-up), excluded (008).")
+    drain_s: Float | None = _f("Seconds from the steady part's end to the window's end (drain), excluded (008).")
+    steady_requests: Int32 | None = _f("Requests sent in the steady part: the ones whose latencies count (008).")
+    ramp_requests: Int32 | None = _f("Requests sent before the steady part, left out of the latencies (008).")
+    drain_requests: Int32 | None = _f("Requests sent after the steady part, left out of the latencies (008).")
 
 
 class Measurement(WindowAggregate):
@@ -293,6 +302,8 @@ class Measurement(WindowAggregate):
     warmup_peak_in_flight: Int32 | None = _f("Most warm-up requests in flight at once (005).")
     compile_during_window: Bool | None = _f("Server log shows compilation during the window; None: not read (005).")
     compile_log_lines: Text | None = _f("Those log lines, one per line, at most 20 (005).")
+    window_duration_s: Float | None = _f("The plan's window duration, seconds (sends stop then); None: a window of "
+                                         "a number of requests (008).")
 
 
 # -- requests ------------------------------------------------------------------------------------------------

@@ -175,7 +175,9 @@ def measure_task(server: EngineServer, plan: Plan, gpu_index: int | None):
     progress = progress_logger(get_run_logger(), min_interval_s=2.0)
 
     # Each load profile gives its windows' time limit (tunelab.load_profiles); 300 s covers set-up and scrapes.
-    per_level_s = sum(lp.window_deadline_s(plan.request_timeout_s, plan.repeats) for lp in plan.load_profiles())
+    duration_s = plan.window.duration_s if plan.window else None
+    per_level_s = sum(lp.window_deadline_s(plan.request_timeout_s, plan.repeats, duration_s)
+                      for lp in plan.load_profiles())
     deadline = per_level_s * len(plan.workloads) * plan.repeats + 300
     sampler = GpuSampler(gpu_index) if gpu_index is not None else None
     if sampler:

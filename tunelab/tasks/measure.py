@@ -279,6 +279,7 @@ async def _measure(
     sm_rows: list[dict] = []
     notes: list[str] = []
     slo = {k: v for k, v in plan.slo.model_dump().items() if v is not None}
+    duration_s = plan.window.duration_s if plan.window else None
     log = ServerLogTail(server_log)
     async with make_client(base_url, api_key, max(max_conc, 64)) as client:
         builder = PromptBuilder(client, model)
@@ -287,6 +288,7 @@ async def _measure(
                 common = dict(max_tokens=w.output_tokens, endpoint=w.endpoint, ignore_eos=w.ignore_eos, timeout_s=plan.request_timeout_s)
                 n_warm = warmup_requests_for(plan, lv)
                 warm = {"warmup_requests": n_warm, "warmup_peak_in_flight": 0}
+                pace_per_s: float | None = None  # requests/s the warm-up kept: sizes a duration window's prompts
                 if n_warm:
                     # Warm-up: its own seed, so none of its prompts is among the measured ones; excluded. At the
                     # level's concurrency (and with the window's load processes), so the batch sizes the window
@@ -297,6 +299,7 @@ async def _measure(
                                            processes=load_processes, **common)
                     warm["warmup_peak_in_flight"] = M.in_flight([r.get("send_ts") for r in wres.records],
                                                                 [r.get("end_ts") for r in wres.records])[0] or 0
+                    pace_per_s = len(wres.records) / wres.wall_s if wres.wall_s > 0 else None
                     wlines = bootlog.compile_lines(log.since_mark() or "")
                     if wlines:
                         logging.getLogger("tunelab.measure").info(
@@ -304,7 +307,11 @@ async def _measure(
                             lv.label, len(wlines))
                 for rep in range(plan.repeats):
                     s = _seed(plan.seed, w.name, lv.seed_key, rep)
-                    prompts = await window_prompts(builder, w, requests_for_level(plan, w, lv), s)
+                    if duration_s is None:
+                        sched = lv.schedule(requests_for_level(plan, w, lv), s)
+                    else:
+                        sched = lv.duration_schedule(duration_s, s, pace_per_s)
+                    prompts = await window_prompts(builder, w, sched.n_requests, s)
                     label = f"{w.name} {lv.label} repeat {rep + 1}/{plan.repeats}"
                     done = [0]
 
@@ -315,7 +322,7 @@ async def _measure(
 
                     before = await _scrape(client)
                     log.mark()
-                    res = await run_level(client, model, prompts, schedule=lv.schedule(len(prompts), s), on_done=tick,
+                    res = await run_level(client, model, prompts, schedule=sched, on_done=tick,
                                           processes=load_processes, **common)
                     text = log.since_mark()
                     after = await _scrape(client)
@@ -329,7 +336,10 @@ async def _measure(
                     df = pd.DataFrame(derived)
                     agg = M.aggregate(df, slo or None, client_cpu_frac=res.client_cpu_frac,
                                       target=lv.target_concurrency)
-                    meas_rows.append({**ident, **agg, "rx_stamps": res.rx_stamps,
+                    if duration_s is not None:
+                        # A duration window keeps its pace for a later repeat: its own requests / seconds sending.
+                        pace_per_s = len(res.records) / duration_s
+                    meas_rows.append({**ident, **agg, "window_duration_s": duration_s, "rx_stamps": res.rx_stamps,
                                       "read_delay_p99_s": res.read_delay_p99_s,
                                       "loop_lag_p99_s": res.loop_lag_p99_s,
                                       "same_read_itl_frac": res.same_read_itl_frac(),
@@ -338,6 +348,7 @@ async def _measure(
                                       "compile_log_lines": "\n".join(clines[:COMPILE_LINES_KEPT]) if clines else None})
                     req_rows.extend(derived)
                     notes.extend(_window_notes(label, df, res, lv))
+                    notes.extend(_steady_notes(label, agg, sched, res))
                     notes.extend(_warmup_notes(label, agg, warm, clines, plan))
                     if agg.get("client_bound") and res.client_cpu_frac < M.CLIENT_BOUND_CPU_FRAC:
                         notes.append(f"{label}: client-bound: while it still had requests to send, the client kept "
@@ -384,6 +395,19 @@ def same_read_note(res: Any, concurrency: float | None = None) -> str | None:
     lateness = "" if late is None else f" (read up to {late * 1e3:.1f} ms late)"
     return (f"{head}: the client fell behind{lateness}; those chunks carry the later one's arrival stamp, so "
             f"TTFT/ITL of those requests are coarse; {_client_advice(res, concurrency)}")
+
+
+def _steady_notes(label: str, agg: dict, sched: Any, res: Any) -> list[str]:
+    """Notes on the window's steady part: none at all, and a duration window that ran out of prompts."""
+    out = []
+    if agg.get("steady_state") is False:
+        out.append(f"{label}: no steady part (the target load never held while requests remained: no more "
+                   "requests than slots?); its figures count the whole window, ramp and drain included. Raise "
+                   "num_requests or requests_per_concurrency, or use window: {duration_s: ...}")
+    if sched.send_until_s is not None and sched.closed_loop and len(res.records) >= sched.n_requests:
+        out.append(f"{label}: the duration window ran out of its {sched.n_requests} prompts before "
+                   f"{sched.send_until_s:g} s: it ended early (the server was faster than its warm-up)")
+    return out
 
 
 def _warmup_notes(label: str, agg: dict, warm: dict, clines: list[str] | None, plan: Plan) -> list[str]:

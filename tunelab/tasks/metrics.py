@@ -29,7 +29,12 @@ each chosen so that a number means the same thing for every config and version:
   a request that stopped early although ``ignore_eos`` was set fails (vLLM counts
   it as a success with fewer tokens), so throughput compares like with like.
 * The measurement window is first send -> last end of the measured requests
-  (vLLM: wall time of the whole benchmark call, including client start-up).
+  (vLLM: wall time of the whole benchmark call, including client start-up), but
+  throughputs and latency percentiles count only its *steady part*
+  (:func:`steady_interval`): from the moment the target load first held to the
+  moment it stopped holding after the last send. The ramp-up before and the drain
+  after are recorded (``ramp_*``, ``drain_*`` columns) and excluded; vLLM counts
+  the whole run.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -56,6 +62,8 @@ __all__ = [
     "derive_request",
     "itl_values",
     "in_flight",
+    "steady_interval",
+    "SteadyInterval",
     "aggregate",
     "summarize_repeats",
 ]
@@ -350,6 +358,86 @@ def in_flight(send_ts: Any, end_ts: Any) -> tuple[int | None, float | None]:
     return peak, float(busy.sum() / (t1 - t0))
 
 
+@dataclass(frozen=True)
+class SteadyInterval:
+    """The steady part of a window, epoch seconds ``[start_ts, end_ts]`` (see :func:`steady_interval`)."""
+
+    start_ts: float
+    end_ts: float
+
+    @property
+    def seconds(self) -> float:
+        """Its length, seconds."""
+        return self.end_ts - self.start_ts
+
+
+def steady_interval(send_ts: Any, end_ts: Any, target: float | None) -> SteadyInterval | None:
+    """The part of a window in which the target load held (epoch seconds), from the client's own stamps.
+
+    Closed loop (``target`` = the concurrency c): the steady part starts when the number in flight first
+    reaches c (the ramp-up before it is the first wave being sent) and ends at the first moment after the last
+    send at which fewer than c are in flight (the drain after it is the last requests finishing with nobody to
+    replace them). Open loop (``target`` None: a request rate, where the offered load is the arrivals): from the
+    first end to the last send. With arrivals at rate r and requests of latency S, the number in flight rises as
+    r x min(t, S) for the first S seconds (Little's law; M/G/infinity), so the first end marks the ramp's end;
+    after the last arrival the load is no longer offered.
+
+    Why: a window of 64 requests at c=32 sends 32 at once (a burst no steady server sees), then runs at 32 in
+    flight, then drains from 32 to 0 after its last send; the ramp and the drain are a large share of a short
+    window and belong to no load level. Long benchmarks (MLPerf Inference's server scenario, 600 s minimum)
+    make them negligible instead; tunelab excludes them so that short and long windows measure the same thing.
+
+    Args:
+        send_ts: epoch seconds per request (NaN/None = never sent, left out).
+        end_ts: the stream's end per request (``end_ts``, when the request frees its slot; NaN/None = never
+            ended, counted as in flight to the end).
+        target: the concurrency target, or None for an open-loop window.
+
+    Returns:
+        The interval, or None when the window has none of positive length (e.g. no more requests than slots:
+        one wave that never ran at the target while requests remained; or a single send).
+
+    Raises:
+        ValueError: ``send_ts`` and ``end_ts`` of different lengths.
+    """
+    s = pd.to_numeric(pd.Series(send_ts, dtype="object"), errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    e = pd.to_numeric(pd.Series(end_ts, dtype="object"), errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    if s.shape != e.shape:
+        raise ValueError(f"steady_interval: send_ts and end_ts must have the same length, got {s.size} and {e.size}")
+    sent = ~np.isnan(s)
+    s, e = s[sent], e[sent]
+    if s.size < 2:
+        return None
+    last_send = float(s.max())
+    if target is None:
+        ended = e[~np.isnan(e)]
+        if ended.size == 0:
+            return None
+        start, end = float(ended.min()), last_send
+        return SteadyInterval(start, end) if end > start else None
+    k = int(math.ceil(float(target)))
+    e = np.where(np.isnan(e), np.inf, np.maximum(e, s))
+    times = np.concatenate([s, e])
+    steps = np.concatenate([np.ones(s.size), -np.ones(e.size)])
+    order = np.lexsort((steps, times))  # at equal times ends (-1) before sends (+1): a slot handed on
+    times, kinds = times[order], steps[order]
+    level = np.cumsum(kinds)
+    reached = np.flatnonzero(level >= k)
+    if reached.size == 0:
+        return None
+    start = float(times[reached[0]])
+    # The first event after the last send that leaves fewer than k in flight (an end stamped at the same
+    # instant as the last send handed its slot to that send: it sorts before it and is not the drain).
+    last_send_pos = int(np.flatnonzero(kinds > 0)[-1])
+    after = np.flatnonzero((np.arange(times.size) > last_send_pos) & (level < k))
+    end = float(times[after[0]]) if after.size else last_send
+    if level[last_send_pos] < k:  # fewer than k in flight already when the last request went out
+        end = last_send
+    if not math.isfinite(end) or end <= start:
+        return None
+    return SteadyInterval(start, end)
+
+
 def _check_slo(slo: Mapping[str, Any] | None) -> dict[str, float]:
     if not slo:
         return {}
@@ -402,11 +490,57 @@ def _stats(values: np.ndarray, prefix: str) -> dict[str, float | None]:
     return out
 
 
+#: The steady-part columns :func:`aggregate` adds (``records.WindowAggregate``).
+_STEADY_COLUMNS: tuple[str, ...] = R.pick(R.WindowAggregate, "steady_state", "steady_s", "ramp_s", "drain_s",
+                                          "steady_requests", "ramp_requests", "drain_requests")
+
+
+def _steady_part(derived: pd.DataFrame, ok_mask: np.ndarray, good_mask: np.ndarray | None, send: np.ndarray,
+                 end: np.ndarray, target: float | None) -> dict[str, Any]:
+    """What happened in the window's steady part (:func:`steady_interval`): its columns, its length, the rows
+    whose latencies count, and the counts its rates are made of. ``columns['steady_state']`` False (and
+    nothing else) when there is none or no ok request was sent in it."""
+    iv = steady_interval(send, end, target)
+    sent = ~np.isnan(send)
+    lat_rows = sent & (send >= (iv.start_ts if iv else 0)) & (send <= (iv.end_ts if iv else -1))
+    if iv is None or not np.any(lat_rows & ok_mask):
+        return {"columns": {**{k: None for k in _STEADY_COLUMNS}, "steady_state": False, "ramp_s": 0.0,
+                            "drain_s": 0.0, "ramp_requests": 0, "drain_requests": 0,
+                            "steady_requests": int(sent.sum())}}
+    t0, t1 = iv.start_ts, iv.end_ts
+    ok = derived[ok_mask]
+    n_out = 0.0
+    n_done = n_good = n_in = 0
+    goods = good_mask if good_mask is not None else np.zeros(len(ok), dtype=bool)
+    for r, good in zip(ok.itertuples(index=False), goods):
+        offs = np.asarray(list(r.chunk_offsets_s or []), dtype=np.float64)
+        if offs.size and r.output_tokens:
+            ts = float(r.send_ts) + offs
+            # Tokens per content chunk: the server's count spread over its chunks (1 each on vLLM's default
+            # stream; several when it batches them).
+            n_out += float(r.output_tokens) * float(np.sum((ts >= t0) & (ts <= t1))) / offs.size
+        if r.last_token_ts is not None and t0 <= float(r.last_token_ts) <= t1:
+            n_done += 1
+            n_good += int(bool(good))
+        if r.first_token_ts is not None and t0 <= float(r.first_token_ts) <= t1 and r.prompt_tokens is not None:
+            n_in += int(r.prompt_tokens)
+    first_send = float(np.nanmin(send))
+    window_end = float(np.nanmax(end)) if np.any(~np.isnan(end)) else t1
+    return {
+        "columns": {"steady_state": True, "steady_s": t1 - t0, "ramp_s": t0 - first_send,
+                    "drain_s": max(0.0, window_end - t1), "steady_requests": int(lat_rows.sum()),
+                    "ramp_requests": int(np.sum(sent & (send < t0))), "drain_requests": int(np.sum(sent & (send > t1)))},
+        "seconds": t1 - t0, "latency_rows": lat_rows, "completed": n_done, "output_tokens": n_out,
+        "input_tokens": n_in, "good": None if good_mask is None else n_good,
+    }
+
+
 def aggregate(
     derived: pd.DataFrame,
     slo: Mapping[str, float] | None,
     client_cpu_frac: float | None = None,
     target: float | None = None,
+    steady_state: bool = True,
 ) -> dict[str, Any]:
     """Aggregate one (workload, load level, repeat) group of requests into a ``measurements`` row.
 
@@ -418,20 +552,40 @@ def aggregate(
         client_cpu_frac: load-generator CPU time / wall time during the measurement.
         target: the target concurrency (``LoadProfile.target_concurrency``; used only for load kinds that have
             one, ``load_profiles.concurrency_target_kinds()``).
+        steady_state: count throughputs and latencies over the window's steady part only
+            (:func:`steady_interval`); needs ``target`` for a load kind with a concurrency target (without it
+            the whole window counts and ``steady_state`` is None). False: the whole window, as before 2026-12
+            and as ``vllm bench serve`` (the cross-check against it uses that).
 
     Returns:
         dict with the keys of :data:`MEASUREMENT_COLUMNS` (plus ``trial_id`` if present):
 
         * ``duration_s``: first send -> last end over *all* measured requests (failed
           ones too); vLLM uses the benchmark call's wall time instead.
+        * The steady part (``steady_state`` True): ``steady_s`` seconds from ``ramp_s``
+          after the first send to ``drain_s`` before the window's end; ``ramp_requests``
+          requests were sent before it and ``drain_requests`` after it (left out of the
+          latencies), ``steady_requests`` in it (their latencies count, also when they
+          finish in the drain: the load they met when they arrived is the target's).
+          Rates below are then over ``steady_s`` and count what happened in it: output
+          tokens of ok requests streamed in it (a chunk of k tokens counts k; a request's
+          tokens are spread evenly over its content chunks), requests whose last token
+          came in it, prompt tokens of requests whose first token came in it.
+          ``steady_state`` False: the window had no steady part (no more requests than
+          slots, or a single request): everything counts over ``duration_s`` as before,
+          excluded counts 0. None: not asked for, or no target given for a concurrency
+          window.
         * ``request_throughput_per_s`` = completed / duration; ``output_tokens_per_s`` =
           output tokens of ok requests / duration; ``total_tokens_per_s`` = (prompt +
-          output tokens of ok requests) / duration — as ``vllm bench serve``.
+          output tokens of ok requests) / duration — as ``vllm bench serve`` (over the
+          steady part, see above).
         * ``goodput_per_s``: ok requests meeting every SLO given / duration, with vLLM's
           ``--goodput`` rule: a request is good when ``metric <= slo`` for each SLO; a
           request with no TPOT (output_tokens <= 1) counts as TPOT 0, i.e. meets it.
         * ``achieved_concurrency``: Little's law, L = sum over requests of their time
-          in flight (end - send, failed requests with an end included) / duration.
+          in flight (end - send, failed requests with an end included) / duration, over
+          the whole window (ramp and drain included: it says how much of the window
+          ran below the target).
           ``end`` is the stream's end (``end_ts``): the request holds its slot until then.
         * ``peak_in_flight``, ``in_flight_while_sending``: see :func:`in_flight`.
         * ``*_mean_s``/``*_p50_s``..``*_p99_s`` of TTFT, TPOT, E2EL over ok requests
@@ -489,41 +643,50 @@ def aggregate(
 
     in_tokens = int(_num(ok["prompt_tokens"]).sum())
     out_tokens = int(_num(ok["output_tokens"]).sum())
-    ttft = _num(ok["ttft_s"])
-    tpot = _num(ok["tpot_s"])
-    e2el = _num(ok["e2el_s"])
-    itl = itl_values(derived)
 
-    good: int | None = None
+    good_mask = None
     if slo_s:
-        checks = np.ones(len(ok), dtype=bool)
+        good_mask = np.ones(len(ok), dtype=bool)
         for key, limit in slo_s.items():
             vals = pd.to_numeric(ok[key], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
             if key == "tpot_s":
                 vals = np.where(np.isnan(vals), 0.0, vals)  # vLLM: no TPOT (<=1 token) counts as 0
-            checks &= vals <= limit  # NaN compares False -> not good
-        good = int(checks.sum())
+            good_mask &= vals <= limit  # NaN compares False -> not good
 
     both = ~np.isnan(send) & ~np.isnan(end)
     in_flight_s = float(np.sum(end[both] - send[both]))
     peak, while_sending = in_flight(send, end)
 
-    def rate(x: float | None) -> float | None:
-        return None if x is None or duration is None else x / duration
+    closed = out["load_kind"] in concurrency_target_kinds()
+    steady = _steady_part(derived, ok_mask, good_mask, send, end, target if closed else None) \
+        if steady_state and (target is not None or not closed) else None
+    out.update(steady["columns"] if steady else {k: None for k in _STEADY_COLUMNS})
+    if steady is not None and steady["columns"]["steady_state"]:
+        span: float | None = steady["seconds"]
+        n_done, n_out, n_in, n_good = steady["completed"], steady["output_tokens"], steady["input_tokens"], steady["good"]
+        scope = derived[steady["latency_rows"]]
+    else:  # the whole window, as before steady parts
+        span, n_done, n_out, n_in = duration, completed, out_tokens, in_tokens
+        n_good = None if good_mask is None else int(good_mask.sum())
+        scope = derived
+    scope_ok = scope[scope["ok"].astype(bool).to_numpy()]
 
-    out["request_throughput_per_s"] = rate(completed)
-    out["output_tokens_per_s"] = rate(out_tokens)
-    out["total_tokens_per_s"] = rate(in_tokens + out_tokens)
-    out["goodput_per_s"] = rate(good)
-    out["achieved_concurrency"] = rate(in_flight_s)
+    def rate(x: float | None, over: float | None = span) -> float | None:
+        return None if x is None or over is None else x / over
+
+    out["request_throughput_per_s"] = rate(n_done)
+    out["output_tokens_per_s"] = rate(n_out)
+    out["total_tokens_per_s"] = rate(n_in + n_out)
+    out["goodput_per_s"] = rate(n_good)
+    out["achieved_concurrency"] = rate(in_flight_s, duration)
     out["peak_in_flight"] = peak
     out["in_flight_while_sending"] = while_sending
     out["total_input_tokens"] = in_tokens
     out["total_output_tokens"] = out_tokens
-    out.update(_stats(ttft, "ttft"))
-    out.update(_stats(tpot, "tpot"))
-    out.update(_stats(itl, "itl"))
-    out.update(_stats(e2el, "e2el"))
+    out.update(_stats(_num(scope_ok["ttft_s"]), "ttft"))
+    out.update(_stats(_num(scope_ok["tpot_s"]), "tpot"))
+    out.update(_stats(itl_values(scope), "itl"))
+    out.update(_stats(_num(scope_ok["e2el_s"]), "e2el"))
     out["client_cpu_frac"] = None if client_cpu_frac is None else float(client_cpu_frac)
 
     bound: bool | None = None

@@ -132,6 +132,8 @@ class ShardSpec:
         transport: 'raw' (:func:`~tunelab.tasks.loadgen.transport.send_streaming_raw`) or 'httpx'.
         clock_origin: the window's ``(epoch0, perf0)`` (:class:`~tunelab.tasks.loadgen.transport.Clock`), so
             every shard stamps on one scale; None: a fresh clock.
+        send_until_s: closed loop: no slot takes a new request this many seconds or later after the window's
+            start (a duration window, ``Schedule.send_until_s``); None: every prompt is sent.
     """
 
     base_url: str
@@ -147,6 +149,7 @@ class ShardSpec:
     worker: int = 0
     transport: str = "raw"
     clock_origin: tuple[float, float] | None = None
+    send_until_s: float | None = None
 
     @property
     def pool_size(self) -> int:
@@ -221,8 +224,11 @@ async def _run_shard_with(
         # requests remain. Several load processes share that queue through `shared_next`: a static split left
         # a process idle, once its own requests had ended sooner, while another still had requests queued.
         nxt = iter(range(len(prompts)))
+        stop_at = None if spec.send_until_s is None else t_start_perf + spec.send_until_s
 
         def claim() -> int | None:
+            if stop_at is not None and time.perf_counter() >= stop_at:
+                return None  # a duration window: sending stops, the window drains
             if shared_next is None:
                 return next(nxt, None)
             with shared_next.get_lock():  # held for one increment: microseconds
@@ -429,7 +435,7 @@ async def run_level(
     window = ShardSpec(base_url=str(client.base_url).rstrip("/"), api_key=auth.removeprefix("Bearer "),
                        model=model, prompts=tuple(prompts), max_tokens=max_tokens, endpoint=endpoint,
                        ignore_eos=ignore_eos, timeout_s=timeout_s, slots=schedule.slots,
-                       offsets_s=schedule.send_offsets_s, transport=transport)
+                       offsets_s=schedule.send_offsets_s, transport=transport, send_until_s=schedule.send_until_s)
     if processes > 1 and len(prompts) > 1:
         return await _run_processes(window, schedule, on_done, min(processes, len(prompts)))
     clock = Clock()
