@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tunelab import offline as off
+from tunelab.offline.manifest import MIB
 from tunelab.offline import (
     OfflineBundleError,
     BundleManifest,
@@ -356,3 +357,49 @@ def test_walk_closure_keeps_an_excluded_package_that_a_carried_one_imports():
     assert kept == ["opentelemetry-api (required by fastapi)"]
     assert sorted(e.split(">")[0] for e in excluded) == [
         "opentelemetry-api", "opentelemetry-exporter-otlp-proto-http", "opentelemetry-sdk"]
+
+
+# -- what one transfer carries, and pins the measured image is known to serve with ----------------------------
+
+def test_default_part_plus_repository_fits_one_64_mib_transfer():
+    """A part travels with the repository checkout and its manifest: the default must leave room for both.
+    Fails when the tracked files outgrow the room (then lower DEFAULT_PART_SIZE_MIB and the docs)."""
+    import subprocess
+
+    repo = Path(__file__).resolve().parent.parent
+    try:
+        files = subprocess.run(["git", "-C", str(repo), "ls-files", "-z"], capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout")
+    tracked = sum((repo / f).stat().st_size for f in files.decode().split("\0") if f and (repo / f).is_file())
+    manifest_allowance = 1 << 20
+    assert off.DEFAULT_PART_SIZE_MIB * MIB + tracked + manifest_allowance <= 64 * MIB, (
+        f"part {off.DEFAULT_PART_SIZE_MIB} MiB + repository {tracked / MIB:.1f} MiB exceeds 64 MiB")
+
+
+def test_cli_and_api_share_the_default_part_size(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from tunelab.cli import app
+
+    seen = {}
+    monkeypatch.setattr(off, "bundle_orchestrator", lambda out, **kw: seen.update(kw) or (_ for _ in ()).throw(
+        off.OfflineBundleError("stop here")))
+    CliRunner().invoke(app, ["runtime", "bundle", str(tmp_path / "b"), "--orchestrator"])
+    assert seen.get("part_size_mib") == off.DEFAULT_PART_SIZE_MIB
+    import inspect
+
+    assert inspect.signature(off.bundle_runtime).parameters["part_size_mib"].default == off.DEFAULT_PART_SIZE_MIB
+
+
+def test_known_pins_of_the_measured_image_are_marked_and_new_gaps_are_not():
+    checks = [
+        {"name": "numpy", "specifier": "<2.4", "installed": "2.5.2", "ok": False},
+        {"name": "numpy", "specifier": "<2.4", "installed": "2.6.0", "ok": False},  # not the version seen serving
+        {"name": "setuptools", "specifier": "<81.0.0", "installed": "81.0.0", "ok": False},
+        {"name": "aiohttp", "specifier": ">=3.13.3", "installed": "3.14.3", "ok": True},
+        {"name": "regex", "specifier": ">=2024", "installed": "2023.1", "ok": False},
+    ]
+    marked = [c["served_on_measured_image"] for c in off.annotate_host_checks(checks)]
+    assert marked == [True, False, True, False, False]
+    assert "served_on_measured_image" not in checks[0]  # the input is not modified

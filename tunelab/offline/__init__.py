@@ -67,6 +67,9 @@ from __future__ import annotations
 from tunelab.offline.manifest import (
     BundleManifest,
     DEFAULT_EXCLUDE,
+    DEFAULT_PART_SIZE_MIB,
+    SERVED_DESPITE_PIN,
+    annotate_host_checks,
     DEFAULT_HOST_PROVIDED,
     DEFAULT_ORCHESTRATOR_HOST_PROVIDED,
     DEFAULT_PRUNE,
@@ -111,6 +114,9 @@ from tunelab.offline.cli import (
 __all__ = [
     "DEFAULT_EXCLUDE",
     "DEFAULT_HOST_PROVIDED",
+    "DEFAULT_PART_SIZE_MIB",
+    "SERVED_DESPITE_PIN",
+    "annotate_host_checks",
     "DEFAULT_ORCHESTRATOR_HOST_PROVIDED",
     "DEFAULT_PRUNE",
     "H200_IMAGE_VERSIONS",

@@ -9,6 +9,7 @@ from pathlib import Path
 
 
 from tunelab.offline.manifest import (
+    DEFAULT_PART_SIZE_MIB,
     MIB,
     OfflineBundleError,
 )
@@ -45,12 +46,12 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--python-version", default="3.12")
     b.add_argument("--no-fastokens", action="store_true")
     b.add_argument("--wheel-dir", default=None)
-    b.add_argument("--part-size-mib", type=int, default=60)
+    b.add_argument("--part-size-mib", type=int, default=DEFAULT_PART_SIZE_MIB)
     c = sub.add_parser("bundle-orchestrator")
     c.add_argument("out_dir")
     c.add_argument("--python-version", default="3.12")
     c.add_argument("--wheel-dir", default=None)
-    c.add_argument("--part-size-mib", type=int, default=60)
+    c.add_argument("--part-size-mib", type=int, default=DEFAULT_PART_SIZE_MIB)
     ns = ap.parse_args(argv)
     try:
         if ns.cmd == "install":

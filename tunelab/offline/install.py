@@ -18,6 +18,7 @@ from tunelab.offline.manifest import (
     BundleManifest,
     OfflineBundleError,
     RuntimeRecord,
+    annotate_host_checks,
 )
 from tunelab.offline.parts import (
     _unpack,
@@ -129,7 +130,7 @@ def install_bundle(
         kind=m.kind, name=m.name, python=python, pythonpath=[str(site)], env=m.required_env,
         forbidden_env=m.forbidden_env,
         serve_argv=[python, "-m", "vllm.entrypoints.cli.main", "serve"] if m.kind == "vllm-runtime" else [],
-        versions=chk["versions"], import_check_s=chk["import_check_s"], host_checks=chk["host_checks"],
+        versions=chk["versions"], import_check_s=chk["import_check_s"], host_checks=annotate_host_checks(chk["host_checks"]),
         manifest=str(mfile.resolve()), site=str(site.resolve()),
         installed_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
     out = root / "runtime.json"

@@ -44,6 +44,40 @@ H200_IMAGE_VERSIONS: dict[str, str] = {
     "idna": "3.19",
 }
 
+#: Requirements the measured H200 image does not meet, with which vLLM imported and served all the same
+#: (vLLM 0.21.0 and 0.25.1, 2026-11-29 and 2026-12-01): name -> the host version seen serving. The install
+#: check still records them as not met; it marks them ``served_on_measured_image`` so a reader can tell a
+#: known, harmless gap from a new one. A different installed version is not marked.
+SERVED_DESPITE_PIN: dict[str, str] = {
+    "numba": "0.68.0",        # vLLM pins ==0.65.0
+    "numpy": "2.5.2",         # vLLM, xgrammar, mistral-common: <2.4
+    "setuptools": "81.0.0",   # vLLM, model-hosting-container-standards: <81.0.0
+    "transformers": "5.17.0",  # vLLM 0.21.0 and 0.25.1 declare <5 through xgrammar / compressed-tensors
+}
+
+#: Largest bundle part, MiB. A part travels together with the repository checkout (about 8 MiB of tracked
+#: files) and its manifest; 48 MiB leaves room for both within a 64 MiB transfer, and for the repository to
+#: grow. tests/test_offline.py fails when the checkout outgrows that room.
+DEFAULT_PART_SIZE_MIB = 48
+
+
+def annotate_host_checks(checks: list[dict]) -> list[dict]:
+    """Mark each not-met host requirement that the measured image is known to serve with.
+
+    Args:
+        checks: the install check's ``host_checks`` (dicts with ``name``, ``installed``, ``ok``).
+    Returns:
+        the same dicts (copies) with ``served_on_measured_image`` true where ``ok`` is false and the installed
+        version is the one in :data:`SERVED_DESPITE_PIN`, else false.
+    """
+    out = []
+    for c in checks:
+        c = dict(c)
+        c["served_on_measured_image"] = (not c.get("ok")) and SERVED_DESPITE_PIN.get(c.get("name")) == c.get("installed")
+        out.append(c)
+    return out
+
+
 #: Packages a runtime bundle takes from the host image instead of carrying them: those named in
 #: :data:`H200_IMAGE_VERSIONS`, plus every package of vLLM 0.25.1's dependency closure that the
 #: measured bundle did not carry although vLLM imported and served (so the image had them), plus
