@@ -90,7 +90,7 @@ def runtime_bundle(
     orchestrator: bool = typer.Option(False, "--orchestrator", help="Bundle tunelab's own dependencies instead."),
     python_version: str = typer.Option("3.12", help="The GPU host's Python (major.minor)."),
     platform: str = typer.Option("manylinux_2_31_x86_64", help="The GPU host's platform tag."),
-    part_size_mib: int = typer.Option(60, help="Largest part, MiB (what one transfer may carry)."),
+    part_size_mib: Optional[int] = typer.Option(None, help="Largest part, MiB (default 48: one part plus the repository fits a 64 MiB transfer)."),
     no_fastokens: bool = typer.Option(False, help="Do not add fastokens (e.g. for a vLLM that lacks VLLM_USE_FASTOKENS)."),
 ) -> None:
     """On a machine with PyPI access: pack a CUDA vLLM runtime (or the orchestrator) for an air-gapped GPU host
@@ -116,6 +116,7 @@ def runtime_install(
     """On the GPU host: verify the parts, unpack, import-check with this host's python, and register the runtime
     so plans can say `runtime: gpu-<version>`."""
     from tunelab import offline
+    part_size_mib = part_size_mib or offline.DEFAULT_PART_SIZE_MIB
     from tunelab.offline_register import register_offline
 
     rec = offline.install_bundle(bundle, dest)
