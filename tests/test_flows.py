@@ -261,13 +261,14 @@ def test_sweep_on_two_fake_gpus(prefect_server, fake_host, tmp_path):
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
 
-    from tunelab.flows.sweep import tuning_sweep
+    from tunelab.flows.sweep import TrialStatus, tuning_sweep
 
     plan = _write_plan(tmp_path / "plan.yaml", "fake-two-gpus",
                        {"data-parallel-size": [1, 2], "max-model-len": [128, 256]})
     out = tuning_sweep(str(plan), db=str(tmp_path / "wh.duckdb"), results=str(tmp_path / "results"), plots=True)
     log = {e["trial_id"]: e for e in _FAKE_LOG}
     assert len(log) == 4 and [t["status"] for t in out.trials] == ["ok"] * 4
+    assert all(set(t) == set(TrialStatus.__annotations__) for t in out.trials)  # the typed keys, no more
     order = [t["trial_id"] for t in out.trials]
     one, two = [log[i] for i in order[:2]], [log[i] for i in order[2:]]
     assert sorted(e["gpus"][0] for e in one) == [0, 1] and all(len(e["gpus"]) == 1 for e in one)

@@ -50,7 +50,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TypedDict
 
 import pandas as pd
 from prefect import flow, get_run_logger, task
@@ -88,6 +88,7 @@ __all__ = [
     "SLOT_LEASE_S",
     "Device",
     "SweepSummary",
+    "TrialStatus",
     "devices_from_inventory",
     "ensure_slots",
     "gpus_needed",
@@ -101,14 +102,41 @@ __all__ = [
 ]
 
 
+class TrialStatus(TypedDict):
+    """One trial of a sweep as the sweep reports it (``SweepSummary.trials``, the report's trial table, the
+    CLI's failure lines): a dict with these keys, filled from the trial's bundle (``trials`` row) after it ran.
+    A TypedDict, not a dataclass, because its readers (the CLI, ``reports.report.sweep_markdown``, the sweep's
+    table artifact) take it as a dict.
+
+    Keys: trial_id (``records.trial_id``); config (the plan's label), config_key, runtime, replicate (boot
+    number); device (device labels joined by '+', '-' when none); status (``records.Trial.status``; 'failed'
+    when the orchestrator raised); failure_class ('orchestrator_error' then), failure_reason; boot_s (seconds);
+    compile_cache; teardown_clean; verdict (pass | warn | fail | unvalidated); measurement_notes.
+    """
+
+    trial_id: str
+    config: str
+    config_key: str
+    runtime: str
+    replicate: int
+    device: str
+    status: str
+    failure_class: str | None
+    failure_reason: str | None
+    boot_s: float | None
+    compile_cache: str | None
+    teardown_clean: bool | None
+    verdict: str
+    measurement_notes: str | None
+
+
 @dataclass
 class SweepSummary:
     """Returned by :func:`tuning_sweep`.
 
     Attributes:
         sweep_id: the sweep's id (``records.sweep_id``). db: the warehouse file. results: the bundles' folder.
-        trials: one dict per trial: trial_id, config, config_key, runtime, replicate, device, status,
-            failure_class, failure_reason, boot_s, compile_cache, teardown_clean, verdict, measurement_notes.
+        trials: one :class:`TrialStatus` per trial, in plan order.
         comparison: records of ``tunelab.reports.report.comparison_frame``; left_out: what it left out.
         quality: verdict counts. report_markdown: the sweep's report. plots: PNG paths.
         timings: per trial: queued/slot/start/end epoch seconds.
@@ -121,7 +149,7 @@ class SweepSummary:
     sweep_id: str
     db: str
     results: str
-    trials: list[dict[str, Any]]
+    trials: list[TrialStatus]
     comparison: list[dict[str, Any]]
     left_out: list[Any]
     quality: dict[str, int]
@@ -278,7 +306,7 @@ def _skip_bundle(trial: Trial, trial_id: str, runtime: Runtime, ctx: TrialContex
     return write_bundle(Path(ctx.results_dir), ctx.sweep, row, {})
 
 
-def _mark_cancelled(bundle: Path | None, status: dict | None, logger: Any) -> None:
+def _mark_cancelled(bundle: Path | None, status: TrialStatus | None, logger: Any) -> None:
     """A trial that was running in a worker thread when the sweep was cancelled ends as a failed boot or
     measurement (its server was stopped under it): record it as ``cancelled``, keeping what it saw."""
     if bundle is None:
@@ -352,7 +380,7 @@ class _SweepTrials:
         self.slot_names, self.base_ctx, self.use_slots, self.flow_run_id = slot_names, base_ctx, use_slots, flow_run_id
         self.progress_id, self.logger = progress_id, logger
         self.lock = threading.Lock()
-        self.statuses: list[dict | None] = [None] * len(jobs)
+        self.statuses: list[TrialStatus | None] = [None] * len(jobs)
         self.bundles: list[Path | None] = [None] * len(jobs)
         self.timings: list[dict] = [dict(trial_index=j.index) for j in jobs]
         self.out_of_service: set[Device] = set()
@@ -372,12 +400,12 @@ class _SweepTrials:
         """Store the trial's status (from its bundle, or the orchestrator's ``error``), take its devices out
         of service after an unclean teardown, and update the trial and progress artifacts."""
         logger, plan = self.logger, self.plan
-        st = {"trial_id": self.trial_id_of(job), "config": job.trial.label, "config_key": job.trial.config_key,
-              "runtime": job.trial.runtime, "replicate": job.trial.replicate,
-              "device": "+".join(d.label for d in devs) or "-", "status": "failed",
-              "failure_class": "orchestrator_error" if error else None, "failure_reason": error,
-              "boot_s": None, "compile_cache": None, "teardown_clean": None, "verdict": "unvalidated",
-              "measurement_notes": None}
+        st = TrialStatus(trial_id=self.trial_id_of(job), config=job.trial.label, config_key=job.trial.config_key,
+                         runtime=job.trial.runtime, replicate=job.trial.replicate,
+                         device="+".join(d.label for d in devs) or "-", status="failed",
+                         failure_class="orchestrator_error" if error else None, failure_reason=error,
+                         boot_s=None, compile_cache=None, teardown_clean=None, verdict="unvalidated",
+                         measurement_notes=None)
         if bundle is not None:
             row = _status_of(bundle)
             for k in ("status", "failure_class", "failure_reason", "boot_s", "compile_cache", "teardown_clean",
@@ -514,7 +542,7 @@ def _progress_artifact(plan: Plan, sweep_id: str, n_trials: int, logger: Any) ->
         return None
 
 
-def _validate_all(plan: Plan, bundles: list[Path | None], statuses: list[dict | None], logger: Any) -> None:
+def _validate_all(plan: Plan, bundles: list[Path | None], statuses: list[TrialStatus | None], logger: Any) -> None:
     """Quality verdict of every bundle into its status; a validation that cannot run leaves 'unvalidated'."""
     for i, b in enumerate(bundles):
         if b is None:
