@@ -117,6 +117,12 @@ def test_ab_markdown_from_compare(warehouse):
     md = ab_markdown(df, {"config_key": "a"}, {"config_key": "b"})
     assert "`config_key=a`" in md and "c=4" in md and "2 vs 2" in md
     assert any(v in md for v in ("**better**", "**no_significant_change**", "**worse**"))
+    # every verdict states its resolution: the MDE column holds a percentage for each row
+    header = next(line for line in md.splitlines() if "verdict" in line and "MDE" in line)
+    col = [c.strip() for c in header.split("|")].index("MDE")
+    table = [line for line in md.splitlines() if line.startswith("|")]
+    rows = table[table.index(header) + 2:]
+    assert rows and all([c.strip() for c in r.split("|")][col].startswith("+-") for r in rows)
 
 
 def test_plots_are_pngs(warehouse, tmp_path):

@@ -286,8 +286,8 @@ def _sel(sel: dict) -> str:
 
 def ab_markdown(df: pd.DataFrame, baseline: dict, candidate: dict, title: str | None = None) -> str:
     """Markdown of ``warehouse.compare.compare``'s result: one row per workload and load level with both
-    means, the relative difference and its confidence interval, the boots per side and the verdict; then the
-    method and the trials left out."""
+    means, the relative difference and its confidence interval, the boots per side, the minimum detectable
+    effect (MDE, 80 % power) and the verdict; then the method and the trials left out."""
     metric = df["metric"].iloc[0] if len(df) else "?"
     lines = [f"# {title or 'A/B comparison'}: `{metric}`", "",
              f"- baseline: `{_sel(baseline)}`", f"- candidate: `{_sel(candidate)}`", ""]
@@ -305,8 +305,10 @@ def ab_markdown(df: pd.DataFrame, baseline: dict, candidate: dict, title: str | 
             "baseline": "-" if pd.isna(r.baseline_mean) else f"{r.baseline_mean:.4g}",
             "candidate": "-" if pd.isna(r.candidate_mean) else f"{r.candidate_mean:.4g}",
             "change": pct(r.rel_diff), "CI": f"[{pct(r.rel_ci_low)}, {pct(r.rel_ci_high)}]",
-            "boots": f"{r.baseline_boots} vs {r.candidate_boots}", "verdict": f"**{r.verdict}**",
-            "why": r.reason,
+            "boots": f"{r.baseline_boots} vs {r.candidate_boots}",
+            # The resolution of the verdict: effects smaller than this could not have been seen (80 % power).
+            "MDE": "-" if pd.isna(getattr(r, "mde_rel", None)) else f"+-{r.mde_rel * 100:.1f}%",
+            "verdict": f"**{r.verdict}**", "why": r.reason,
         } for r in df.itertuples(index=False)])
     lines += ["", f"Method: {df.attrs.get('method', '')}"]
     ex = df.attrs.get("excluded")

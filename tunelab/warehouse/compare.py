@@ -8,15 +8,25 @@ repeats on one server spread 6-20 %; treating repeats as independent samples wou
 that noise an effect. So repeats are averaged within each trial first, and every interval is
 computed across trials.
 
-``compare``: per (workload, load_kind, load_value), baseline and candidate boot means are
-compared with Welch's t (unequal variances; ``scipy.stats``), giving a confidence interval
-for the difference of means. Verdict: ``better`` / ``worse`` when the interval excludes zero
+``compare``: per (workload, load_kind, load_value), baseline and candidate boot means are compared on the
+log scale (``tunelab.stats.intervals.log_ab_intervals``): the effect is the ratio of geometric means, its
+t interval ``exp(diff_log +- t se) - 1`` never crosses -100 %, and the variance of a boot's log value is
+pooled over both sides of the cell and with the same cell's boot-to-boot variance of every other config in
+the warehouse (history, on its degrees of freedom); a cell without history is moderated across the
+comparison's cells by empirical Bayes (Smyth 2004). So 2 boots per side borrow degrees of freedom instead of
+standing on 1-2 df (a Welch interval on 2 vs 2 boots called a 3x TPOT change "no significant change" on the
+H200). Every row
+carries ``mde_rel``, the minimum detectable effect at 80 % power at the design it ran.
+Verdict: ``better`` / ``worse`` when the interval excludes zero
 (direction-aware: throughput ``*_per_s`` higher is better, latency ``*_s`` lower is better),
-``no_significant_change`` when it contains zero, ``inconclusive`` when either side has fewer
+``no_significant_change`` when it contains zero (read it with ``mde_rel``: effects smaller than that could
+not have been seen), ``inconclusive`` when either side has fewer
 than ``min_boots`` (default 2) boots: with one boot the boot-to-boot variance is unknown.
 ``not_applied`` when every boot of one side had an env var that its vLLM reported as unknown
 (``trials.env_not_applied``, e.g. ``VLLM_USE_FASTOKENS`` on vLLM 0.21.0): that side ran without the
 setting, so the difference is not an effect of it; the interval is still given, as an A/A noise check.
+A cell with a value <= 0 (a ratio is undefined, e.g. goodput 0) falls back to Welch's interval of the
+difference in the metric's unit, and says so.
 
 ``regressions``: per series (config_key, gpu, workload, load level), points are vLLM
 versions in PEP 440 order (or sweeps in date order). A point *violates* when it is worse than
@@ -39,6 +49,7 @@ import pandas as pd
 from scipy import stats
 
 from tunelab import records as R
+from tunelab.stats.intervals import log_ab_intervals
 
 __all__ = [
     "LATENCY_METRICS",
@@ -59,6 +70,7 @@ SELECTOR_KEYS = (
     "vllm_release", "gpu_name", "model",
 )
 VERDICTS = ("better", "worse", "no_significant_change", "inconclusive", "not_applied")
+_Z80 = float(stats.norm.ppf(0.8))
 
 
 def metric_direction(metric: str) -> int:
@@ -169,6 +181,46 @@ def _boot_values(con, trial_ids: list[str], metric: str) -> pd.DataFrame:
         con.unregister("_tl_ids")
 
 
+def _history_prior(con, exclude: list[str], metric: str, quality: Sequence[str], statuses: Sequence[str]
+                   ) -> pd.DataFrame:
+    """Per cell, the pooled within-group variance of log boot values in the rest of the warehouse.
+
+    Groups are (config_key, runtime_name, vllm_version, gpu_name): boots of one configuration on one release
+    and GPU; the variance of a boot's log value (its relative boot-to-boot noise) is pooled over the groups
+    with >= 2 boots, on ``sum(n_g - 1)`` df. Only GPUs of the compared trials count, and the compared trials
+    themselves are left out, so the prior is independent of the data it is combined with. Columns: workload,
+    load_kind, load_value, var_log, df.
+    """
+    cols = ["workload", "load_kind", "load_value", "var_log", "df"]
+    if not exclude:
+        return pd.DataFrame(columns=cols)
+    con.register("_tl_ex", pd.DataFrame({"trial_id": exclude}))
+    try:
+        return con.execute(
+            f"""WITH boots AS (
+                    SELECT f.config_key, f.runtime_name, f.vllm_version, f.gpu_name, m.workload, m.load_kind,
+                           m.load_value, m.trial_id, ln(avg(m.{metric})) AS y
+                    FROM measurements m JOIN trial_facts f USING (trial_id)
+                    WHERE f.status IN ({', '.join('?' for _ in statuses)})
+                      AND f.quality_verdict IN ({', '.join('?' for _ in quality)})
+                      AND m.trial_id NOT IN (SELECT trial_id FROM _tl_ex)
+                      AND coalesce(f.gpu_name, '') IN (SELECT DISTINCT coalesce(gpu_name, '') FROM trial_facts
+                                                       WHERE trial_id IN (SELECT trial_id FROM _tl_ex))
+                      AND m.{metric} IS NOT NULL AND isfinite(m.{metric})
+                    GROUP BY ALL HAVING avg(m.{metric}) > 0),
+                groups AS (
+                    SELECT workload, load_kind, load_value, count(*) - 1 AS d, var_samp(y) * (count(*) - 1) AS ss
+                    FROM boots GROUP BY config_key, runtime_name, vllm_version, gpu_name, workload, load_kind,
+                                        load_value
+                    HAVING count(*) >= 2)
+                SELECT workload, load_kind, load_value, sum(ss) / sum(d) AS var_log, sum(d)::DOUBLE AS df
+                FROM groups GROUP BY ALL""",
+            [*statuses, *quality],
+        ).fetchdf()
+    finally:
+        con.unregister("_tl_ex")
+
+
 def _split(trials: pd.DataFrame, side: str, quality: Sequence[str], statuses: Sequence[str]):
     keep, excluded = [], []
     for r in trials.itertuples(index=False):
@@ -208,6 +260,8 @@ def compare(
     quality: Iterable[str] = ("pass", "warn"),
     statuses: Iterable[str] = ("ok",),
     min_boots: int = 2,
+    borrow: bool = True,
+    history: bool = True,
 ) -> pd.DataFrame:
     """A/B comparison of ``candidate`` against ``baseline`` per (workload, load_kind, load_value).
 
@@ -224,16 +278,24 @@ def compare(
             ``"unvalidated"`` for imported results).
         statuses: trial ``status`` values admitted.
         min_boots: boots needed on each side for a verdict other than ``inconclusive``.
+        history: pool each cell's variance with the same cell's boot-to-boot variance of every other
+            configuration in the warehouse (same GPU; the compared trials left out), on its degrees of
+            freedom. Assumes the relative (log-scale) boot noise of a cell does not depend on the config.
+        borrow: where a cell has no such history, moderate its variance with the other cells' (empirical
+            Bayes, >= 3 cells, df capped for the cells' shared boots); False: the cell's own variance alone.
 
     Returns:
         DataFrame, one row per (workload, load_kind, load_value) with columns
         ``metric, higher_is_better, baseline_boots, candidate_boots, baseline_repeats,
         candidate_repeats, baseline_mean, candidate_mean, baseline_boot_sd, candidate_boot_sd,
-        diff, rel_diff, ci_low, ci_high, rel_ci_low, rel_ci_high, p_value, df, verdict, reason,
-        baseline_trials_excluded, candidate_trials_excluded``. Means are over boot means
-        (repeats averaged first); ``diff = candidate_mean - baseline_mean`` in the metric's
-        unit, ``rel_diff = diff / baseline_mean``; the relative interval divides the
-        interval of ``diff`` by ``baseline_mean`` (ignores the baseline mean's own uncertainty).
+        diff, rel_diff, ci_low, ci_high, rel_ci_low, rel_ci_high, p_value, df, se_log, mde_rel,
+        variance_source, verdict, reason, baseline_trials_excluded, candidate_trials_excluded``. Means are
+        over boot means (repeats averaged first); ``diff = candidate_mean - baseline_mean`` in the metric's
+        unit; ``rel_diff`` is the ratio of geometric means of the boot values - 1 and ``rel_ci_*`` its
+        interval (log scale, never below -1); ``ci_*`` = ``rel_ci_* x baseline_mean`` (metric unit);
+        ``df`` the t quantile's degrees of freedom (cell + borrowed); ``se_log`` the SE of the log ratio;
+        ``mde_rel`` the relative effect detectable at 80 % power at this design; ``variance_source`` where
+        the variance came from. A cell with values <= 0 uses Welch's interval of ``diff`` instead.
         ``df.attrs["excluded"]`` is a DataFrame (side, trial_id, reason) of trials left out
         (status, quality verdict, or no values for the metric); ``df.attrs["not_applied"]`` is a DataFrame
         (side, trial_id, env) of kept trials whose vLLM reported env vars as unknown (the verdict is
@@ -272,12 +334,28 @@ def compare(
                    key=lambda k: (str(k[0]), str(k[1]), float(k[2])))
     gb = {k: g for k, g in vb.groupby(keys)} if len(vb) else {}
     gc = {k: g for k, g in vc.groupby(keys)} if len(vc) else {}
+    def _side(g: dict, v: pd.DataFrame, cell) -> pd.DataFrame:
+        return g.get(cell, v.iloc[0:0])
+
+    values = [(_side(gb, vb, cell)["boot_value"].to_numpy(dtype=float),
+               _side(gc, vc, cell)["boot_value"].to_numpy(dtype=float)) for cell in cells]
+    positive = [bool(len(xb) and len(xc) and (xb > 0).all() and (xc > 0).all()) for xb, xc in values]
+    # Log-scale intervals for the cells where a ratio exists; their variances borrow from each other.
+    log_cells = [i for i, ok in enumerate(positive) if ok]
+    prior_var, prior_df = [math.nan] * len(log_cells), [0.0] * len(log_cells)
+    if history:
+        hist = _history_prior(con, keep_b + keep_c, metric, quality, statuses)
+        hmap = {(r.workload, r.load_kind, float(r.load_value)): (float(r.var_log), float(r.df))
+                for r in hist.itertuples(index=False)}
+        for j, i in enumerate(log_cells):
+            prior_var[j], prior_df[j] = hmap.get((cells[i][0], cells[i][1], float(cells[i][2])), (math.nan, 0.0))
+    log_iv = dict(zip(log_cells, log_ab_intervals([values[i] for i in log_cells], confidence=confidence,
+                                                  borrow=borrow, prior_var=prior_var, prior_df=prior_df)))
+    pct = f"{confidence:.0%}"
     rows = []
-    for cell in cells:
-        b = gb.get(cell, vb.iloc[0:0])
-        c = gc.get(cell, vc.iloc[0:0])
-        xb = b["boot_value"].to_numpy(dtype=float)
-        xc = c["boot_value"].to_numpy(dtype=float)
+    for i, cell in enumerate(cells):
+        b, c = _side(gb, vb, cell), _side(gc, vc, cell)
+        xb, xc = values[i]
         mb = float(xb.mean()) if len(xb) else math.nan
         mc = float(xc.mean()) if len(xc) else math.nan
         diff = mc - mb
@@ -292,35 +370,46 @@ def compare(
             "candidate_boot_sd": float(xc.std(ddof=1)) if len(xc) > 1 else math.nan,
             "diff": diff, "rel_diff": rel,
             "ci_low": math.nan, "ci_high": math.nan, "rel_ci_low": math.nan, "rel_ci_high": math.nan,
-            "p_value": math.nan, "df": math.nan,
+            "p_value": math.nan, "df": math.nan, "se_log": math.nan, "mde_rel": math.nan, "variance_source": "",
         }
         short = [f"{side} has {n} boot{'s' if n != 1 else ''}" for side, n in (("baseline", len(xb)), ("candidate", len(xc)))
                  if n < min_boots]
+        iv = log_iv.get(i)
         if short:
             row["verdict"] = "inconclusive"
             row["reason"] = (
                 f"{' and '.join(short)}; need >= {min_boots} boots per side because the boot, not the "
                 "repeat, is the unit of replication (boot-to-boot noise is unknown from one boot)"
             )
-        else:
+        elif iv is not None:
+            # Relative effect = ratio of geometric means; the unit interval scales it by the baseline mean.
+            row.update(rel_diff=iv.rel, rel_ci_low=iv.rel_low, rel_ci_high=iv.rel_high, p_value=iv.p_value,
+                       df=iv.df, se_log=iv.se_log, mde_rel=iv.mde_rel, variance_source=iv.source,
+                       ci_low=iv.rel_low * abs(mb), ci_high=iv.rel_high * abs(mb))
+            excludes = iv.rel_low > 0 or iv.rel_high < 0
+            improved = (iv.rel > 0) == (direction > 0)
+            row["verdict"] = ("better" if improved else "worse") if excludes else "no_significant_change"
+            row["reason"] = (
+                f"{pct} interval of the ratio [{iv.rel_low:+.1%}, {iv.rel_high:+.1%}] "
+                f"{'excludes' if excludes else 'contains'} 0 (log scale, {len(xb)} vs {len(xc)} boots, "
+                f"variance: {iv.source}); detectable at 80 % power: +-{iv.mde_rel:.1%}"
+            )
+        elif len(xb) >= 2 and len(xc) >= 2:
             lo, hi, p, dof = _welch(xb, xc, confidence)
-            row.update(ci_low=lo, ci_high=hi, p_value=p, df=dof)
+            row.update(ci_low=lo, ci_high=hi, p_value=p, df=dof, variance_source="Welch (values <= 0: no ratio)")
             if mb:
                 row.update(rel_ci_low=lo / abs(mb), rel_ci_high=hi / abs(mb))
-            pct = f"{confidence:.0%}"
-            if lo > 0 or hi < 0:
-                improved = (diff > 0) == (direction > 0)
-                row["verdict"] = "better" if improved else "worse"
-                row["reason"] = (
-                    f"{pct} Welch interval of the difference [{lo:.4g}, {hi:.4g}] excludes 0 "
-                    f"({len(xb)} vs {len(xc)} boots)"
-                )
-            else:
-                row["verdict"] = "no_significant_change"
-                row["reason"] = (
-                    f"{pct} Welch interval of the difference [{lo:.4g}, {hi:.4g}] contains 0 "
-                    f"({len(xb)} vs {len(xc)} boots)"
-                )
+            excludes = lo > 0 or hi < 0
+            improved = (diff > 0) == (direction > 0)
+            row["verdict"] = ("better" if improved else "worse") if excludes else "no_significant_change"
+            row["reason"] = (
+                f"{pct} Welch interval of the difference [{lo:.4g}, {hi:.4g}] "
+                f"{'excludes' if excludes else 'contains'} 0 ({len(xb)} vs {len(xc)} boots; values <= 0, so no "
+                "log-scale ratio)"
+            )
+        else:
+            row["verdict"] = "inconclusive"
+            row["reason"] = "no variance estimate for this cell (no degrees of freedom on either side or in other cells)"
         if na_sides and row["verdict"] != "inconclusive":
             names = sorted({n for e in not_applied.env for n in e.split(", ")})
             row["reason"] = (
@@ -334,15 +423,16 @@ def compare(
         "workload", "load_kind", "load_value", "metric", "higher_is_better", "baseline_boots", "candidate_boots",
         "baseline_repeats", "candidate_repeats", "baseline_mean", "candidate_mean", "baseline_boot_sd",
         "candidate_boot_sd", "diff", "rel_diff", "ci_low", "ci_high", "rel_ci_low", "rel_ci_high", "p_value",
-        "df", "verdict", "reason",
+        "df", "se_log", "mde_rel", "variance_source", "verdict", "reason",
     ])
     out["baseline_trials_excluded"] = len(excl_b)
     out["candidate_trials_excluded"] = len(excl_c)
     out.attrs["excluded"] = excluded
     out.attrs["not_applied"] = not_applied
     out.attrs["method"] = (
-        f"repeats averaged per trial (boot); Welch t interval ({confidence:.0%}) across boots; "
-        f"inconclusive below {min_boots} boots per side"
+        f"repeats averaged per trial (boot); {confidence:.0%} t interval of the log ratio across boots, variance "
+        f"pooled in the cell{' and moderated across cells (empirical Bayes)' if borrow else ''}; MDE at 80 % "
+        f"power; inconclusive below {min_boots} boots per side"
     )
     return out
 
@@ -400,7 +490,8 @@ def regressions(
         ``vllm_version`` (by version: the point's builds, comma-separated), ``vllm_version_key``, ``first_run_at``, ``boots``, ``value`` (mean of
         boot means), ``boot_sd``, ``baseline_point``, ``baseline_value``, ``rel_change``
         ((value - baseline)/baseline), ``worse_rel`` (positive = worse), ``noise_band`` (metric
-        unit), ``violation``, ``status`` (``baseline`` | ``ok`` | ``violation_unconfirmed`` |
+        unit), ``mde_rel`` (the relative worsening this point would flag with 80 % power: the flag threshold
+        ``max(threshold_rel, band / baseline)`` plus 0.84 SE), ``violation``, ``status`` (``baseline`` | ``ok`` | ``violation_unconfirmed`` |
         ``regression`` | ``insufficient_data``) and ``regression_start`` (first point of a
         confirmed regression).
 
@@ -461,7 +552,7 @@ def regressions(
         statuses_out: list[str] = []
         info: list[dict] = []
         for i, p in pts.iterrows():
-            rec = {"baseline_point": None, "baseline_value": math.nan, "rel_change": math.nan,
+            rec = {"baseline_point": None, "baseline_value": math.nan, "rel_change": math.nan, "mde_rel": math.nan,
                    "worse_rel": math.nan, "noise_band": math.nan, "violation": False, "regression_start": False}
             if not accepted:
                 accepted.append(i)
@@ -476,6 +567,11 @@ def regressions(
             band = noise_k * sd * math.sqrt(1.0 / base_n + 1.0 / p["boots"]) if not math.isnan(sd) else math.nan
             rec.update(baseline_point=", ".join(map(str, window["point"])), baseline_value=base_value,
                        rel_change=rel, worse_rel=worse, noise_band=band)
+            if not math.isnan(band) and base_value:
+                # Resolution of this call: the true worsening flagged with 80 % power, i.e. the flag threshold
+                # (max of threshold_rel and the noise band) plus 0.84 SE of the difference.
+                se_rel = band / noise_k / abs(base_value)
+                rec["mde_rel"] = max(threshold_rel, noise_k * se_rel) + _Z80 * se_rel
             if math.isnan(band):
                 statuses_out.append("insufficient_data")
                 info.append(rec)
@@ -505,7 +601,7 @@ def regressions(
             })
     cols = series_keys + ["metric", "point", "vllm_version", "vllm_version_key", "first_run_at", "boots", "value",
                           "boot_sd", "noise_sd", "baseline_point", "baseline_value", "rel_change", "worse_rel",
-                          "noise_band", "violation", "status", "regression_start"]
+                          "noise_band", "mde_rel", "violation", "status", "regression_start"]
     out = pd.DataFrame(out_rows, columns=cols)
     out.attrs["method"] = (
         f"boot means per point; baseline = last {baseline_window} non-violating points; violation = worse by > "

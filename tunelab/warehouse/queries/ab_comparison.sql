@@ -3,8 +3,10 @@
 -- Method: the unit of replication is the boot (trial): repeats are averaged per trial (view boot_values),
 -- then Welch's t interval (95 %) of mean(B) - mean(A) across boots. The t quantile comes from a table
 -- at floor(Welch df) (slightly conservative). Fewer than 2 boots on a side -> 'inconclusive'.
--- Only trials with status 'ok' and quality_verdict pass or warn are used. warehouse.compare.compare()
--- is the reference implementation (exact t quantiles, exclusion report); this file mirrors it in SQL.
+-- Only trials with status 'ok' and quality_verdict pass or warn are used. A quick screen in SQL only:
+-- warehouse.compare.compare() is the reference and differs (docs/statistics.md): it works on the log scale
+-- (ratio intervals never below -100 %), borrows variance from history and across cells (a Welch interval
+-- on 2 vs 2 boots has 1-2 df and misses even 3x changes), and states the minimum detectable effect.
 -- Parameters:
 --   $metric               VARCHAR  e.g. 'output_tokens_per_s' (higher is better) or 'ttft_p99_s' (lower is better)
 --   $baseline_config_key  VARCHAR  config of A
