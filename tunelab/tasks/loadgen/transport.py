@@ -73,6 +73,47 @@ def _iter_events(buf: bytes) -> tuple[list[bytes], bytes]:
     return out, rest
 
 
+def _completion_request(model: str, prompt: str, max_tokens: int, endpoint: str,
+                        ignore_eos: bool) -> tuple[str, dict[str, Any], bool]:
+    """``(path, JSON body, chat?)`` of one streamed, greedy (temperature 0) completion whose last chunk
+    carries the usage: ``endpoint='chat'`` asks ``/v1/chat/completions`` with one user message, anything else
+    ``/v1/completions`` with the prompt. Both transports send this same body."""
+    body: dict[str, Any] = {
+        "model": model, "max_tokens": max_tokens, "temperature": 0.0, "stream": True,
+        "stream_options": {"include_usage": True}, "ignore_eos": ignore_eos,
+    }
+    chat = endpoint == "chat"
+    if chat:
+        body["messages"] = [{"role": "user", "content": prompt}]
+        return "/v1/chat/completions", body, True
+    body["prompt"] = prompt
+    return "/v1/completions", body, False
+
+
+def _new_record() -> dict[str, Any]:
+    """An empty raw request record (the keys of ``tasks.metrics.derive_request``'s input), ``chunk_ts`` a
+    list the transport appends to."""
+    return {"send_ts": None, "chunk_ts": [], "end_ts": None, "prompt_tokens": None, "output_tokens": None,
+            "finish_reason": None, "transport_error": None}
+
+
+def _take_event(obj: dict[str, Any], t: float, rec: dict[str, Any], chat: bool) -> None:
+    """One parsed SSE event of a streamed completion into ``rec``: its usage (prompt and completion tokens),
+    ``t`` appended to ``chunk_ts`` once per choice that carries generated text (role-only and empty deltas
+    do not count), and the finish reason. Called for every event, so kept to dict look-ups."""
+    usage = obj.get("usage")
+    if usage:
+        rec["prompt_tokens"] = usage.get("prompt_tokens")
+        rec["output_tokens"] = usage.get("completion_tokens")
+    for ch in obj.get("choices") or ():
+        piece = (ch.get("delta") or {}).get("content") if chat else ch.get("text")
+        if piece:
+            rec["chunk_ts"].append(t)
+        fr = ch.get("finish_reason")
+        if fr:
+            rec["finish_reason"] = fr
+
+
 async def send_streaming(
     client: httpx.AsyncClient,
     clock: Clock,
@@ -93,26 +134,8 @@ async def send_streaming(
     absent), ``finish_reason``, ``transport_error`` (None on success: e.g. ``HTTP 503: ...``,
     ``RemoteProtocolError: ...``, ``stream ended without [DONE]``). Never raises for HTTP or stream errors.
     """
-    body: dict[str, Any] = {
-        "model": model,
-        "max_tokens": max_tokens,
-        "temperature": 0.0,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-        "ignore_eos": ignore_eos,
-    }
-    chat = endpoint == "chat"
-    if chat:
-        body["messages"] = [{"role": "user", "content": prompt}]
-        path = "/v1/chat/completions"
-    else:
-        body["prompt"] = prompt
-        path = "/v1/completions"
-    chunk_ts: list[float] = []
-    rec: dict[str, Any] = {
-        "send_ts": None, "chunk_ts": chunk_ts, "end_ts": None, "prompt_tokens": None, "output_tokens": None,
-        "finish_reason": None, "transport_error": None,
-    }
+    path, body, chat = _completion_request(model, prompt, max_tokens, endpoint, ignore_eos)
+    rec = _new_record()
     done = False
     loads = json.loads
     now = clock.now
@@ -132,18 +155,7 @@ async def send_streaming(
                     if data == b"[DONE]":
                         done = True
                         continue
-                    obj = loads(data)
-                    usage = obj.get("usage")
-                    if usage:
-                        rec["prompt_tokens"] = usage.get("prompt_tokens")
-                        rec["output_tokens"] = usage.get("completion_tokens")
-                    for ch in obj.get("choices") or ():
-                        piece = (ch.get("delta") or {}).get("content") if chat else ch.get("text")
-                        if piece:
-                            chunk_ts.append(t)
-                        fr = ch.get("finish_reason")
-                        if fr:
-                            rec["finish_reason"] = fr
+                    _take_event(loads(data), t, rec, chat)
             rec["end_ts"] = now()
             if not done:
                 rec["transport_error"] = "stream ended without [DONE]"
@@ -509,23 +521,9 @@ async def send_streaming_raw(
     ``data_received`` before it is parsed, and events are handled there, without a task switch per chunk.
     A reused keep-alive connection that the server had closed is retried once on a fresh one (nothing
     was received yet; ``send_ts`` is re-stamped). Never raises for HTTP or stream errors."""
-    body: dict[str, Any] = {
-        "model": model, "max_tokens": max_tokens, "temperature": 0.0, "stream": True,
-        "stream_options": {"include_usage": True}, "ignore_eos": ignore_eos,
-    }
-    chat = endpoint == "chat"
-    if chat:
-        body["messages"] = [{"role": "user", "content": prompt}]
-        path = "/v1/chat/completions"
-    else:
-        body["prompt"] = prompt
-        path = "/v1/completions"
+    path, body, chat = _completion_request(model, prompt, max_tokens, endpoint, ignore_eos)
     payload = pool.request_bytes(path, json.dumps(body).encode())
-    chunk_ts: list[float] = []
-    rec: dict[str, Any] = {
-        "send_ts": None, "chunk_ts": chunk_ts, "end_ts": None, "prompt_tokens": None, "output_tokens": None,
-        "finish_reason": None, "transport_error": None,
-    }
+    rec = _new_record()
     state = {"done": False}
     loads = json.loads
 
@@ -538,17 +536,7 @@ async def send_streaming_raw(
         except ValueError as e:
             rec["transport_error"] = rec["transport_error"] or f"bad JSON event: {e}"[:300]
             return
-        usage = obj.get("usage")
-        if usage:
-            rec["prompt_tokens"] = usage.get("prompt_tokens")
-            rec["output_tokens"] = usage.get("completion_tokens")
-        for ch in obj.get("choices") or ():
-            piece = (ch.get("delta") or {}).get("content") if chat else ch.get("text")
-            if piece:
-                chunk_ts.append(t)
-            fr = ch.get("finish_reason")
-            if fr:
-                rec["finish_reason"] = fr
+        _take_event(obj, t, rec, chat)
 
     loop = asyncio.get_running_loop()
     conn: _StreamProtocol | None = None
