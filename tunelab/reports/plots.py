@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
@@ -35,6 +36,17 @@ def _plt():
 
 def _safe(s: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in s)[:80]
+
+
+def _save(fig: Any, out_dir: Path, name: str) -> Path:
+    """Lay out ``fig``, write it as ``out_dir/name`` (PNG, 110 dpi; the folder is made) and free it."""
+    fig.tight_layout()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / name
+    fig.savefig(path, dpi=110)
+    _plt().close(fig)
+    return path
 
 
 def latency_throughput_plot(db_path: Path | duckdb.DuckDBPyConnection, sweep_id: str, out_dir: Path,
@@ -86,13 +98,7 @@ def latency_throughput_plot(db_path: Path | duckdb.DuckDBPyConnection, sweep_id:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.suptitle(f"latency vs throughput, sweep {sweep_id}{caveat}", fontsize=9)
-    fig.tight_layout()
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"latency_throughput_{_safe(sweep_id)}.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, out_dir, f"latency_throughput_{_safe(sweep_id)}.png")
 
 
 def version_plot(db_path: Path, out_dir: Path, metric: str = "output_tokens_per_s",
@@ -147,13 +153,7 @@ def version_plot(db_path: Path, out_dir: Path, metric: str = "output_tokens_per_
     ax.set_title(f"{metric} across vLLM versions (mean of boot means; bars = boot SD)", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"version_{_safe(metric)}.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, out_dir, f"version_{_safe(metric)}.png")
 
 
 def write_plots(db_path: Path, sweep_id: str | None, out_dir: Path, metric: str = "output_tokens_per_s") -> list[Path]:
