@@ -37,12 +37,32 @@ app.add_typer(model_app, name="model")
 app.add_typer(plan_app, name="plan")
 console = Console()
 err = Console(stderr=True)
+import_app = typer.Typer(help="Import results of other tools into the warehouse.", no_args_is_help=True)
+app.add_typer(import_app, name="import")
+
+
+def _version(value: bool) -> None:
+    if value:
+        import tunelab
+
+        print(f"tunelab {tunelab.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print tunelab's version and exit.")) -> None:
+    """Scheduled vLLM tuning experiments: real servers, honest numbers, history in DuckDB."""
 
 #: Exit codes, documented in the README's command section.
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_NOT_LOADED = 3
-EXIT_CANCELLED = 143
+EXIT_CANCELLED = 143  # 128 + SIGTERM: cancelled through Prefect or by SIGTERM
+EXIT_INTERRUPTED = 130  # 128 + SIGINT: Ctrl-C
+
+#: Failure reasons longer than this are shortened on the terminal (the warehouse keeps them whole).
+REASON_DISPLAY_CHARS = 160
 
 
 def _fail(msg: str, code: int = EXIT_BAD_INPUT) -> None:
@@ -170,6 +190,14 @@ def plan_check(
     from tunelab.plan import runtime_checks
 
     runtimes, problems = _readiness(p)
+    # What the plan will cost (tunelab.plan_cost: counts from the plan, time from typical figures).
+    from tunelab.plan_cost import cost_lines, plan_cost
+
+    cost = plan_cost(p, {n: r.device for n, r in runtimes.items()})
+    for line in cost_lines(cost):
+        console.print(line, highlight=False, soft_wrap=True)
+    for msg in cost.warnings:
+        err.print(f"[yellow]warning:[/] {msg}", highlight=False)
     arg_errors, arg_warnings = runtime_checks(p, runtimes)  # never raises: a failed check is a warning
     for msg in arg_warnings:
         err.print(f"[yellow]warning:[/] {msg}", highlight=False)
@@ -231,23 +259,47 @@ def run(
     from tunelab.cancel_watch import clear_cancel_intent
 
     prefect_env.start_ephemeral_server()  # (without PREFECT_API_URL) out of Ctrl-C's reach, dies with us
+    import time
+
+    t0 = time.time()
+    dbp, res_dir = db or paths.db_path(), results or paths.results_dir()
+    import signal
+
+    def _sigterm(signum: int, frame: object) -> None:
+        raise TerminationSignal(signum)
+
+    # Prefect's SIGTERM bridge hands a SIGTERM that nobody asked for through Prefect back to the handler it found
+    # (the default one killed this process before it could say anything); this one makes it an exception that
+    # ends the command below with its closing line. Restored when the sweep ends.
+    previous_sigterm = signal.signal(signal.SIGTERM, _sigterm)
+    from tunelab.reports.live import SweepDisplay
+
     try:
-        summary = tuning_sweep(str(plan), db=str(db) if db else None, results=str(results) if results else None,
-                               lock_timeout_s=lock_timeout_s)
-    except TerminationSignal:
-        # Cancelled through Prefect (the servers are stopped, the cancelled trial is recorded and loaded).
+        # The live display (trial k of N, phase, window progress, time left); plain lines when stdout is not a
+        # terminal. The Prefect logs are written as before.
+        with SweepDisplay():
+            summary = tuning_sweep(str(plan), db=str(db) if db else None,
+                                   results=str(results) if results else None, lock_timeout_s=lock_timeout_s)
+    except (TerminationSignal, KeyboardInterrupt) as e:
+        # Cancelled (through Prefect, SIGTERM or Ctrl-C): the servers are stopped, the cancelled trial is recorded
+        # and the bundles written so far are loaded. Say what finished, what was cancelled and where the data is.
         clear_cancel_intent()
-        err.print("[yellow]sweep cancelled[/]: servers stopped; bundles loaded (`tunelab load` picks up any left)")
-        raise typer.Exit(EXIT_CANCELLED)
+        how = "Ctrl-C" if isinstance(e, KeyboardInterrupt) else "SIGTERM or a cancel through Prefect"
+        err.print(cancelled_sweep_line(p, Path(res_dir), Path(dbp), t0, how), highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_INTERRUPTED if isinstance(e, KeyboardInterrupt) else EXIT_CANCELLED)
+    finally:
+        signal.signal(signal.SIGTERM, previous_sigterm)
     import pandas as pd
 
     print_comparison(pd.DataFrame(summary.comparison), title=f"sweep {summary.sweep_id}",
                      left_out=summary.left_out)
     bad = [t for t in summary.trials if t["status"] != "ok"]
     _print_notes([(t["config"], t.get("replicate"), t.get("measurement_notes")) for t in summary.trials])
-    console.print(f"warehouse: {summary.db}  bundles: {summary.results}")
+    console.print(f"warehouse: {summary.db}  bundles: {summary.results}", highlight=False, soft_wrap=True)
     if bad:
-        console.print(f"[yellow]{len(bad)} trial(s) not ok:[/] " + ", ".join(f"{t['config']} ({t['status']}: {t['failure_class']})" for t in bad))
+        console.print(f"[yellow]{len(bad)} trial(s) not ok:[/]")
+        _print_failed([{**t, "label": t["config"], "log_path": _log_path_of(summary.results, summary.sweep_id, t)}
+                       for t in bad], summary.sweep_id)
     nl = summary.not_loaded
     if nl:
         _not_loaded_line(nl["db"], nl["results"], nl.get("holder_pid"), nl.get("holder_exe"),
@@ -282,18 +334,87 @@ def _not_loaded_line(db: str | Path, results: str | Path, pid: int | None, exe: 
               "when that process has ended", highlight=False, soft_wrap=True)
 
 
-def _print_notes(rows: list[tuple]) -> None:
-    """Print each trial's measurement notes (``trials.measurement_notes``: one per line), at most 3 per trial."""
-    for label, rep, text in rows:
-        if not text or (isinstance(text, float) and text != text):
-            continue
-        items = [n for n in str(text).splitlines() if n]
-        more = f" (+{len(items) - 3} more in trials.measurement_notes)" if len(items) > 3 else ""
-        console.print(f"[yellow]notes[/] {label} r{rep}:", highlight=False)
-        for n in items[:3]:
-            console.print(f"  {n}", highlight=False, soft_wrap=True, markup=False)
-        if more:
-            console.print(f" {more}", highlight=False)
+def _print_notes(rows: list[tuple]) -> list:
+    """Print the measurement notes of trials (``(config label, replicate, trials.measurement_notes)`` each) as
+    one line per cause with its count (``reports.notes.group_notes``); returns the groups."""
+    from tunelab.reports.notes import group_notes
+
+    groups = group_notes(rows)
+    for g in groups:
+        where = ", ".join(g.where[:3]) + (f" +{len(g.where) - 3} more" if len(g.where) > 3 else "")
+        console.print(f"[yellow]note[/] {g.cause}: {g.windows} window(s) in {g.trials} trial(s) ({where}); e.g. ",
+                      highlight=False, soft_wrap=True, end="")
+        console.print(g.example, highlight=False, soft_wrap=True, markup=False)
+    if groups:
+        console.print("  (every note: trials.measurement_notes, or `tunelab report --json`)", highlight=False)
+    return groups
+
+
+def short_reason(reason: str | None, trial_id: str, sweep_id: str, limit: int = REASON_DISPLAY_CHARS) -> str:
+    """A failure reason for the terminal: whole up to ``limit`` characters, else cut there with a pointer to the
+    whole text (the warehouse keeps it: ``trials.failure_reason``; ``tunelab report --json`` prints it)."""
+    text = " ".join(str(reason or "").split())
+    if len(text) <= limit:
+        return text
+    return (f"{text[:limit].rstrip()}... [{len(text)} chars; whole reason: `tunelab report --sweep {sweep_id} --json`"
+            f" or trials.failure_reason of {trial_id}]")
+
+
+def _print_failed(rows: list[dict], sweep_id: str) -> None:
+    """One line per trial that is not ok (label, replicate, status, class, shortened reason) and its server log."""
+    for t in rows:
+        why = short_reason(t.get("failure_reason"), t.get("trial_id", ""), sweep_id)
+        cls = f" ({t['failure_class']})" if t.get("failure_class") else ""
+        console.print(f"[yellow]{t['label']} r{t.get('replicate')}: {t['status']}[/]{cls}: ",
+                      highlight=False, soft_wrap=True, end="")
+        console.print(why, highlight=False, soft_wrap=True, markup=False)
+        if t.get("log_path"):
+            console.print(f"  server log: {t['log_path']}", highlight=False, soft_wrap=True, markup=False)
+
+
+def _log_path_of(results: str | Path, sweep_id: str, trial: dict) -> str | None:
+    """The server log of a trial of this sweep, from its bundle (``trials.log_path``); None when unknown."""
+    from tunelab.bundle import bundle_dir_for, read_bundle
+
+    try:
+        t = read_bundle(bundle_dir_for(Path(results), sweep_id, trial["trial_id"]), verify=False)["trial"].iloc[0]
+        return t.get("log_path") or None
+    except Exception:  # a trial that never wrote a bundle (orchestrator error) has no log of its own
+        return None
+
+
+def cancelled_sweep_line(plan, results_dir: Path, db: Path, since: float, how: str) -> str:
+    """The closing line of a cancelled ``tunelab run``: what finished, what was cancelled, what never started and
+    where the data is. Reads the bundles of the plan's sweep written since ``since`` (epoch s) in ``results_dir``:
+    every trial that ended has one (a trial running at the cancel writes a ``cancelled`` one)."""
+    from collections import Counter
+
+    from tunelab.bundle import read_bundle
+
+    sweeps: dict[str, list[str]] = {}
+    if results_dir.is_dir():
+        for d in (d for d in results_dir.iterdir() if d.is_dir() and d.stat().st_mtime >= since - 1):
+            for b in (b for b in d.iterdir() if (b / "manifest.json").is_file()):
+                try:
+                    tables = read_bundle(b, verify=False)
+                    sw, tr = tables["sweep"].iloc[0], tables["trial"].iloc[0]
+                except Exception:  # a bundle being replaced right now: not this sweep's evidence
+                    continue
+                if sw.get("plan_name") == plan.name:
+                    sweeps.setdefault(str(sw["sweep_id"]), []).append(str(tr["status"]))
+    total = len(plan.trials())
+    if not sweeps:
+        return (f"sweep of {plan.name} cancelled ({how}) before any trial ended: nothing measured, nothing written "
+                f"to {db}")
+    sweep_id = max(sweeps)  # ids start with the start time
+    st = Counter(sweeps[sweep_id])
+    cancelled = st.pop("cancelled", 0)
+    ended = sum(st.values())
+    done = ", ".join(f"{k} {v}" for k, v in sorted(st.items()))
+    return (f"sweep {sweep_id} cancelled ({how}): {ended} of {total} trial(s) finished" + (f" ({done})" if done else "")
+            + f", {cancelled} cancelled while running, {max(total - ended - cancelled, 0)} not started. Data: bundles "
+            f"{results_dir / sweep_id}, warehouse {db} (`tunelab report --sweep {sweep_id}`), server logs "
+            f"{paths.logs_dir() / sweep_id}; `tunelab load` loads any bundle not yet in the warehouse")
 
 
 @app.command("load")
@@ -307,6 +428,10 @@ def load(
     from tunelab.warehouse.loader import WarehouseLocked, load_pending
 
     dbp, res_dir = db or paths.db_path(), results or paths.results_dir()
+    if not Path(res_dir).is_dir():
+        # Nothing to load is not "done": a mistyped --results must not pass for an empty folder in cron or CI.
+        _fail(f"--results: {res_dir} is not a folder; give the folder holding the result bundles (default "
+              f"{paths.results_dir()}, or set TUNELAB_RESULTS)")
     try:
         res = load_pending(dbp, res_dir, lock_timeout_s=lock_timeout_s)
     except WarehouseLocked as e:
@@ -322,18 +447,105 @@ def load(
         raise typer.Exit(EXIT_FAILED)
 
 
+@import_app.command("vllm-bench")
+def import_vllm_bench_cmd(
+    files: list[Path] = typer.Argument(..., help="`vllm bench serve --save-result` JSON files (or --append-result "
+                                       "files, one JSON object per line)."),
+    db: Optional[Path] = typer.Option(None, help="DuckDB file."),
+    runtime: Optional[str] = typer.Option(None, help="Runtime name to record (default: the file's 'runtime' "
+                                          "metadata, else 'unknown-runtime')."),
+    vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="vLLM version of the server (default: "
+                                               "the file's 'vllm_version' metadata)."),
+    workload: Optional[str] = typer.Option(None, help="Workload name (default: from the file's dataset and lengths)."),
+    config_key: Optional[str] = typer.Option(None, "--config-key", help="Config key to file the results under, "
+                                             "e.g. the key `tunelab plan check` prints for the same engine args."),
+    lock_timeout_s: float = typer.Option(60.0, "--lock-timeout-s", help="How long to wait for another process "
+                                         "holding the warehouse file (s); then exit 3, nothing imported."),
+) -> None:
+    """Import `vllm bench serve` result files into the warehouse (one sweep per file, quality 'unvalidated';
+    importing the same file again changes nothing). See tunelab/warehouse/vllm_bench_import.py for the mapping."""
+    from tunelab.bundle import BundleError
+    from tunelab.warehouse.loader import BundleLoadError, WarehouseLocked
+    from tunelab.warehouse.vllm_bench_import import import_vllm_bench
+
+    dbp = db or paths.db_path()
+    missing = [str(f) for f in files if not Path(f).is_file()]
+    if missing:
+        _fail(f"FILE: no such file: {', '.join(missing)}")
+    try:
+        res = import_vllm_bench(dbp, list(files), runtime_name=runtime, vllm_version=vllm_version, workload=workload,
+                                config_key=config_key, lock_timeout_s=lock_timeout_s)
+    except BundleError as e:
+        _fail(str(e))
+    except WarehouseLocked as e:
+        who = f"PID {e.holder_pid}" if e.holder_pid is not None else "another process"
+        _fail(f"warehouse {dbp} is locked by {who}; nothing imported; run the same command when it has ended",
+              EXIT_NOT_LOADED)
+    except BundleLoadError as e:
+        _fail(str(e), EXIT_FAILED)
+    loaded = [r for r in res if r.status == "loaded"]
+    console.print(f"{len(loaded)} file(s) imported, {len(res) - len(loaded)} already in the warehouse {dbp}",
+                  highlight=False)
+    for r in loaded:
+        console.print(f"  {r.bundle_dir}: sweep {r.sweep_id}", highlight=False, soft_wrap=True)
+
+
+def _json_out(doc: object) -> None:
+    """Print ``doc`` as JSON on stdout (plain print: no rich wrapping or markup); NaN -> null, times as ISO text."""
+    import json
+    import math
+
+    def clean(v: object) -> object:
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        if isinstance(v, dict):
+            return {str(k): clean(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [clean(x) for x in v]
+        if hasattr(v, "item") and not isinstance(v, (str, bytes)):  # numpy scalars
+            try:
+                return clean(v.item())
+            except (TypeError, ValueError):
+                return str(v)
+        if hasattr(v, "isoformat"):
+            return v.isoformat()
+        if v is None or isinstance(v, (str, int, float, bool)):
+            return v
+        return str(v)
+
+    print(json.dumps(clean(doc), indent=1))
+
+
+#: A sweep "has results" when it has measurements; "cancelled" when one of its trials was cancelled.
+_SWEEP_STATE_SQL = """
+    SELECT s.sweep_id, s.started_at, count(t.trial_id) AS trials,
+           count(*) FILTER (WHERE t.status = 'cancelled') AS cancelled,
+           EXISTS (SELECT 1 FROM measurements m JOIN trials t2 ON t2.trial_id = m.trial_id
+                   WHERE t2.sweep_id = s.sweep_id) AS has_results
+    FROM sweeps s LEFT JOIN trials t ON t.sweep_id = s.sweep_id
+"""
+
+
 @app.command("report")
 def report(
-    sweep: Optional[str] = typer.Option(None, help="Sweep id (default: the latest)."),
+    sweep: Optional[str] = typer.Option(None, help="Sweep id (default: the latest sweep with results; later sweeps "
+                                        "without results, e.g. cancelled ones, are named)."),
     db: Optional[Path] = typer.Option(None, help="DuckDB file."),
     plots: Optional[Path] = typer.Option(None, "--plots", help="Also write PNG plots into this folder: latency vs "
-                                         "throughput of the sweep, output tokens/s across vLLM versions."),
+                                         "throughput of the sweep, output tokens/s across vLLM versions (only "
+                                         "where the warehouse has two or more)."),
     all_quality: bool = typer.Option(False, "--all-quality", help="Include trials whose quality verdict is fail "
                                      "or unvalidated (by default only pass and warn are compared)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables: sweep_id, status, "
+                                 "comparison rows, trials left out, failed trials with their whole reasons and "
+                                 "server logs, notes by cause, skipped later sweeps, plots."),
 ) -> None:
     """Print the comparison table of a sweep from the warehouse (and write plots with --plots DIR)."""
+    import dataclasses
+
     import duckdb
 
+    from tunelab.reports.notes import group_notes
     from tunelab.reports.report import comparison_frame, print_comparison
 
     dbp = db or paths.db_path()
@@ -343,32 +555,60 @@ def report(
         con = duckdb.connect(str(dbp), read_only=True)
     except duckdb.IOException as e:
         _fail(f"cannot open {dbp}: {e}. Another process writes to it (a running sweep or load); try again when it ends")
+    skipped: list[dict] = []
     try:
+        states = con.execute(_SWEEP_STATE_SQL + " GROUP BY ALL ORDER BY s.started_at DESC").fetchall()
+        state = {r[0]: dict(zip(("sweep_id", "started_at", "trials", "cancelled", "has_results"), r)) for r in states}
+        if not states:
+            _fail("the warehouse has no sweeps yet")
         if sweep is None:
-            row = con.execute("SELECT sweep_id FROM sweeps ORDER BY started_at DESC LIMIT 1").fetchall()
-            if not row:
-                _fail("the warehouse has no sweeps yet")
-            sweep = row[0][0]
-        elif not con.execute("SELECT 1 FROM sweeps WHERE sweep_id = ?", [sweep]).fetchall():
-            known = [r[0] for r in con.execute("SELECT sweep_id FROM sweeps ORDER BY started_at DESC LIMIT 5").fetchall()]
-            _fail(f"no sweep {sweep!r} in {dbp}; latest: {', '.join(known) or 'none'}")
-        failed = con.execute("SELECT config_label, replicate, status, failure_class, substr(failure_reason, 1, 160) "
+            # The latest sweep WITH results; a later one without (cancelled before it measured, every boot failed)
+            # is named, not shown as if it were the answer.
+            with_results = [r[0] for r in states if r[4]]
+            sweep = with_results[0] if with_results else states[0][0]
+            for r in states:
+                if r[0] == sweep:
+                    break
+                skipped.append(state[r[0]])
+        elif sweep not in state:
+            _fail(f"no sweep {sweep!r} in {dbp}; latest: {', '.join(r[0] for r in states[:5])}")
+        failed = con.execute("SELECT trial_id, config_label, replicate, status, failure_class, failure_reason, log_path "
                              "FROM trials WHERE sweep_id = ? AND status <> 'ok' ORDER BY started_at", [sweep]).fetchall()
-        cols = {r[0] for r in con.execute("SELECT column_name FROM information_schema.columns "
-                                          "WHERE table_name = 'trials'").fetchall()}
+        failed = [dict(zip(("trial_id", "label", "replicate", "status", "failure_class", "failure_reason", "log_path"),
+                           r)) for r in failed]
         notes = con.execute("SELECT config_label, replicate, measurement_notes FROM trials WHERE sweep_id = ? "
-                            "ORDER BY started_at", [sweep]).fetchall() if "measurement_notes" in cols else []
+                            "ORDER BY started_at", [sweep]).fetchall()
     finally:
         con.close()
-    print_comparison(comparison_frame(dbp, sweep, all_quality=all_quality), title=f"sweep {sweep}")
-    for label, rep, status, cls, why in failed:
-        console.print(f"[yellow]{label} r{rep}: {status}[/] ({cls}): {why}", highlight=False)
-    _print_notes(notes)
+    st = state[sweep]
+    status = "cancelled" if st["cancelled"] else "finished"
+    comp = comparison_frame(dbp, sweep, all_quality=all_quality)
+    plot_paths = []
     if plots is not None:
         from tunelab.reports.plots import write_plots
 
-        for p in write_plots(Path(dbp), sweep, plots):
-            console.print(f"plot: {p}")
+        plot_paths = write_plots(Path(dbp), sweep, plots)
+    if as_json:
+        _json_out({"sweep_id": sweep, "status": status, "trials": st["trials"], "cancelled_trials": st["cancelled"],
+                   "comparison": comp.to_dict("records"), "left_out": comp.attrs.get("left_out", []),
+                   "failed_trials": failed, "notes": [dataclasses.asdict(g) for g in group_notes(notes)],
+                   "skipped_sweeps": [{**k, "status": "cancelled" if k["cancelled"] else "no results"} for k in skipped],
+                   "plots": [str(p) for p in plot_paths]})
+        return
+    for k in skipped:
+        what = f"cancelled ({k['cancelled']} of {k['trials']} trial(s))" if k["cancelled"] else "without results"
+        console.print(f"[yellow]sweep {k['sweep_id']} is later but {what}, with no measurements[/]: showing the latest "
+                      f"sweep with results; `tunelab report --sweep {k['sweep_id']}` shows it", highlight=False,
+                      soft_wrap=True)
+    title = f"sweep {sweep}" + (f" (cancelled: {st['cancelled']} of {st['trials']} trial(s) cancelled)"
+                                if st["cancelled"] else "")
+    if status == "cancelled" or comp.empty:
+        console.print(title, highlight=False, soft_wrap=True)
+    print_comparison(comp, title=title)
+    _print_failed(failed, sweep)
+    _print_notes(notes)
+    for p in plot_paths:
+        console.print(f"plot: {p}", highlight=False, soft_wrap=True)
 
 
 @app.command("compare")
@@ -382,6 +622,11 @@ def compare_cmd(
     per_config: Optional[bool] = typer.Option(None, "--per-config/--pooled",
                                               help="Compare config by config (default unless a selector names a config)."),
     min_boots: int = typer.Option(2, help="Boots per side needed for a verdict (the boot is the unit of replication)."),
+    mix_keys: bool = typer.Option(False, "--mix-keys", help="Allow a pooled side to hold several config keys (a "
+                                  "label that different plans gave to different configs); without it that is an "
+                                  "error listing the keys."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (rows, verdicts, regressions, the "
+                                 "resolved selectors, mixed_keys) instead of the markdown report."),
 ) -> None:
     """A/B comparison of two selections of trials (Welch interval across boots) and regressions along vLLM
     versions; runs the Prefect flow `compare` (markdown artifact) and prints the report."""
@@ -391,6 +636,29 @@ def compare_cmd(
         b, c = parse_selector(baseline), parse_selector(candidate)
     except ValueError as e:
         _fail(str(e))
+    # Selector problems are input errors: found before the flow starts (no Prefect traceback for them).
+    from tunelab.warehouse.selection import check_config_keys, matched_trials
+
+    dbp = db or paths.db_path()
+    if not Path(dbp).exists():
+        _fail(f"--db: no warehouse at {dbp}; run a sweep first (tunelab run PLAN)")
+    import duckdb
+
+    try:
+        con = duckdb.connect(str(dbp), read_only=True)
+    except duckdb.IOException as e:
+        _fail(f"cannot open {dbp}: {e}. Another process writes to it (a running sweep or load); try again when it ends")
+    try:
+        empty = [f"{side} {sel_text!r}" for side, sel, sel_text in (("baseline", b, baseline), ("candidate", c, candidate))
+                 if matched_trials(con, sel) == 0]
+        if empty:
+            _fail(f"no measurements match both selectors: {' and '.join(empty)} "
+                  f"select{'s' if len(empty) == 1 else ''} no trial with results. In the warehouse: {_what_exists(dbp)}")
+        check_config_keys(con, b, c, per_config=per_config, mixed_keys=mix_keys)
+    except ValueError as e:
+        _fail(str(e))
+    finally:
+        con.close()
     from tunelab import prefect_env
 
     prefect_env.configure()
@@ -398,16 +666,41 @@ def compare_cmd(
 
     prefect_env.start_ephemeral_server()
     try:
-        out = compare_flow(b, c, metric=metric, db=str(db) if db else None, per_config=per_config, min_boots=min_boots)
+        out = compare_flow(b, c, metric=metric, db=str(db) if db else None, per_config=per_config, min_boots=min_boots,
+                           mixed_keys=mix_keys)
     except ValueError as e:
         _fail(str(e))
+    if not out["rows"]:
+        # Nothing compared is a selector problem (an unknown sweep or version), not a result.
+        _fail(f"no measurements match both selectors (baseline {out['baseline']}, candidate {out['candidate']}). "
+              f"In the warehouse: {_what_exists(db or paths.db_path())}")
+    if as_json:
+        _json_out({k: v for k, v in out.items() if k != "markdown"})
+        return
     from rich.markdown import Markdown
 
     Console(width=200).print(Markdown(out["markdown"]))
-    if not out["rows"]:
-        # Nothing compared is a selector problem (an unknown sweep or version), not a result.
-        _fail(f"no measurements match both selectors (baseline {out['baseline']}, candidate {out['candidate']}); "
-              "`tunelab report` lists the sweeps, configs and versions in the warehouse")
+
+
+def _what_exists(dbp: Path) -> str:
+    """What a selector can name in the warehouse: latest sweeps, runtimes, versions, config labels (with keys)."""
+    import duckdb
+
+    try:
+        con = duckdb.connect(str(dbp), read_only=True)
+    except duckdb.Error as e:
+        return f"(cannot read {dbp}: {e})"
+    try:
+        def vals(sql: str) -> str:
+            return ", ".join(str(r[0]) for r in con.execute(sql).fetchall()) or "none"
+
+        return (f"sweeps (latest first) {vals('SELECT sweep_id FROM trial_facts GROUP BY 1 ORDER BY max(run_at) DESC LIMIT 5')}; "
+                f"runtimes {vals('SELECT DISTINCT runtime_name FROM trial_facts ORDER BY 1')}; "
+                f"versions {vals('SELECT DISTINCT vllm_version FROM trial_facts ORDER BY 1')}; "
+                "configs " + vals("SELECT config_label || ' [' || config_key || ']' FROM trial_facts GROUP BY ALL "
+                                  "ORDER BY 1 LIMIT 12"))
+    finally:
+        con.close()
 
 
 @app.command("serve")
@@ -443,17 +736,25 @@ def serve_cmd(
     prefect.serve(sweep_dep, cmp_dep)
 
 
+#: ``tunelab export --format``: file suffix -> DuckDB COPY options.
+EXPORT_FORMATS = {"parquet": "(FORMAT parquet)", "csv": "(FORMAT csv, HEADER true)", "json": "(FORMAT json, ARRAY true)"}
+
+
 @app.command("export")
 def export(
-    out: Path = typer.Option(..., help="Folder to write: one Parquet file per warehouse table."),
+    out: Path = typer.Option(..., help="Folder to write: one file per warehouse table."),
     db: Optional[Path] = typer.Option(None, help="DuckDB file."),
     sweep: Optional[list[str]] = typer.Option(None, help="Only these sweep ids (repeatable); default all."),
+    fmt: str = typer.Option("parquet", "--format", help="parquet | csv (with a header row) | json (one array of "
+                            "objects per file)."),
 ) -> None:
-    """Export warehouse tables as Parquet files (``<table>.parquet``). Query them without a database, e.g.
-    ``duckdb -c "SELECT * FROM 'OUT/measurements.parquet'"``, or rebuild a warehouse with
+    """Export warehouse tables as ``<table>.parquet`` (or ``.csv`` / ``.json``). Query them without a database,
+    e.g. ``duckdb -c "SELECT * FROM 'OUT/measurements.parquet'"``, or rebuild a warehouse from Parquet with
     ``CREATE TABLE t AS FROM 'OUT/t.parquet'`` per table (then `tunelab report` works on it)."""
     import duckdb
 
+    if fmt not in EXPORT_FORMATS:
+        _fail(f"--format {fmt!r}: use one of {', '.join(EXPORT_FORMATS)}")
     dbp = db or paths.db_path()
     if not Path(dbp).exists():
         _fail(f"no warehouse at {dbp}")
@@ -465,16 +766,20 @@ def export(
         for t in tables:
             cols = [r[0] for r in con.execute(
                 "SELECT column_name FROM information_schema.columns WHERE table_name = ?", [t]).fetchall()]
-            where = ""
+            # Values travel as parameters (a quote in a path or sweep id once broke the SQL); the table name
+            # comes from the catalogue and is quoted as an identifier.
+            ident, where, params = '"' + t.replace('"', '""') + '"', "", []
             if sweep and "sweep_id" in cols:
-                where = " WHERE sweep_id IN (" + ",".join("'" + s.replace("'", "''") + "'" for s in sweep) + ")"
+                where, params = " WHERE sweep_id IN (SELECT unnest(?::VARCHAR[]))", [list(sweep)]
             elif sweep and "trial_id" in cols:
-                where = (" WHERE trial_id IN (SELECT trial_id FROM trials WHERE sweep_id IN ("
-                         + ",".join("'" + s.replace("'", "''") + "'" for s in sweep) + "))")
-            con.execute(f"COPY (SELECT * FROM {t}{where}) TO '{out / (t + '.parquet')}' (FORMAT parquet)")
+                where, params = (" WHERE trial_id IN (SELECT trial_id FROM trials WHERE sweep_id IN "
+                                 "(SELECT unnest(?::VARCHAR[])))"), [list(sweep)]
+            con.execute(f"COPY (SELECT * FROM {ident}{where}) TO ? {EXPORT_FORMATS[fmt]}",
+                        [*params, str(out / f"{t}.{fmt}")])
     finally:
         con.close()
-    console.print(f"exported {len(tables)} table(s) of {dbp} to {out}")
+    console.print(f"exported {len(tables)} table(s) of {dbp} to {out} ({fmt})", highlight=False)
+
 
 @app.command("evidence-report")
 def evidence_report_cmd(

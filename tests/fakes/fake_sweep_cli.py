@@ -4,16 +4,26 @@ it writes a synthetic bundle at once), a FAKE one-GPU inventory and no runtime/m
 that need no real server, e.g. a warehouse file locked by another process when the sweep loads.
 
     python tests/fakes/fake_sweep_cli.py run PLAN.yaml [options]   # the plan names runtime 'gpu-fake'
+
+``FAKE_BLOCK_FROM=N``: trials N, N+1, ... (0-based, in start order) block instead of writing their bundle, after
+creating the file ``FAKE_BLOCK_MARK``; interrupted (Ctrl-C, SIGTERM), such a trial writes a ``cancelled`` bundle
+and re-raises, as the real trial flow does. For tests of cancelling a running sweep.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import os
+import signal
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(REPO))
+
+
+_started: list[str] = []
 
 
 def _install_fakes() -> None:
@@ -30,6 +40,18 @@ def _install_fakes() -> None:
     def fake_trial(trial, trial_id, plan, runtime, ctx):
         """FAKE trial: no server; a synthetic bundle with the trial's ids."""
         row = trial_row_base(trial, trial_id, ctx.sweep.sweep_id, runtime, ctx)
+        _started.append(trial_id)
+        block_from = os.environ.get("FAKE_BLOCK_FROM")
+        if block_from is not None and len(_started) > int(block_from):
+            Path(os.environ["FAKE_BLOCK_MARK"]).write_text(trial_id)
+            try:
+                while True:
+                    time.sleep(0.1)
+            except BaseException as e:  # cancelled: record it, as flows.trial.run_trial does
+                row.update(status="cancelled", failure_reason=f"{type(e).__name__}: {e}",
+                           finished_at=dt.datetime.now(dt.timezone.utc).isoformat())
+                write_bundle(Path(ctx.results_dir), ctx.sweep, row, {})
+                raise
         syn = synthetic_trial(sweep_id=ctx.sweep.sweep_id, config_key=trial.config_key,
                               replicate=trial.replicate, requests_per_repeat=6, chunk_offsets=4)
         tables = {k: v.assign(trial_id=trial_id) for k, v in syn.tables.items() if k != "quality_checks"}
@@ -49,6 +71,9 @@ def _install_fakes() -> None:
 
 
 if __name__ == "__main__":
+    # A child of a shell script run in the background inherits SIGINT ignored; then Python installs no
+    # KeyboardInterrupt handler and a test's "Ctrl-C" would do nothing.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from tunelab import prefect_env
 
     prefect_env.configure()

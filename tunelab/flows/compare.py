@@ -41,7 +41,7 @@ __all__ = ["SELECTOR_ALIASES", "compare", "compare_frames", "parse_selector", "r
 @flow(name="compare", flow_run_name="compare {metric}", log_prints=True)
 def compare(baseline: dict, candidate: dict, metric: str = "output_tokens_per_s", db: str | None = None,
             per_config: bool | None = None, min_boots: int = 2, with_regressions: bool = True,
-            artifact_key: str = "ab-comparison") -> dict:
+            artifact_key: str = "ab-comparison", mixed_keys: bool = False) -> dict:
     """A/B comparison of two trial selections in the warehouse, plus regressions along vLLM versions.
 
     Args:
@@ -53,10 +53,13 @@ def compare(baseline: dict, candidate: dict, metric: str = "output_tokens_per_s"
         min_boots: boots per side needed for a verdict (>= 2).
         with_regressions: add ``warehouse.compare.regressions`` for the same metric.
         artifact_key: key of the markdown artifact.
+        mixed_keys: allow a pooled side to hold trials of several config keys (otherwise
+            ``warehouse.selection.MixedConfigKeys``, a ValueError naming them); the keys pooled are reported.
 
     Returns:
         dict with ``rows`` (records of the comparison), ``verdicts`` ({verdict: count}), ``regressions``
-        (records flagged regression/violation_unconfirmed), ``markdown``, ``baseline``/``candidate`` (resolved).
+        (records flagged regression/violation_unconfirmed), ``markdown``, ``baseline``/``candidate`` (resolved),
+        ``mixed_keys`` (side -> config keys pooled on that side; empty unless ``mixed_keys`` let them mix).
 
     Raises:
         ValueError: bad selector or metric, or no warehouse at ``db``.
@@ -69,9 +72,13 @@ def compare(baseline: dict, candidate: dict, metric: str = "output_tokens_per_s"
         raise ValueError(f"db: no warehouse at {dbp}; run a sweep first or pass db=PATH")
     con = connect(dbp, read_only=True)
     try:
-        df = compare_frames(con, baseline, candidate, metric, per_config=per_config, min_boots=min_boots)
+        df = compare_frames(con, baseline, candidate, metric, per_config=per_config, min_boots=min_boots,
+                            mixed_keys=mixed_keys)
         md = ab_markdown(df, df.attrs["baseline"], df.attrs["candidate"],
                          title="A/B comparison" + (" (config by config)" if "only_baseline" in df.attrs else ""))
+        if df.attrs.get("mixed_keys"):
+            md += "\n\nConfig keys pooled on purpose (--mix-keys): " + "; ".join(
+                f"{side}: {', '.join(keys)}" for side, keys in df.attrs["mixed_keys"].items())
         if df.attrs.get("only_baseline") or df.attrs.get("only_candidate"):
             md += (f"\n\nConfigs on one side only (not compared): baseline {df.attrs.get('only_baseline')}, "
                    f"candidate {df.attrs.get('only_candidate')}")
@@ -92,4 +99,5 @@ def compare(baseline: dict, candidate: dict, metric: str = "output_tokens_per_s"
     flagged = reg[reg["status"].isin(["regression", "violation_unconfirmed"])] if len(reg) else reg
     return {"rows": df.astype(object).where(df.notna(), None).to_dict("records"), "verdicts": verdicts,
             "regressions": flagged.astype(str).to_dict("records") if len(flagged) else [],
-            "markdown": md, "baseline": df.attrs["baseline"], "candidate": df.attrs["candidate"]}
+            "markdown": md, "baseline": df.attrs["baseline"], "candidate": df.attrs["candidate"],
+            "mixed_keys": df.attrs.get("mixed_keys", {})}

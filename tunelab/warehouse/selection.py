@@ -15,11 +15,21 @@ import pandas as pd
 
 from tunelab.warehouse.compare import SELECTOR_KEYS, compare as ab_compare, selector_where
 
-__all__ = ["SELECTOR_ALIASES", "compare_frames", "parse_selector", "resolve_selector"]
+__all__ = ["SELECTOR_ALIASES", "MixedConfigKeys", "check_config_keys", "compare_frames", "matched_trials", "parse_selector", "resolve_selector"]
 
 SELECTOR_ALIASES = {"runtime": "runtime_name", "version": "vllm_version", "config": "config_label",
                     "key": "config_key", "sweep": "sweep_id", "gpu": "gpu_name", "release": "vllm_release"}
 _CONFIG_KEYS = ("config_key", "config_label", "trial_id")
+
+
+class MixedConfigKeys(ValueError):
+    """A side of a pooled comparison selects trials of more than one ``config_key`` (e.g. a label that two plans
+    gave to different configs: one had one more env var). The message lists the keys with their labels and
+    sweeps; ``keys`` maps the side ("baseline"/"candidate") to ``[(config_key, label, [sweep ids]), ...]``."""
+
+    def __init__(self, message: str, keys: dict[str, list[tuple[str, str, list[str]]]]):
+        super().__init__(message)
+        self.keys = keys
 
 
 def parse_selector(text: str) -> dict[str, Any]:
@@ -78,25 +88,83 @@ def resolve_selector(con: duckdb.DuckDBPyConnection, selector: dict[str, Any]) -
     return out
 
 
+def _keys_of(con: duckdb.DuckDBPyConnection, sel: dict) -> list[tuple[str, str, list[str]]]:
+    """``(config_key, a label, [sweep ids])`` of the ok trials ``sel`` selects (``compare``'s selector semantics)."""
+    where, params = selector_where(sel)
+    rows = con.execute(f"SELECT f.config_key, any_value(f.config_label), list(DISTINCT f.sweep_id ORDER BY f.sweep_id) "
+                       f"FROM trial_facts f WHERE {where} AND f.status = 'ok' GROUP BY f.config_key ORDER BY 1",
+                       params).fetchall()
+    return [(k, lab, list(sw)) for k, lab, sw in rows]
+
+
+def matched_trials(con: duckdb.DuckDBPyConnection, selector: dict) -> int:
+    """How many trials with ``status = 'ok'`` a selector selects (symbols resolved; ``compare``'s semantics).
+
+    Raises:
+        ValueError: see :func:`resolve_selector`.
+    """
+    where, params = selector_where(resolve_selector(con, selector))
+    return con.execute(f"SELECT count(*) FROM trial_facts f WHERE {where} AND f.status = 'ok'", params).fetchone()[0]
+
+
+def check_config_keys(con: duckdb.DuckDBPyConnection, baseline: dict, candidate: dict,
+                      per_config: bool | None = None, mixed_keys: bool = False) -> dict[str, list[str]]:
+    """Whether a comparison would pool trials of several ``config_key``s on one side (see :func:`compare_frames`);
+    a check the CLI runs before it starts the ``compare`` flow.
+
+    Returns:
+        side ("baseline"/"candidate") -> the config keys that side pools, for the sides with more than one
+        (only when ``mixed_keys``); ``{}`` when every side has one key or the comparison runs config by config.
+
+    Raises:
+        MixedConfigKeys: a side selects several keys and ``mixed_keys`` is False.
+        ValueError: see :func:`resolve_selector`.
+    """
+    b, c = resolve_selector(con, baseline), resolve_selector(con, candidate)
+    if per_config is None:
+        per_config = not any(k in b or k in c for k in _CONFIG_KEYS)
+    if per_config:
+        return {}
+    mixed = {side: ks for side, ks in (("baseline", _keys_of(con, b)), ("candidate", _keys_of(con, c))) if len(ks) > 1}
+    if mixed and not mixed_keys:
+        lines = [f"{side} selects {len(ks)} config keys: " + "; ".join(
+            f"{k!r} ({lab!r}, sweep(s) {', '.join(sw[:3])}{' ...' if len(sw) > 3 else ''})" for k, lab, sw in ks)
+            for side, ks in mixed.items()]
+        raise MixedConfigKeys(
+            "a pooled comparison would mix configs: " + " | ".join(lines) + ". Narrow the selector to one key "
+            "(key=KEY, or sweep=ID where the label is unambiguous), compare config by config (--per-config), "
+            "or pool them on purpose with --mix-keys (mixed_keys=True)", mixed)
+    return {side: [k for k, _, _ in ks] for side, ks in mixed.items()}
+
+
 def compare_frames(con: duckdb.DuckDBPyConnection, baseline: dict, candidate: dict,
                    metric: str = "output_tokens_per_s", per_config: bool | None = None,
-                   **kwargs: Any) -> pd.DataFrame:
+                   mixed_keys: bool = False, **kwargs: Any) -> pd.DataFrame:
     """A/B comparison (``warehouse.compare.compare``) after resolving symbols; per config key unless a
     selector names a config or ``per_config=False``. Extra ``kwargs`` go to ``compare`` (confidence,
     quality, statuses, min_boots).
 
+    A pooled comparison (not per config) never mixes config keys on one side silently: a label names a config
+    only within its plan (a sweep with one more env var gives the same label another key), so a side that
+    selects ok trials of two or more keys raises :class:`MixedConfigKeys` unless ``mixed_keys=True`` (then the
+    keys pooled per side are in ``attrs["mixed_keys"]``).
+
     Returns:
         The rows of ``compare`` with ``config_key`` and ``config_label`` columns in front; ``attrs`` keep
-        ``method``, ``excluded`` and ``not_applied`` (all configs together).
+        ``method``, ``excluded`` and ``not_applied`` (all configs together), ``mixed_keys`` (side -> keys
+        pooled; empty when each side has one key or the comparison ran config by config).
 
     Raises:
+        MixedConfigKeys: see above (a ValueError naming the keys, their labels and sweeps, and the fix).
         ValueError: see ``warehouse.compare.compare`` and :func:`resolve_selector`.
     """
     b, c = resolve_selector(con, baseline), resolve_selector(con, candidate)
     if per_config is None:
         per_config = not any(k in b or k in c for k in _CONFIG_KEYS)
     if not per_config:
+        mixed = check_config_keys(con, b, c, per_config=False, mixed_keys=mixed_keys)
         df = ab_compare(con, b, c, metric, **kwargs)
+        df.attrs["mixed_keys"] = mixed
         df.insert(0, "config_label", b.get("config_label", "") if b.get("config_label") == c.get("config_label") else "")
         df.insert(0, "config_key", "")
         df.attrs["baseline"], df.attrs["candidate"] = b, c
@@ -128,6 +196,7 @@ def compare_frames(con: duckdb.DuckDBPyConnection, baseline: dict, candidate: di
     na = [e for e in not_applied if e is not None and len(e)]
     out.attrs["not_applied"] = pd.concat(na, ignore_index=True) if na else pd.DataFrame(columns=["side", "trial_id", "env"])
     out.attrs["baseline"], out.attrs["candidate"] = b, c
+    out.attrs["mixed_keys"] = {}
     out.attrs["only_baseline"] = sorted(set(kb) - set(kc))
     out.attrs["only_candidate"] = sorted(set(kc) - set(kb))
     return out

@@ -1,0 +1,264 @@
+"""Everyday use of the command line (issue 20): reading results and the interfaces people expect.
+
+A synthetic warehouse (no server): an older sweep with two configs, a boot failure with a long reason and its
+server log, and repeated measurement notes; a later sweep whose label ``cfg-a`` names another config key (one
+more env var); and the latest sweep, cancelled before it measured anything. The commands run in-process
+(typer's CliRunner) except ``compare``, which runs its Prefect flow in a subprocess.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).parent / "fixtures" / "vllm_bench"
+OLD, MIX, CANCELLED = "20260101T000000Z-syn-0001", "20260102T000000Z-syn-0002", "20260103T000000Z-syn-0003"
+LONG_REASON = ("vllm serve exited with code 1 during boot: ValueError: " + "the model's max seq len is larger "
+               "than the KV cache can hold; " * 8 + "END-OF-REASON")
+NOTES_A = ("chat c=4 #0: client-bound: load generator loop used 0.95 of a core (1 process(es)); raise the plan's "
+           "load_processes\nchat c=4 #1: client-bound: load generator loop used 0.97 of a core (1 process(es)); "
+           "raise the plan's load_processes\nchat c=4 #2: /metrics could not be scraped")
+NOTES_A1 = ("chat c=4 #0: client-bound: load generator loop used 0.91 of a core (1 process(es)); raise the plan's "
+            "load_processes")
+
+
+@pytest.fixture(scope="module")
+def warehouse(tmp_path_factory) -> tuple[Path, Path]:
+    """(warehouse file, server log of the failed boot)."""
+    from tunelab.bundle import write_bundle
+    from tunelab.warehouse.loader import load_pending
+    from tunelab.warehouse.synthetic import synthetic_trial
+
+    tmp = tmp_path_factory.mktemp("everyday")
+    res, db = tmp / "results", tmp / "wh.duckdb"
+    log = tmp / "logs" / "boot-failed.log"
+    rng = np.random.default_rng(5)
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    for key, effect in (("a", 0.0), ("b", 0.2)):
+        for rep in range(2):
+            s = synthetic_trial(sweep_id=OLD, config_key=key, replicate=rep, config_label=f"cfg-{key}",
+                                effect_rel=effect, boot_sd_rel=0.01, started_at=t0, rng=rng)
+            if key == "a":
+                s.trial["measurement_notes"] = NOTES_A if rep == 0 else NOTES_A1
+            write_bundle(res, s.sweep, s.trial, s.tables)
+    bad = synthetic_trial(sweep_id=OLD, config_key="c", config_label="cfg-c", started_at=t0, rng=rng,
+                          status="boot_failed", quality_verdict="unvalidated")
+    bad.trial.update(failure_class="invalid_config", failure_reason=LONG_REASON, log_path=str(log))
+    write_bundle(res, bad.sweep, bad.trial, {})
+    for rep in range(2):  # the same label, another config key (the plan had one more env var)
+        s = synthetic_trial(sweep_id=MIX, config_key="a2", replicate=rep, config_label="cfg-a", boot_sd_rel=0.01,
+                            started_at=t0 + dt.timedelta(days=1), rng=rng)
+        write_bundle(res, s.sweep, s.trial, s.tables)
+    c = synthetic_trial(sweep_id=CANCELLED, config_key="a", config_label="cfg-a", started_at=t0 + dt.timedelta(days=2),
+                        rng=rng, status="cancelled", quality_verdict="unvalidated")
+    c.trial.update(failure_reason="KeyboardInterrupt: ")
+    write_bundle(res, c.sweep, c.trial, {})
+    assert all(r.status == "loaded" for r in load_pending(db, res))
+    return db, log
+
+
+def cli(*args: str):
+    from tunelab.cli import app
+
+    return CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
+
+
+# -- 10: interfaces ------------------------------------------------------------------------------------------------
+def test_version_flag():
+    import tunelab
+
+    r = cli("--version")
+    assert r.exit_code == 0 and r.stdout.strip() == f"tunelab {tunelab.__version__}", r.output
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv", "json"])
+def test_export_formats_into_a_folder_with_a_quote(warehouse, tmp_path, fmt):
+    db, _ = warehouse
+    out = tmp_path / "it's here"
+    r = cli("export", "--out", str(out), "--db", str(db), "--format", fmt, "--sweep", OLD)
+    assert r.exit_code == 0, r.output
+    f = out / f"trials.{fmt}"
+    trials = {"parquet": pd.read_parquet, "csv": pd.read_csv, "json": lambda p: pd.DataFrame(json.loads(p.read_text()))}[fmt](f)
+    assert set(trials["sweep_id"]) == {OLD} and len(trials) == 5
+    m = {"parquet": pd.read_parquet, "csv": pd.read_csv,
+         "json": lambda p: pd.DataFrame(json.loads(p.read_text()))}[fmt](out / f"measurements.{fmt}")
+    assert set(m["trial_id"]) <= set(trials["trial_id"]) and len(m) > 0
+
+
+def test_export_refuses_an_unknown_format(warehouse, tmp_path):
+    r = cli("export", "--out", str(tmp_path / "x"), "--db", str(warehouse[0]), "--format", "xlsx")
+    assert r.exit_code == 2 and "xlsx" in r.output
+
+
+def test_load_from_a_missing_results_folder_is_bad_input(tmp_path):
+    missing = tmp_path / "no-such-results"
+    r = cli("load", "--db", str(tmp_path / "wh.duckdb"), "--results", str(missing))
+    assert r.exit_code == 2, r.output
+    assert str(missing) in r.output.replace("\n", "") and "--results" in r.output
+
+
+def test_import_vllm_bench_files(tmp_path):
+    import duckdb
+
+    db = tmp_path / "wh.duckdb"
+    files = sorted(str(p) for p in FIXTURES.glob("*.json"))
+    r = cli("import", "vllm-bench", *files, "--db", str(db), "--runtime", "cpu")
+    assert r.exit_code == 0, r.output
+    assert "2 file(s) imported" in r.output
+    con = duckdb.connect(str(db), read_only=True)
+    assert con.execute("SELECT DISTINCT runtime_name FROM trials").fetchall() == [("cpu",)]
+    con.close()
+    r = cli("import", "vllm-bench", *files, "--db", str(db), "--runtime", "cpu")
+    assert r.exit_code == 0 and "0 file(s) imported, 2 already" in r.output, r.output
+    bad = tmp_path / "x.json"
+    bad.write_text('{"hello": 1}')
+    r = cli("import", "vllm-bench", str(bad), "--db", str(db))
+    assert r.exit_code == 2 and "x.json" in r.output
+
+
+def test_report_json(warehouse):
+    r = cli("report", "--db", str(warehouse[0]), "--sweep", OLD, "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["sweep_id"] == OLD and doc["status"] == "finished"
+    assert {row["config"] for row in doc["comparison"]} == {"cfg-a", "cfg-b"}
+    (failed,) = doc["failed_trials"]
+    assert failed["failure_reason"] == LONG_REASON  # whole, not cut
+    assert {g["cause"] for g in doc["notes"]} == {"client-bound", "/metrics could not be scraped"}
+
+
+# -- 3: cancelled sweeps in the report --------------------------------------------------------------------------------
+def test_report_defaults_to_the_latest_sweep_with_results_and_names_the_cancelled_one(warehouse):
+    r = cli("report", "--db", str(warehouse[0]))
+    assert r.exit_code == 0, r.output
+    out = r.output.replace("\n", " ")
+    assert f"sweep {MIX}" in out
+    assert CANCELLED in out and "cancelled" in out and f"--sweep {CANCELLED}" in out
+
+
+def test_report_of_a_cancelled_sweep_says_cancelled(warehouse):
+    r = cli("report", "--db", str(warehouse[0]), "--sweep", CANCELLED)
+    assert r.exit_code == 0, r.output
+    assert f"sweep {CANCELLED} (cancelled" in r.output.replace("\n", " ")
+    doc = json.loads(cli("report", "--db", str(warehouse[0]), "--sweep", CANCELLED, "--json").stdout)
+    assert doc["status"] == "cancelled" and doc["comparison"] == []
+
+
+# -- 7: failure reasons --------------------------------------------------------------------------------------------
+def test_report_shortens_a_long_failure_reason_with_a_pointer_and_the_log(warehouse):
+    db, log = warehouse
+    r = cli("report", "--db", str(db), "--sweep", OLD)
+    out = r.output.replace("\n", " ")
+    assert "END-OF-REASON" not in out  # shortened for display ...
+    assert "trials.failure_reason" in out and "--json" in out  # ... with a pointer to the whole reason
+    assert f"server log: {log}" in out
+
+
+# -- 9: notes grouped by cause -------------------------------------------------------------------------------------
+def test_notes_are_grouped_one_line_per_cause(warehouse):
+    r = cli("report", "--db", str(warehouse[0]), "--sweep", OLD)
+    lines = [ln for ln in r.output.splitlines() if "client-bound" in ln]
+    assert len(lines) == 1, r.output
+    assert "3 window(s)" in lines[0] and "2 trial(s)" in lines[0]
+    assert sum("could not be scraped" in ln for ln in r.output.splitlines()) == 1
+
+
+def test_group_notes_unit():
+    from tunelab.reports.notes import group_notes
+
+    groups = group_notes([("cfg-a", 0, NOTES_A), ("cfg-a", 1, NOTES_A1), ("cfg-b", 0, None)])
+    assert [(g.cause, g.windows, g.trials) for g in groups] == [("client-bound", 3, 2),
+                                                              ("/metrics could not be scraped", 1, 1)]
+    assert groups[0].example.startswith("chat c=4 #0: client-bound")
+
+
+# -- 5: never mix config keys silently ----------------------------------------------------------------------------------
+def test_compare_frames_refuses_a_label_that_names_two_config_keys(warehouse):
+    from tunelab.warehouse.migrate import connect
+    from tunelab.warehouse.selection import MixedConfigKeys, compare_frames
+
+    con = connect(warehouse[0], read_only=True)
+    try:
+        with pytest.raises(MixedConfigKeys) as ei:
+            compare_frames(con, {"config_label": "cfg-a"}, {"config_label": "cfg-b"})
+        msg = str(ei.value)
+        assert "baseline" in msg and "'a'" in msg and "'a2'" in msg and MIX in msg and "--mix-keys" in msg
+        # one key per side: fine; mixing asked for explicitly: pooled, and said so
+        assert len(compare_frames(con, {"config_label": "cfg-a", "sweep_id": OLD}, {"config_label": "cfg-b"}))
+        df = compare_frames(con, {"config_label": "cfg-a"}, {"config_label": "cfg-b"}, mixed_keys=True)
+        assert df.attrs["mixed_keys"] == {"baseline": ["a", "a2"]}
+    finally:
+        con.close()
+
+
+def _compare(db: Path, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, COLUMNS="200")
+    env.pop("PREFECT_API_URL", None)
+    return subprocess.run([sys.executable, "-m", "tunelab.cli", "compare", "--db", str(db), *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_compare_cli_mixed_keys_exit_2_then_json_with_mix_keys(warehouse):
+    db = warehouse[0]
+    r = _compare(db, "--baseline", "config=cfg-a", "--candidate", "config=cfg-b")
+    assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "'a2'" in r.stderr and "Traceback" not in r.stderr
+    r = _compare(db, "--baseline", "config=cfg-a", "--candidate", "config=cfg-b", "--mix-keys", "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads(r.stdout)
+    assert doc["mixed_keys"] == {"baseline": ["a", "a2"]} and doc["rows"][0]["verdict"]
+    r = _compare(db, "--baseline", "sweep=no-such-sweep", "--candidate", "config=cfg-b")
+    assert r.returncode == 2 and OLD in r.stderr  # nothing matched: exit 2, listing what exists
+
+
+# -- 3: the closing line of a cancelled `tunelab run` -----------------------------------------------------------------
+@pytest.mark.parametrize("sig,code,how", [("SIGINT", 130, "Ctrl-C"), ("SIGTERM", 143, "SIGTERM")])
+def test_cancelled_run_prints_what_finished_what_was_cancelled_and_where_the_data_is(tmp_path, sig, code, how):
+    """Real `tunelab run` and sweep flow (ephemeral Prefect); FAKE trial bodies (tests/fakes/fake_sweep_cli.py): the
+    first trial finishes, the second blocks until the signal, the third never starts."""
+    import signal
+    import time
+
+    import yaml
+
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump({
+        "name": "fake-cancel", "model": "fake-model", "runtime": "gpu-fake",
+        "engine_args": {"max-model-len": [128, 256, 512]},
+        "workloads": [{"name": "chat", "prompt_tokens": 16, "output_tokens": 8, "num_requests": 6}],
+        "concurrency": [4], "repeats": 3}))
+    db, res, mark = tmp_path / "wh.duckdb", tmp_path / "results", tmp_path / "blocking"
+    env = dict(os.environ, TUNELAB_DB=str(db), TUNELAB_RESULTS=str(res), TUNELAB_HOME=str(tmp_path / "home"),
+               FAKE_BLOCK_FROM="1", FAKE_BLOCK_MARK=str(mark), COLUMNS="400")
+    env.pop("PREFECT_API_URL", None)
+    p = subprocess.Popen([sys.executable, str(REPO / "tests" / "fakes" / "fake_sweep_cli.py"), "run", str(plan)],
+                         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not mark.exists():
+            assert p.poll() is None, p.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "the second trial never started"
+            time.sleep(0.2)
+        p.send_signal(getattr(signal, sig))
+        out, errs = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == code, errs[-3000:]
+    (line,) = [ln for ln in errs.splitlines() if "cancelled (" in ln and "not started" in ln]
+    sweep_id = line.split()[1]
+    assert f"cancelled ({how}" in line
+    assert "1 of 3 trial(s) finished (ok 1), 1 cancelled while running, 1 not started" in line
+    assert str(res / sweep_id) in line and str(db) in line and f"--sweep {sweep_id}" in line
+    assert "Traceback" not in errs.split(line)[-1]  # nothing after the closing line
