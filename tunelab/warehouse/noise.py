@@ -1,0 +1,72 @@
+"""The noise model of the warehouse: variance components per (runtime, config, GPU, workload, load level,
+metric) with the cost of each level, from all trustworthy history (``tunelab.stats.noise`` computes; this module
+only selects the rows). ``queries/noise_model.sql`` is the same boot/window estimate in SQL.
+"""
+
+from __future__ import annotations
+
+import math
+
+import duckdb
+import numpy as np
+import pandas as pd
+
+from tunelab.stats.noise import quantile_factor, request_components, variance_components
+from tunelab.warehouse.compare import metric_direction
+
+__all__ = ["CELL_KEYS", "noise_model"]
+
+CELL_KEYS = ("runtime_name", "config_key", "gpu_name", "workload", "load_kind", "load_value")
+#: The request-level column behind a latency metric's prefix.
+_REQUEST_COLUMN = {"ttft": "ttft_s", "tpot": "tpot_s", "e2el": "e2el_s", "itl": "itl_mean_s"}
+
+
+def noise_model(con: duckdb.DuckDBPyConnection, metric: str = "output_tokens_per_s", *,
+                config_key: str | None = None, quality=("pass", "warn", "unvalidated")) -> pd.DataFrame:
+    """Variance components of ``metric`` per cell (``CELL_KEYS``) from every ok trial of the warehouse.
+
+    Returns ``stats.noise.variance_components``' columns plus ``metric``, and for latency metrics with
+    request rows ``var_request`` (one request's log variance), ``requests_per_window``, ``var_request_part``
+    (``f * var_request / m``: the window noise a longer window would average away) and ``var_window_slow``
+    (``max(0, var_window - var_request_part)``: drift within a boot that it would not). ``boot_s`` is
+    seconds to ready plus teardown; ``window_s`` the mean measured window.
+
+    Raises:
+        ValueError: a metric that is not comparable (``warehouse.compare.metric_direction``).
+    """
+    metric_direction(metric)
+    quality = list(quality)
+    params: list = [*quality]
+    extra = ""
+    if config_key is not None:
+        extra, params = " AND f.config_key = ?", params + [config_key]
+    w = con.execute(
+        f"""SELECT {', '.join('f.' + k if k in ('runtime_name', 'config_key', 'gpu_name') else 'm.' + k
+                              for k in CELL_KEYS)},
+                   m.trial_id, m.repeat, m.{metric} AS value, m.duration_s AS window_s,
+                   coalesce(f.boot_s, 0) + coalesce(f.teardown_s, 0) AS boot_s
+            FROM measurements m JOIN trial_facts f USING (trial_id)
+            WHERE f.status = 'ok' AND f.quality_verdict IN ({', '.join('?' for _ in quality)}){extra}""",
+        params,
+    ).fetchdf()
+    out = variance_components(w, CELL_KEYS)
+    out.insert(len(CELL_KEYS), "metric", metric)
+    for c in ("var_request", "requests_per_window", "var_request_part", "var_window_slow"):
+        out[c] = math.nan
+    column = _REQUEST_COLUMN.get(metric.split("_", 1)[0])
+    factor = quantile_factor(metric)
+    if column and np.isfinite(factor) and len(out):
+        r = con.execute(
+            f"""SELECT {', '.join('f.' + k if k in ('runtime_name', 'config_key', 'gpu_name') else 'q.' + k
+                                  for k in CELL_KEYS)}, q.trial_id, q.repeat, q.{column}
+                FROM requests q JOIN trial_facts f USING (trial_id)
+                WHERE q.ok AND f.status = 'ok' AND f.quality_verdict IN ({', '.join('?' for _ in quality)}){extra}""",
+            params,
+        ).fetchdf()
+        if len(r):
+            rc = request_components(r, CELL_KEYS, column)
+            out = out.drop(columns=["var_request", "requests_per_window"]).merge(
+                rc[[*CELL_KEYS, "var_request", "requests_per_window"]], on=list(CELL_KEYS), how="left")
+            out["var_request_part"] = factor * out["var_request"] / out["requests_per_window"]
+            out["var_window_slow"] = (out["var_window"] - out["var_request_part"]).clip(lower=0)
+    return out
