@@ -395,3 +395,22 @@ def test_real_leftovers_of_a_killed_orchestrator_with_surviving_engine_core(cpu_
     assert [e["pid"] for e in stopped] == [pgid] and stopped[0]["teardown"]["clean"]
     assert not group_members(pgid)
     assert not Path(info["run_dir"]).exists() and tracked_servers() == []
+
+
+def test_port_conflict_names_the_pid_that_holds_the_port(tmp_path, reap):
+    """The boot failure of a port conflict names the PID (and command) of the process holding the port, not a
+    socket inode; the trial's reason is that message alone (no contradicting 'stopped before ready' clause)."""
+    from tunelab.flows.trial import boot_failure_reason
+
+    port = engine.free_port()
+    old = _old_server(port)
+    reap.append(old.pid)
+    s = fake(tmp_path, "--reuse-port", port=port, boot_timeout_s=30)
+    with pytest.raises(BootFailed) as ei:
+        with s:
+            pass
+    e = ei.value
+    assert e.kind == "not_ours" and f"PID {old.pid} (" in str(e) and "fake_openai_server.py" in str(e), str(e)
+    assert "socket" not in str(e)
+    reason = boot_failure_reason(e, bootlog.classify_boot_failure(s.log_path.read_text(errors="replace"), None, False))
+    assert reason == str(e) and "stopped before ready" not in reason

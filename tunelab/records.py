@@ -179,7 +179,7 @@ class Trial(Record):
     command: Text | None = _f("The vllm serve command line, secrets redacted.")
     status: Text = Field(description="ok | boot_failed | failed | cancelled | gpu_busy.")
     failure_class: Text | None = _f("oom_weights | oom_kv_cache | ... | measurement_error (tasks.bootlog).")
-    failure_reason: Text | None = _f("Why the trial failed, at most 2,000 characters.")
+    failure_reason: Text | None = _f("Why the trial failed, whole (terminal output shortens it).")
     eager_diagnosis: Text | None = _f("Result of re-booting a failed config with --enforce-eager.")
     boot_s: Float | None = _f("Popen -> ready (health 200 + one real completion), seconds.")
     compile_cache: Text | None = _f("cold | warm (boot log).")

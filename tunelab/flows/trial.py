@@ -273,15 +273,19 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: Tr
                     # Not a failure: what the measurement noticed about its windows (see tasks.measure). Logged
                     # so the terminal and the Prefect UI show it, stored for SQL.
                     row.measurement_notes = "\n".join(res.notes)[:4000]
-                    for note in res.notes:
-                        logger.warning("measurement note: %s", note)
+                    # One line per cause with its count (reports.notes), not one per window: a busy 2-core run
+                    # had about ten near-identical ones.
+                    from tunelab.reports.notes import group_notes
+
+                    for g in group_notes([(trial.label, trial.replicate, row.measurement_notes)]):
+                        logger.warning("measurement note (%d window(s)): %s", g.windows, g.example)
             except BootFailed as e:
                 row.boot_s = e.boot_s
                 row.status = "boot_failed"
                 text = log_path.read_text(errors="replace") if log_path.exists() else ""
                 fail = bootlog.classify_boot_failure(text, e.returncode, e.kind == "timeout")
                 row.failure_class = fail.failure_class if e.kind != "not_ours" else "port_conflict"
-                row.failure_reason = f"{e}: {fail.reason}"[:2000]
+                row.failure_reason = boot_failure_reason(e, fail)
                 logger.warning("boot failed (%s): %s", row.failure_class, row.failure_reason)
                 if plan.eager_diagnosis and fail.failure_class != "invalid_config" \
                         and not trial.engine_args.get("enforce-eager"):
@@ -291,12 +295,12 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: Tr
                 row.status = "failed"
                 row.failure_class = "measurement_error"
                 # httpx's ReadError / ReadTimeout carry no text: say what the server was doing.
-                row.failure_reason = f"{_server_state(server)}; {type(e).__name__}: {e or repr(e)}"[:2000]
+                row.failure_reason = f"{_server_state(server)}; {type(e).__name__}: {e or repr(e)}"
                 logger.error("trial failed: %s\n%s", e, traceback.format_exc())
     except BaseException as e:  # cancellation / Ctrl-C: tear down, record, propagate
         interrupted = e
         row.status = "cancelled"
-        row.failure_reason = f"{type(e).__name__}: {e}"[:2000]
+        row.failure_reason = f"{type(e).__name__}: {e}"
     finally:
         td = teardown_task(server) if interrupted is None else dict(server.stop().__dict__)
         row.teardown_s = td.get("total_s")
@@ -317,6 +321,16 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: Tr
     if interrupted is not None:
         raise interrupted
     return bundle
+
+
+def boot_failure_reason(e: BootFailed, fail: Any) -> str:
+    """``trials.failure_reason`` of a failed boot: the launcher's message, then what the server's log says
+    (``fail``: ``bootlog.BootFailure``). Kept whole; the terminal shortens it for display (``cli.short_reason``).
+
+    A port conflict (``e.kind == 'not_ours'``) is the launcher's finding alone (who holds the port): our server's
+    log knows nothing of it, and its classification ("server stopped before ready with no exit status") only
+    contradicted the launcher's message."""
+    return str(e) if e.kind == "not_ours" else f"{e}: {fail.reason}"
 
 
 def _server_state(server: Any) -> str:

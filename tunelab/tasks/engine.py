@@ -69,6 +69,7 @@ from tunelab.tasks.processes import (
     group_alive,
     group_members,
     is_tunelab_process,
+    port_holders,
     port_listeners,
     tracked_servers,
 )
@@ -471,7 +472,10 @@ class EngineServer:
             foreign = (port_listeners(self.port) or set()) - _socket_inodes(group_members(self.proc.pid))
         if foreign:
             self._foreign_listeners = foreign
-            raise self._not_ours(f"listening socket(s) {sorted(foreign)} belong to no process of our group {self.proc.pid}")
+            holders = port_holders(foreign)
+            who = ("; ".join(f"PID {pid} ({cmd or 'command line unreadable'})" for pid, cmd in holders) if holders
+                   else f"a process this user cannot inspect (socket inode(s) {sorted(foreign)})")
+            raise self._not_ours(f"it is also held by {who}, not by our server (process group {self.proc.pid})")
 
     def wait_ready(self) -> BootResult:
         """Poll until ready (see the module docstring) and return the timing.

@@ -22,6 +22,7 @@ __all__ = [
     "group_alive",
     "group_members",
     "is_tunelab_process",
+    "port_holders",
     "port_listeners",
     "tracked_servers",
 ]
@@ -165,3 +166,27 @@ def _state_add(entry: dict) -> None:
 def _state_remove(pid: int) -> None:
     with _state_lock():
         _state_write([e for e in _state_read() if e["pid"] != pid])
+
+
+def _cmdline(pid: int, limit: int = 120) -> str:
+    """The command line of ``pid`` as one string (``/proc/<pid>/cmdline``), cut at ``limit`` characters; '' if gone."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return ""
+    text = raw.replace(b"\0", b" ").decode(errors="replace").strip()
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def port_holders(inodes: set[int]) -> list[tuple[int, str]]:
+    """The processes that hold the sockets ``inodes`` (e.g. from :func:`port_listeners`): ``[(pid, command
+    line), ...]`` sorted by PID, read from /proc/*/fd (the socket links ``socket:[<inode>]``). A process of
+    another user, whose fds cannot be read, is not found: an empty list then means "held by a process this user
+    cannot see"."""
+    out = []
+    if not inodes:
+        return out
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit() and _socket_inodes([int(d.name)]) & inodes:
+            out.append((int(d.name), _cmdline(int(d.name))))
+    return sorted(out)
