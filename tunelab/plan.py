@@ -21,7 +21,7 @@ import math
 import random
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator, model_validator
@@ -30,10 +30,15 @@ from tunelab.load_profiles import ConcurrencyProfile, LoadProfile, RateProfile, 
 from tunelab.quality_thresholds import QualityThresholds
 
 __all__ = [
+    "MAX_WINDOW_PROMPT_TOKENS",
+    "MAX_WINDOW_REQUESTS",
     "PlanError",
     "Workload",
     "Variant",
     "SLO",
+    "ABBudget",
+    "ABPlan",
+    "MAX_AUTO_PAIRS",
     "Plan",
     "Trial",
     "load_plan",
@@ -50,6 +55,13 @@ RESERVED_FLAGS = {"host", "port", "api-key", "model", "model-tag", "served-model
 _FLAG_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 Scalar = str | int | float | bool | None
+
+#: Most measured requests in one window (``num_requests``, raised by ``requests_per_concurrency`` x c). A window's
+#: prompts are built before it starts and held while it runs (``tunelab.plan_cost`` says why), so this bounds memory.
+MAX_WINDOW_REQUESTS = 100_000
+#: Most prompt tokens of one window (requests x ``prompt_tokens``): about 5 bytes of text per token, so about
+#: 0.25 GB of prompt text held while the window runs.
+MAX_WINDOW_PROMPT_TOKENS = 50_000_000
 
 
 class PlanError(ValueError):
@@ -112,6 +124,15 @@ class Workload(BaseModel):
             raise ValueError("use letters, digits, '_', '.', '-' only")
         return v
 
+    @field_validator("num_requests")
+    @classmethod
+    def _num_requests_fits(cls, v: int) -> int:
+        if v > MAX_WINDOW_REQUESTS:
+            raise ValueError(f"{v:,} measured requests in one window is more than the limit of {MAX_WINDOW_REQUESTS:,} "
+                             "(a window's prompts are built before it starts and held in memory while it runs); "
+                             "use fewer requests and more repeats")
+        return v
+
     @model_validator(mode="after")
     def _prefix_fits(self) -> "Workload":
         if self.shared_prefix_tokens >= self.prompt_tokens:
@@ -150,6 +171,71 @@ class Variant(BaseModel):
     _env = field_validator("env")(classmethod(lambda cls, v: _check_env(v)))
 
 
+#: At most this many A/B pairs when a ``replicates: auto`` budget gives GPU-minutes only (a bound for the plan's
+#: trial list; the GPU-minutes stop the sweep long before on any real server).
+MAX_AUTO_PAIRS = 20
+
+
+class ABBudget(BaseModel):
+    """What a ``replicates: auto`` A/B may spend before it stops undecided: boots (both sides together) and/or
+    GPU-minutes (device-minutes of trial wall time, boot to teardown; on a CPU runtime its one device)."""
+
+    model_config = ConfigDict(extra="forbid")
+    boots: int | None = Field(None, strict=True, ge=4, description="Most boots, A and B together (>= 4: two pairs).")
+    gpu_minutes: float | None = Field(None, gt=0, allow_inf_nan=False,
+                                      description="Most device-minutes of trial wall time, A and B together.")
+
+    @model_validator(mode="after")
+    def _some(self) -> "ABBudget":
+        if self.boots is None and self.gpu_minutes is None:
+            raise ValueError("give boots and/or gpu_minutes, e.g. budget: {boots: 12, gpu_minutes: 15}")
+        return self
+
+
+class ABPlan(BaseModel):
+    """The A/B that decides a ``replicates: auto`` sweep (``ab:`` in a plan): the plan's two configs (its matrix,
+    variants or runtimes must give exactly two trials per boot round), the cells that decide (metrics x load
+    levels x workloads), the equivalence margin, the error rate and the budget. The sweep interleaves A and B
+    boots, after each pair calls ``tunelab.stats.sequential.sequential_ab`` per cell (at ``alpha / cells``,
+    Bonferroni, so the error rate holds over all cells and looks) and stops when every cell is decided or the
+    budget is spent (``flows.ab_auto``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    baseline: str | None = Field(None, description="Which of the two configs is A (the baseline): its label, "
+                                                   "variant name or runtime; default: the first.")
+    metrics: list[str] = Field(min_length=1, description="measurements columns that decide, e.g. "
+                                                         "[output_tokens_per_s, tpot_p50_s].")
+    loads: list[str] | None = Field(None, description="Load levels that decide, by label (c=32, '2 req/s'); "
+                                                      "default: every level of the plan.")
+    workloads: list[str] | None = Field(None, description="Workloads that decide; default: all of the plan's.")
+    margin: float | None = Field(None, gt=0, lt=1, description="Equivalence margin, relative (0.03 = +-3 %); "
+                                                               "None: no 'equivalent' call, only a difference.")
+    alpha: float = Field(0.05, gt=0, le=0.5, description="Error rate over all looks and cells together.")
+    budget: ABBudget
+    order: Literal["abba", "abab"] = Field(
+        "abba", description="Boot order of the pairs: A,B,B,A,A,B,... (abba: a linear drift cancels over two "
+                            "pairs) or A,B,A,B,...")
+    min_pairs: int = Field(2, strict=True, ge=2, description="Pairs before the first look (a paired SD needs 2).")
+
+    @field_validator("metrics")
+    @classmethod
+    def _metrics_ok(cls, v: list[str]) -> list[str]:
+        from tunelab import records as R
+
+        allowed = [c for c in R.columns(R.WindowAggregate) if c.endswith("_per_s") or c in R.LATENCY_COLUMNS]
+        for i, m in enumerate(v):
+            if m not in allowed:
+                close = difflib.get_close_matches(m, allowed, n=1)
+                raise ValueError(f"metrics[{i}]: {m!r} is not a throughput (*_per_s) or latency column of "
+                                 f"measurements{f'; did you mean {close[0]!r}?' if close else ''} (allowed: "
+                                 f"{', '.join(allowed)})")
+        return v
+
+    def higher_is_better(self, metric: str) -> bool:
+        """True for a throughput (``*_per_s``), False for a latency (``*_s``)."""
+        return metric.endswith("_per_s")
+
+
 class Plan(BaseModel):
     """A validated experiment plan. Construct with :func:`load_plan` to get file-aware error messages."""
 
@@ -183,7 +269,10 @@ class Plan(BaseModel):
         None, description="How long a measured window runs: absent = the workload's num_requests requests (the "
                           "default); {duration_s: 10} = sending for 10 s. Either way its figures count only the "
                           "steady part (tunelab.tasks.metrics.steady_interval).")
-    replicates: int = Field(1, strict=True, ge=1, description="Boots per config (the unit of noise for A/B verdicts).")
+    replicates: Annotated[int, Field(strict=True, ge=1)] | Literal["auto"] = Field(
+        1, description="Boots per config (the unit of noise for A/B verdicts), or 'auto': boot A and B in "
+                       "interleaved pairs until the A/B declared in `ab` is decided or its budget is spent.")
+    ab: ABPlan | None = Field(None, description="The A/B of a `replicates: auto` plan (see ABPlan).")
     interleave: Literal["round_robin", "shuffle"] = Field(
         "round_robin", description="Order of boots: A B A B (round_robin) or a seeded shuffle."
     )
@@ -247,10 +336,71 @@ class Plan(BaseModel):
             for rt in v.runtimes or []:
                 if rt not in self.runtime_names():
                     raise ValueError(f"variants[{i}].runtimes: {rt!r} is not one of the plan's runtimes {self.runtime_names()}")
+        for i, w in enumerate(self.workloads):
+            for lp in self.load_profiles():
+                n = requests_for_level(self, w, lp)
+                field = "requests_per_concurrency" if n > w.num_requests else f"workloads[{i}].num_requests"
+                if n > MAX_WINDOW_REQUESTS:
+                    raise ValueError(f"{field}: {n:,} measured requests in the window of {w.name} at {lp.label}, "
+                                     f"more than the limit of {MAX_WINDOW_REQUESTS:,}; lower it")
+                if n * w.prompt_tokens > MAX_WINDOW_PROMPT_TOKENS:
+                    raise ValueError(f"{field}: the window of {w.name} at {lp.label} holds {n:,} prompts of "
+                                     f"{w.prompt_tokens:,} tokens = {n * w.prompt_tokens:,} prompt tokens, more than "
+                                     f"the limit of {MAX_WINDOW_PROMPT_TOKENS:,} (its prompts are held in memory "
+                                     "while it runs); fewer requests per window or shorter prompts")
         names = [w.name for w in self.workloads]
         if len(set(names)) != len(names):
             raise ValueError(f"workload names must be unique, got {names}")
+        self._check_ab()
         return self
+
+    def _check_ab(self) -> None:
+        """``replicates: auto`` needs ``ab`` and exactly two trials per boot round; ``ab`` names what exists."""
+        if self.replicates != "auto":
+            if self.ab is not None:
+                raise ValueError("ab: an A/B declaration decides a sweep only with replicates: auto; set "
+                                 "replicates: auto or remove ab")
+            return
+        if self.ab is None:
+            raise ValueError("replicates: auto needs an `ab:` declaration (metrics, budget; e.g. ab: {metrics: "
+                             "[output_tokens_per_s], loads: [c=32], budget: {boots: 12}})")
+        pair = self._round(0)
+        if len(pair) != 2:
+            raise ValueError(f"replicates: auto compares two configs, but this plan gives {len(pair)} per boot round "
+                             f"({', '.join(t.label + ' on ' + t.runtime for t in pair)}); keep one matrix axis "
+                             "with two values, two variants, or two runtimes")
+        if self.ab.baseline is not None and not any(self.ab.baseline in (t.label, t.name, t.runtime) for t in pair):
+            raise ValueError(f"ab.baseline: {self.ab.baseline!r} is neither config; use one of "
+                             f"{sorted({t.label for t in pair} | {t.runtime for t in pair})}")
+        labels = [p.label for p in self.load_profiles()]
+        for i, lab in enumerate(self.ab.loads or []):
+            if lab not in labels:
+                raise ValueError(f"ab.loads[{i}]: {lab!r} is not a load level of the plan; use one of {labels}")
+        wl = [w.name for w in self.workloads]
+        for i, name in enumerate(self.ab.workloads or []):
+            if name not in wl:
+                raise ValueError(f"ab.workloads[{i}]: {name!r} is not a workload of the plan; use one of {wl}")
+
+    def ab_pair(self) -> tuple["Trial", "Trial"]:
+        """(A, B) of a ``replicates: auto`` plan at boot 0: the baseline named by ``ab.baseline`` first.
+
+        Raises:
+            ValueError: not a ``replicates: auto`` plan.
+        """
+        if self.replicates != "auto" or self.ab is None:
+            raise ValueError("ab_pair: only for a plan with replicates: auto and ab")
+        a, b = self._round(0)
+        if self.ab.baseline is not None and self.ab.baseline not in (a.label, a.name, a.runtime):
+            a, b = b, a
+        return a, b
+
+    def max_boots(self) -> int:
+        """Boots per config the plan allows: ``replicates``, or for ``auto`` half the budget's boots (or
+        :data:`MAX_AUTO_PAIRS` when the budget gives GPU-minutes only)."""
+        if self.replicates != "auto":
+            return int(self.replicates)
+        assert self.ab is not None
+        return self.ab.budget.boots // 2 if self.ab.budget.boots else MAX_AUTO_PAIRS
 
     # -- expansion ---------------------------------------------------------------------------
     def load_profiles(self) -> list[LoadProfile]:
@@ -297,28 +447,31 @@ class Plan(BaseModel):
             ax += [k for k in v.engine_args if k not in ax] + [k for k in v.env if k not in ax]
         return tuple(ax)
 
-    def trials(self) -> list["Trial"]:
-        """Expand into trials: configs x runtimes x replicates, interleaved so that boots of the
-        configs alternate (A B A B ...) and machine drift over the sweep does not look like an effect."""
-        base = []
+    def _round(self, rep: int) -> list["Trial"]:
+        """The trials of boot round ``rep``: every config on every runtime once, in plan order."""
+        out = []
         for rt in self.runtime_names():
             for name, args, env in self._named_configs(rt):
-                base.append((rt, name, args, env))
+                out.append(Trial(runtime=rt, model=self.model, model_id=self.model_id(), engine_args=args, env=env,
+                                 replicate=rep, axes=self.axes(), name=name))
+        return out
+
+    def trials(self) -> list["Trial"]:
+        """Expand into trials: configs x runtimes x replicates, interleaved so that boots of the
+        configs alternate (A B A B ...) and machine drift over the sweep does not look like an effect.
+
+        ``replicates: auto``: the longest sequence the budget allows, in pairs (A, B) in ``ab.order``
+        (``abba``: A B, B A, A B, ...); the sweep runs it pair by pair and stops when the A/B is decided."""
+        if self.replicates == "auto":
+            out: list[Trial] = []
+            for rep in range(self.max_boots()):
+                a, b = self.ab_pair()
+                a, b = a.model_copy(update={"replicate": rep}), b.model_copy(update={"replicate": rep})
+                out += [b, a] if (self.ab and self.ab.order == "abba" and rep % 2 == 1) else [a, b]
+            return out
         rounds: list[list[Trial]] = []
         for rep in range(self.replicates):
-            rnd = [
-                Trial(
-                    runtime=rt,
-                    model=self.model,
-                    model_id=self.model_id(),
-                    engine_args=args,
-                    env=env,
-                    replicate=rep,
-                    axes=self.axes(),
-                    name=name,
-                )
-                for rt, name, args, env in base
-            ]
+            rnd = self._round(rep)
             if self.interleave == "shuffle":
                 random.Random(self.seed * 1000 + rep).shuffle(rnd)
             rounds.append(rnd)

@@ -138,6 +138,17 @@ class Sweep(Record):
     finished_at: Timestamp | None = _f("When the sweep finished (UTC); None in bundles written before the end.")
     tunelab_version: Text | None = _f("tunelab.__version__ of the orchestrator.")
     source: Text | None = _f("'tunelab' or 'vllm-bench-import' (the SQL default is 'tunelab').", "tunelab")
+    ab_baseline: Text | None = _f("replicates: auto: the baseline config's label (A) (flows.ab_auto; 009).")
+    ab_candidate: Text | None = _f("replicates: auto: the candidate config's label (B) (009).")
+    ab_call: Text | None = _f("better | worse | equivalent | mixed | undecided: B against A over the deciding "
+                              "cells (009).")
+    ab_stop_reason: Text | None = _f("decided | budget_boots | budget_gpu_minutes | max_pairs | unusable_pairs | "
+                                     "no_pairs (009).")
+    ab_boots: Int32 | None = _f("Boots the A/B started, both sides (009).")
+    ab_pairs: Int32 | None = _f("Usable A/B pairs analysed (009).")
+    ab_gpu_minutes: Float | None = _f("Device-minutes of the A/B's trial wall time (009).")
+    ab_verdicts: JsonText | None = _f("Per deciding cell: workload, load, metric, call, rel_change, ci_low, ci_high "
+                                      "(always-valid interval), mde, n_pairs, alpha, method; JSON list (009).")
 
 
 # -- trials --------------------------------------------------------------------------------------------------
@@ -200,6 +211,12 @@ class Trial(Record):
     vllm_platform: Text | None = _f("Build target from the local part: cpu, cu128, ... (loader, 006).")
     vllm_build_date: Date | None = _f("Date from a local segment dYYYYMMDD (loader, 006).")
     vllm_untrusted: Text | None = _f("Why the version cannot place the build among releases (loader, 006).")
+    host: Text | None = _f("Host the trial ran on (flows.hosts.host_name: TUNELAB_HOST or the host name; 010).")
+    gpu_uuids: Text | None = _f("NVML UUIDs of the trial's GPUs, comma-separated, in gpu order (010).")
+    boot_attempts: Int32 | None = _f("Boots started: 1, or 2 when a transient failure was retried (010).")
+    boot_retry_reason: Text | None = _f("'failure_class: reason' of the transient boot failure that was retried (010).")
+    failure_retryable: Bool | None = _f("The failure can pass on another boot (transient, timeout, unclean "
+                                        "device): it says nothing about the config (010).")
 
 
 # -- boot phases ---------------------------------------------------------------------------------------------

@@ -157,6 +157,8 @@ class SweepSummary:
     timings: list[dict[str, Any]]
     plots: list[str]
     not_loaded: dict[str, Any] | None = None
+    #: ``replicates: auto``: what the A/B decided (``flows.ab_auto.ABOutcome``); None for other plans.
+    ab: Any = None
 
 
 def trial_run_name(trial: Trial, devices: Sequence[Device]) -> str:
@@ -607,7 +609,13 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
                        base_ctx=base_ctx, use_slots=use_slots, flow_run_id=flow_run_id,
                        progress_id=_progress_artifact(plan, sweep_id, len(trials), logger), logger=logger)
     try:
-        run.run(pools, inv.reason)
+        if plan.replicates == "auto":  # pairs of A and B until decided or out of budget (flows/ab_auto.py)
+            from tunelab.flows.ab_auto import run_auto_ab
+
+            ab = run_auto_ab(run, pools, inv.reason, plan, logger, validate=lambda b, p: validate_task(b, p))
+        else:
+            ab = None
+            run.run(pools, inv.reason)
     except INTERRUPTS:
         run.mark_running_cancelled()
         try:
@@ -619,8 +627,19 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
 
     _validate_all(plan, run.bundles, run.statuses, logger)
     sweep.finished_at = dt.datetime.now(dt.timezone.utc)
+    if ab is not None:  # the decision goes with the sweep's row (every bundle's sweep table) before loading
+        from tunelab.flows.ab_auto import record_outcome
+
+        record_outcome(sweep, ab, run.bundles)
     outcome = load_task(db_path, results_dir, lock_timeout_s)
-    return _report(plan, sweep_id, db_path, results_dir, run, outcome, plots, logger)
+    summary = _report(plan, sweep_id, db_path, results_dir, run, outcome, plots, logger)
+    if ab is not None:
+        from tunelab.flows.ab_auto import outcome_lines
+
+        summary.ab = ab
+        for line in outcome_lines(ab):
+            logger.info(line)
+    return summary
 
 
 def _report(plan: Plan, sweep_id: str, db_path: Path, results_dir: Path, run: _SweepTrials,
