@@ -262,3 +262,22 @@ def test_cancelled_run_prints_what_finished_what_was_cancelled_and_where_the_dat
     assert "1 of 3 trial(s) finished (ok 1), 1 cancelled while running, 1 not started" in line
     assert str(res / sweep_id) in line and str(db) in line and f"--sweep {sweep_id}" in line
     assert "Traceback" not in errs.split(line)[-1]  # nothing after the closing line
+
+
+# -- 8: plots ----------------------------------------------------------------------------------------------------------
+def test_version_plot_only_with_two_versions_and_legends_off_the_data(warehouse, tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    from tunelab.reports import plots
+
+    db = warehouse[0]
+    assert plots.version_plot(db, tmp_path) is None  # every trial ran vLLM 0.32.0: one column of dots, not drawn
+    assert [p.name for p in plots.write_plots(db, OLD, tmp_path)] == [f"latency_throughput_{OLD}.png"]
+    figs = []
+    monkeypatch.setattr(plt, "close", lambda fig=None: figs.append(fig))  # keep the figure to inspect it
+    assert plots.latency_throughput_plot(db, OLD, tmp_path)
+    (fig,) = figs
+    fig.canvas.draw()
+    for ax in fig.axes:
+        leg = ax.get_legend()
+        assert leg is not None and not leg.get_window_extent().overlaps(ax.get_window_extent())

@@ -8,7 +8,8 @@
   PEP 440 order (``trials.vllm_version_key``, never the raw string), error bars = boot-to-boot standard
   deviation (repeats are averaged per boot first: the boot is the unit of replication, as in
   ``tunelab/warehouse/compare.py``).
-- :func:`write_plots`: both, into a folder; the paths are linked from the report.
+- :func:`write_plots`: both, into a folder; the paths are linked from the report. The version plot only where the
+  warehouse has two or more vLLM versions. Legends sit outside the axes, never over the data.
 """
 
 from __future__ import annotations
@@ -38,13 +39,20 @@ def _safe(s: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in s)[:80]
 
 
+def _legend_outside(ax: Any) -> None:
+    """The legend to the right of the axes, never over the data (inside, matplotlib's 'best' place still
+    covered the top points of a crowded plot)."""
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+
+
 def _save(fig: Any, out_dir: Path, name: str) -> Path:
-    """Lay out ``fig``, write it as ``out_dir/name`` (PNG, 110 dpi; the folder is made) and free it."""
+    """Lay out ``fig``, write it as ``out_dir/name`` (PNG, 110 dpi, cropped to what is drawn, legends outside
+    the axes included; the folder is made) and free it."""
     fig.tight_layout()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / name
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     _plt().close(fig)
     return path
 
@@ -96,7 +104,7 @@ def latency_throughput_plot(db_path: Path | duckdb.DuckDBPyConnection, sweep_id:
         ax.set_xlabel("output tokens/s (mean over boots and repeats)")
         ax.set_ylabel(f"{latency.removesuffix('_s').replace('_', ' ').upper()} (ms)")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        _legend_outside(ax)
     fig.suptitle(f"latency vs throughput, sweep {sweep_id}{caveat}", fontsize=9)
     return _save(fig, out_dir, f"latency_throughput_{_safe(sweep_id)}.png")
 
@@ -107,7 +115,8 @@ def version_plot(db_path: Path, out_dir: Path, metric: str = "output_tokens_per_
     """``metric`` across vLLM versions for every config (or one ``config_key``) and workload.
 
     Only trials with ``status='ok'`` and a verdict in ``quality`` count. Returns the PNG path
-    (``version_<metric>.png``) or None when no trial qualifies.
+    (``version_<metric>.png``), or None when no trial qualifies or they all ran one vLLM version (a plot "across
+    versions" of one version is a single column of dots: it says nothing).
 
     Raises:
         ValueError: ``metric`` is not a comparable ``measurements`` column (``warehouse.compare.metric_direction``).
@@ -141,6 +150,8 @@ def version_plot(db_path: Path, out_dir: Path, metric: str = "output_tokens_per_
              .agg(["mean", "std", "count"]).reset_index().sort_values("vllm_version_key"))
     versions = pts[["vllm_version_key", "vllm_version"]].drop_duplicates().sort_values("vllm_version_key")
     xpos = {k: i for i, k in enumerate(versions["vllm_version_key"])}
+    if len(xpos) < 2:
+        return None
     plt = _plt()
     fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(xpos) + 4), 4.5))
     for (ck, lab, w, lk, lv), g in pts.groupby(["config_key", "config_label", "workload", "load_kind", "load_value"]):
@@ -152,7 +163,7 @@ def version_plot(db_path: Path, out_dir: Path, metric: str = "output_tokens_per_
     ax.set_ylabel(f"{metric} ({'higher' if direction > 0 else 'lower'} is better)")
     ax.set_title(f"{metric} across vLLM versions (mean of boot means; bars = boot SD)", fontsize=9)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    _legend_outside(ax)
     return _save(fig, out_dir, f"version_{_safe(metric)}.png")
 
 
