@@ -36,6 +36,9 @@ __all__ = [
     "Workload",
     "Variant",
     "SLO",
+    "CpuAffinity",
+    "parse_cpus",
+    "format_cpus",
     "ABBudget",
     "ABPlan",
     "MAX_AUTO_PAIRS",
@@ -176,6 +179,68 @@ class Variant(BaseModel):
 MAX_AUTO_PAIRS = 20
 
 
+def parse_cpus(text: str | list[int], field: str = "cpu_affinity") -> tuple[int, ...]:
+    """CPU numbers of a CPU list: ``"0-3,8"`` -> ``(0, 1, 2, 3, 8)`` (sorted, unique); a list of ints is taken as
+    it is.
+
+    Raises:
+        ValueError: empty, malformed or negative (the message names ``field`` and gives an example).
+    """
+    if isinstance(text, list):
+        if not text or any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in text):
+            raise ValueError(f"{field}: a CPU list is non-negative CPU numbers, got {text!r}; e.g. '0-3' or [0, 1]")
+        return tuple(sorted(set(text)))
+    out: set[int] = set()
+    for part in str(text).replace(" ", "").split(","):
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not m or (m.group(2) is not None and int(m.group(2)) < int(m.group(1))):
+            raise ValueError(f"{field}: {text!r} is not a CPU list; write it as taskset -c does, e.g. '0-3,8'")
+        lo = int(m.group(1))
+        out.update(range(lo, int(m.group(2) or lo) + 1))
+    return tuple(sorted(out))
+
+
+def format_cpus(cpus: tuple[int, ...] | list[int] | set[int]) -> str:
+    """``(0, 1, 2, 3, 8)`` -> ``"0-3,8"``."""
+    s = sorted(set(cpus))
+    parts, i = [], 0
+    while i < len(s):
+        j = i
+        while j + 1 < len(s) and s[j + 1] == s[j] + 1:
+            j += 1
+        parts.append(str(s[i]) if i == j else f"{s[i]}-{s[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+class CpuAffinity(BaseModel):
+    """Where the server and the load run (``cpu_affinity:`` in a plan): CPU lists as ``taskset -c`` writes them
+    (``"0-7"``, ``"0-3,8"``) or lists of CPU numbers. ``server``: every process and thread of ``vllm serve``
+    (API server, engine core, workers; ``tasks.host_load.pin_tree``); ``load``: the measurement's event loop and
+    its load processes. Disjoint, so neither competes with the other for a core. Either may be left out (not
+    pinned). Checked against the CPUs tunelab may use when the trial starts."""
+
+    model_config = ConfigDict(extra="forbid")
+    server: str | list[int] | None = Field(None, description="CPUs of the server's processes, e.g. '0-7'.")
+    load: str | list[int] | None = Field(None, description="CPUs of the load generator, e.g. '8-11'.")
+
+    @model_validator(mode="after")
+    def _cpus_ok(self) -> "CpuAffinity":
+        s, ld = self.server_cpus(), self.load_cpus()
+        if s and ld and set(s) & set(ld):
+            raise ValueError(f"cpu_affinity: server and load share CPUs {format_cpus(set(s) & set(ld))}; give them "
+                             "cores of their own, e.g. server: '0-7', load: '8-11'")
+        return self
+
+    def server_cpus(self) -> tuple[int, ...] | None:
+        """The server's CPUs, or None (not pinned)."""
+        return None if self.server is None else parse_cpus(self.server, "cpu_affinity.server")
+
+    def load_cpus(self) -> tuple[int, ...] | None:
+        """The load generator's CPUs, or None (not pinned)."""
+        return None if self.load is None else parse_cpus(self.load, "cpu_affinity.load")
+
+
 class ABBudget(BaseModel):
     """What a ``replicates: auto`` A/B may spend before it stops undecided: boots (both sides together) and/or
     GPU-minutes (device-minutes of trial wall time, boot to teardown; on a CPU runtime its one device)."""
@@ -285,6 +350,9 @@ class Plan(BaseModel):
                     "concurrency window uses at most one per in-flight request, so concurrency 1 always runs in one. "
                     "Raise it when a window's notes say the client was busy and fell behind or was client-bound.",
     )
+    cpu_affinity: CpuAffinity | None = Field(
+        None, description="Pin the server's processes and the load generator to CPUs of their own (less host noise; "
+                          "see CpuAffinity); absent: the kernel places them.")
     eager_diagnosis: bool = Field(False, description="Re-boot a config that failed to boot with only --enforce-eager added.")
     slo: SLO = Field(default_factory=SLO)
     quality: QualityThresholds = Field(default_factory=QualityThresholds)

@@ -321,6 +321,12 @@ class Measurement(WindowAggregate):
     compile_log_lines: Text | None = _f("Those log lines, one per line, at most 20 (005).")
     window_duration_s: Float | None = _f("The plan's window duration, seconds (sends stop then); None: a window of "
                                          "a number of requests (008).")
+    host_other_cpu_frac: Float | None = _f("CPU time of processes not tunelab's / the host's CPU time in the window "
+                                           "(0..1; tasks.host_load.covariates; 011).")
+    host_steal_frac: Float | None = _f("CPU time stolen by the hypervisor / the host's CPU time in the window (011).")
+    host_cpu_mhz: Float | None = _f("Mean CPU frequency at the window's end, MHz; None: not readable (011).")
+    server_cpus: Text | None = _f("The server's CPUs (plan cpu_affinity.server, e.g. '0-7'); None: not pinned (011).")
+    load_cpus: Text | None = _f("The load generator's CPUs (plan cpu_affinity.load); None: not pinned (011).")
 
 
 # -- requests ------------------------------------------------------------------------------------------------

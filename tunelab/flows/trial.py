@@ -229,6 +229,7 @@ def _boot_once(trial: Trial, runtime: Runtime, plan: Plan, log_path: Path, trial
         boot_timeout_s=plan.boot_timeout_s,
         trial_id=trial_id,
         gpu_index=gpu_index,
+        cpu_affinity=plan.cpu_affinity.server_cpus() if plan.cpu_affinity else None,
     )
 
 

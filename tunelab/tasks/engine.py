@@ -310,6 +310,8 @@ class EngineServer:
         gpu_memory_timeout_s: how long teardown waits for GPU memory, seconds.
         port: 0 = pick a free port (normal use); a fixed port is for tests of port conflicts.
         nvml: an NVML module for the memory wait (tests inject a fake; default ``pynvml``).
+        cpu_affinity: CPUs for every process and thread of the server (the plan's ``cpu_affinity.server``), set
+            right after Popen and again once it is ready (``tasks.host_load.pin_tree``); None: not pinned.
 
     Attributes after ``__enter__``: ``base_url`` (``http://127.0.0.1:<port>``), ``api_key``,
     ``served_model_name``, ``boot`` (:class:`BootResult`), ``command`` (argv), ``run_dir`` (private folder).
@@ -333,6 +335,7 @@ class EngineServer:
     kill_wait_s: float = 10.0
     port: int = 0
     nvml: Any = None
+    cpu_affinity: tuple[int, ...] | None = None
     # set at runtime
     api_key: str = ""
     served_model_name: str = ""
@@ -417,6 +420,10 @@ class EngineServer:
         )
         with _LIVE_LOCK:
             _LIVE[self.proc.pid] = self
+        if self.cpu_affinity:  # before vLLM starts its engine core and workers: they inherit it
+            from tunelab.tasks.host_load import pin_tree
+
+            pin_tree(self.proc.pid, self.cpu_affinity)
         _state_add({
             "pid": self.proc.pid,
             "pgid": self.proc.pid,
@@ -520,6 +527,10 @@ class EngineServer:
                             self._check_listeners()
                             self._check_alive_and_deadline()
                             self.boot = BootResult(self._elapsed(), health_s, self.port, self.proc.pid)
+                            if self.cpu_affinity:  # anything started before the first pin_tree reached it
+                                from tunelab.tasks.host_load import pin_tree
+
+                                pin_tree(self.proc.pid, self.cpu_affinity)
                             return self.boot
                     except (httpx.TransportError, httpx.TimeoutException, ValueError):
                         pass

@@ -48,6 +48,7 @@ import pandas as pd
 
 from tunelab import records as R
 from tunelab.tasks import bootlog
+from tunelab.tasks import host_load
 from tunelab.tasks import metrics as M
 from tunelab.tasks import server_metrics as SM
 from tunelab.tasks.loadgen import PromptBuilder, make_client, run_level
@@ -280,6 +281,9 @@ async def _measure(
     notes: list[str] = []
     slo = {k: v for k, v in plan.slo.model_dump().items() if v is not None}
     duration_s = plan.window.duration_s if plan.window else None
+    aff = plan.cpu_affinity
+    pins = {"server_cpus": None if aff is None or aff.server is None else host_load.format_cpus(aff.server_cpus()),
+            "load_cpus": None if aff is None or aff.load is None else host_load.format_cpus(aff.load_cpus())}
     log = ServerLogTail(server_log)
     async with make_client(base_url, api_key, max(max_conc, 64)) as client:
         builder = PromptBuilder(client, model)
@@ -322,9 +326,11 @@ async def _measure(
 
                     before = await _scrape(client)
                     log.mark()
+                    host0 = host_load.HostSample.read()
                     res = await run_level(client, model, prompts, schedule=sched, on_done=tick,
                                           processes=load_processes, **common)
                     text = log.since_mark()
+                    host = host_load.covariates(host0)  # other processes' CPU, steal, frequency in the window
                     after = await _scrape(client)
                     clines = None if text is None else bootlog.compile_lines(text)
                     ident = R.measurement_key(w.name, lv.kind, lv.value, rep)
@@ -339,7 +345,7 @@ async def _measure(
                     if duration_s is not None:
                         # A duration window keeps its pace for a later repeat: its own requests / seconds sending.
                         pace_per_s = len(res.records) / duration_s
-                    meas_rows.append({**ident, **agg, "window_duration_s": duration_s, "rx_stamps": res.rx_stamps,
+                    meas_rows.append({**ident, **agg, "window_duration_s": duration_s, **host, **pins, "rx_stamps": res.rx_stamps,
                                       "read_delay_p99_s": res.read_delay_p99_s,
                                       "loop_lag_p99_s": res.loop_lag_p99_s,
                                       "same_read_itl_frac": res.same_read_itl_frac(),
@@ -487,7 +493,10 @@ def measure_server(
         coro = _measure(base_url, api_key, model, plan, cb, load_processes, server_log)
         if deadline_s:
             coro = asyncio.wait_for(coro, timeout=deadline_s)
-        return run_interruptible(coro)
+        # The load on its own CPUs (the plan's cpu_affinity.load): this thread's event loop and the load
+        # processes it spawns, which inherit the affinity.
+        with host_load.pinned_thread(plan.cpu_affinity.load_cpus() if plan.cpu_affinity else None):
+            return run_interruptible(coro)
 
     if progress is not None:
         return run(progress)
