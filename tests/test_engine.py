@@ -414,3 +414,24 @@ def test_port_conflict_names_the_pid_that_holds_the_port(tmp_path, reap):
     assert "socket" not in str(e)
     reason = boot_failure_reason(e, bootlog.classify_boot_failure(s.log_path.read_text(errors="replace"), None, False))
     assert reason == str(e) and "stopped before ready" not in reason
+
+
+# -- readiness answers parsed with the openai package's types -------------------------------------------------------
+VLLM_MODELS = {"object": "list", "data": [{"id": "tunelab-1a2b", "object": "model", "created": 1764000000,
+                                           "owned_by": "vllm", "root": "/models/tiny", "parent": None,
+                                           "max_model_len": 2048, "permission": []}]}
+VLLM_COMPLETION = {"id": "cmpl-9f", "object": "text_completion", "created": 1764000000, "model": "tunelab-1a2b",
+                   "choices": [{"index": 0, "text": " the", "logprobs": None, "finish_reason": "length",
+                                "stop_reason": None, "prompt_logprobs": None}],
+                   "usage": {"prompt_tokens": 2, "total_tokens": 3, "completion_tokens": 1}, "kv_transfer_params": None}
+
+
+def test_readiness_answers_are_parsed_as_openai_types():
+    """vLLM's answers (with its extra fields) parse; an answer that only looks like one is not readiness."""
+    assert engine.served_model_ids(VLLM_MODELS) == ["tunelab-1a2b"]
+    assert engine.completion_ok(VLLM_COMPLETION)
+    with pytest.raises(ValueError):
+        engine.served_model_ids({"data": [{"name": "tunelab-1a2b"}]})
+    assert not engine.completion_ok({"choices": [{"error": "engine dead"}]})  # was taken as ready: 'choices' non-empty
+    assert not engine.completion_ok({**VLLM_COMPLETION, "choices": []})
+    assert not engine.completion_ok("Service Unavailable")

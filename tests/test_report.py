@@ -81,10 +81,32 @@ def test_sweep_markdown_has_trials_quality_comparison_and_plots(warehouse, tmp_p
                  "replicate": 0, "device": "gpu1", "status": "ok", "boot_s": 30.2, "compile_cache": "warm",
                  "verdict": "pass"}]
     png = tmp_path / "x.png"
-    md = sweep_markdown(comp, SWEEP, statuses, quality_summary(warehouse, SWEEP), plots=[png], interleave="shuffle")
+    png.write_bytes(b"\x89PNG\r\n\x1a\nfake")
+    md = sweep_markdown(comp, SWEEP, statuses, quality_summary(warehouse, SWEEP), plots=[png], interleave="shuffle",
+                        config_settings={"a": "--enforce-eager --max-model-len 2048"})
     assert "shuffle" in md and "| gpu1 |" in md and "## Quality" in md and "c=4" in md
-    assert png.resolve().as_uri() in md
-    assert md.count("cfg-b") >= 2  # two load levels of config b in the comparison
+    # the plot is embedded (a data URI shows in the Prefect UI; a file:// link opened nothing there)
+    assert "](data:image/png;base64," in md and "file://" not in md and f"`{png}`" in md
+    assert md.count("cfg-b") >= 4  # two load levels of config b, in the throughput and the latency table
+    # the config key with its full settings, next to the label
+    assert "| `a` | cfg-a | `--enforce-eager --max-model-len 2048` |" in md
+    # no table wider than 11 columns (the Prefect UI cut a 13-column comparison at 1600 px)
+    assert max(line.count("|") - 1 for line in md.splitlines() if line.startswith("|")) <= 11
+
+
+def test_settings_text_and_shorten():
+    from tunelab.markdown import shorten
+    from tunelab.reports.report import settings_text
+
+    assert settings_text('{"max-model-len": 2048, "enforce-eager": true, "dtype": "bfloat16", "x": false}',
+                         {"VLLM_USE_FASTOKENS": "1"}) == \
+        "--dtype bfloat16 --enforce-eager --max-model-len 2048; env VLLM_USE_FASTOKENS=1"
+    assert settings_text({}, {}) == "(vLLM defaults)"
+    reason = "ValueError: User-specified max_model_len (99999) is greater than the derived max_model_len (2048)"
+    cut = shorten(reason, 60)
+    assert len(cut) <= 60 and cut.endswith(" …") and reason.startswith(cut[:-2])
+    assert cut[:-2].split()[-1] in reason.split()  # ends on a whole word
+    assert shorten("a\n\nb   c", 60) == "a b c" and shorten(None) == ""
 
 
 def test_trial_table_rows(warehouse):
@@ -99,8 +121,25 @@ def test_trial_table_rows(warehouse):
     rows = trial_table(by_key[f"{SWEEP}/synthetic/a/r0"])
     assert len(rows) == 2 * 3  # 2 load levels x 3 repeats
     assert {r["load"] for r in rows} == {"c=1", "c=4"} and all(float(r["output tok/s"]) > 0 for r in rows)
+    # one row per window with only the window's columns: the trial's facts are in the description
+    assert set(rows[0]) == {"workload", "load", "repeat", "output tok/s", "TTFT p50 ms", "TPOT p50 ms", "ITL p50 ms",
+                            "E2EL p95 ms", "completed", "failed"}
     failed = trial_table(by_key[f"{SWEEP}/synthetic/c/r0"])
     assert len(failed) == 1 and failed[0]["status"] == "boot_failed" and "oom_kv_cache" in failed[0]["failure"]
+
+
+def test_trial_facts_and_trials_table(warehouse):
+    from tunelab.bundle import list_bundles, read_bundle
+    from tunelab.reports.report import trial_facts_markdown, trials_table
+
+    tables = {read_bundle(b)["trial"]["trial_id"].iloc[0]: read_bundle(b) for b in list_bundles(warehouse.parent / "results")}
+    facts = trial_facts_markdown(tables[f"{SWEEP}/synthetic/c/r0"])
+    assert "key `c`" in facts and "**boot_failed** (oom_kv_cache" in facts and "vLLM" in facts
+    rows = trials_table([{"trial_id": "s/x", "config": "eager", "config_key": "k1", "replicate": 0, "device": "cpu0",
+                          "status": "ok", "failure_class": None, "boot_s": 23.456789, "compile_cache": "warm",
+                          "verdict": "pass", "measurement_notes": "w1: client-bound\nw2: client-bound\n"}])
+    assert rows == [{"#": "1", "config": "eager", "key": "k1", "boot": "r0", "device": "cpu0", "status": "ok",
+                     "failure": "", "boot s": "23.5", "compile cache": "warm", "verdict": "pass", "notes": "2"}]
 
 
 def test_ab_markdown_from_compare(warehouse):

@@ -14,7 +14,7 @@ from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
-__all__ = ["markdown_cell", "markdown_table"]
+__all__ = ["markdown_cell", "markdown_table", "shorten"]
 
 
 def markdown_cell(value: Any) -> str:
@@ -51,3 +51,18 @@ def markdown_table(rows: pd.DataFrame | Iterable[Mapping[str, Any]], empty: str 
     text = df.astype(object).map(markdown_cell).to_markdown(
         index=False, tablefmt="pipe", disable_numparse=True, stralign=None)
     return text.splitlines()
+
+
+def shorten(text: Any, width: int = 160) -> str:
+    """``text`` on one line (whitespace collapsed), at most ``width`` characters, cut at a word boundary with
+    ``" …"`` (``textwrap.shorten``): a cell or a state message never ends in the middle of a word. A missing
+    value is ``""``; a single word longer than ``width`` is cut at ``width - 2`` characters and marked ``…``."""
+    import textwrap
+
+    if text is None or (pd.api.types.is_scalar(text) and pd.isna(text)):
+        return ""
+    s = " ".join(str(text).split())
+    if len(s) <= width:
+        return s
+    out = textwrap.shorten(s, width=width, placeholder=" …")
+    return out if out != "…" else s[: width - 2] + " …"  # textwrap gives only "…" when the first word is too long

@@ -117,7 +117,8 @@ def main(argv: list[str] | None = None) -> None:
                 self._send(200, {})
             elif self.path == "/v1/models":
                 if self._authorized():
-                    self._send(200, {"object": "list", "data": [{"id": args.served_model_name, "object": "model"}]})
+                    self._send(200, {"object": "list", "data": [{"id": args.served_model_name, "object": "model",
+                                                                  "created": 0, "owned_by": "vllm"}]})
             else:
                 self._send(404, {"error": "not found"})
 
@@ -142,7 +143,8 @@ def main(argv: list[str] | None = None) -> None:
                 self._send(404, {"error": f"model {body.get('model')} does not exist"})
                 return
             _log(f"completion 200 ({k})")
-            self._send(200, {"id": f"cmpl-{k}", "object": "text_completion", "model": args.served_model_name,
+            self._send(200, {"id": f"cmpl-{k}", "object": "text_completion", "created": int(time.time()),
+                             "model": args.served_model_name,
                              "choices": [{"index": 0, "text": " x", "finish_reason": "length"}],
                              "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
 

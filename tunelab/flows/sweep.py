@@ -52,7 +52,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence, TypedDict
 
-import pandas as pd
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
@@ -63,6 +62,7 @@ from tunelab.bundle import read_bundle, update_bundle_table, write_bundle
 from tunelab.tasks.engine import stop_leftovers, tracked_servers
 from tunelab.tasks.gpu import inventory
 from tunelab.reports import report as R
+from tunelab.markdown import shorten
 from tunelab import paths
 from tunelab.cancel_watch import watch_for_cancel
 # Device scheduling and locks live in flows/devices.py; re-exported here (their public home before the split).
@@ -96,7 +96,10 @@ __all__ = [
     "preflight",
     "run_on_devices",
     "slot_name",
+    "sweep_run_name",
     "trial_run_name",
+    "trial_state",
+    "trial_tags",
     "tuning_sweep",
     "validate_task",
 ]
@@ -206,16 +209,81 @@ def preflight(plan: Plan) -> dict[str, Runtime]:
     return runtimes
 
 
-def _trial_subflow(name: str) -> Any:
-    """The ``trial`` subflow (``flows.trial.run_trial``) under a descriptive run name."""
+def trial_tags(trial: Trial, runtime: Runtime) -> list[str]:
+    """Tags of a trial's flow run, to filter runs by in the Prefect UI and API: ``config_key:<key>``,
+    ``runtime:<name>``, ``vllm:<version>`` ('unknown' when the runtime did not record one); the trial adds
+    ``status:<status>`` (``records.Trial.status``) when it ends."""
+    return [f"config_key:{trial.config_key}", f"runtime:{runtime.name}",
+            f"vllm:{runtime.versions.get('vllm') or 'unknown'}"]
+
+
+#: Final state names of a trial run by ``trials.status`` (``records.Trial.status``); their Prefect types are in
+#: :func:`trial_state`. A failed trial ends Failed (red in the run list, header and timeline) under a name that
+#: says how; the sweep run that called it stays Completed.
+TRIAL_STATE_NAMES = {"ok": "Completed", "boot_failed": "BootFailed", "gpu_busy": "GpuBusy", "failed": "Failed",
+                     "cancelled": "Cancelled"}
+
+
+def trial_state(status: dict[str, Any]) -> Any:
+    """The Prefect state a trial's flow run ends in, from its ``trials`` row (a dict with ``status``,
+    ``failure_class``, ``failure_reason``): Completed for ``ok``; Cancelled for ``cancelled``; otherwise a
+    FAILED-type state named after the status (``BootFailed``, ``GpuBusy``, ``Failed``) whose message leads with
+    the failure class, e.g. ``invalid_config: ValueError: User-specified max_model_len ...`` (shortened at a word
+    boundary to 300 characters; the whole reason is in the warehouse)."""
+    from prefect.client.schemas.objects import StateType
+    from prefect.states import State
+
+    st = str(status.get("status") or "failed")
+    reason = ": ".join(x for x in (status.get("failure_class"), shorten(status.get("failure_reason"), 260)) if x)
+    if st == "ok":
+        return State(type=StateType.COMPLETED, name="Completed", message=None)
+    kind = StateType.CANCELLED if st == "cancelled" else StateType.FAILED
+    return State(type=kind, name=TRIAL_STATE_NAMES.get(st, "Failed"), message=shorten(reason or st, 300))
+
+
+def _trial_subflow(name: str, box: dict[str, Any]) -> Any:
+    """The ``trial`` subflow (``flows.trial.run_trial``) under a descriptive run name. The bundle goes into
+    ``box["bundle"]``; the run attaches the trial's table artifact to itself, adds its ``status:`` tag and ends
+    in :func:`trial_state` (a failed trial is a Failed run, which the sweep reads with ``return_state=True``
+    and survives)."""
     inner = getattr(run_trial, "fn", run_trial)
 
     @flow(name="trial", flow_run_name=lambda: name, log_prints=True, validate_parameters=False)
-    def trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: TrialContext) -> Path:
-        return inner(trial, trial_id, plan, runtime, ctx)
+    def trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: TrialContext) -> Any:
+        bundle = inner(trial, trial_id, plan, runtime, ctx)
+        box["bundle"] = bundle
+        row = _status_of(bundle)
+        _trial_run_views(trial, plan, bundle, row)
+        return trial_state(row)
 
     trial.__doc__ = getattr(inner, "__doc__", None)
     return trial
+
+
+def _trial_run_views(trial: Trial, plan: Plan, bundle: Path, row: dict[str, Any]) -> None:
+    """On the trial's own flow run: its table artifact (one row per window; the facts and the config key's full
+    settings as the description) and the ``status:<status>`` tag. Views only: a failure is logged, never raised."""
+    logger = get_run_logger()
+    try:
+        from prefect.artifacts import create_table_artifact
+
+        tables = read_bundle(bundle, verify=False)
+        create_table_artifact(R.trial_table(tables),
+                              key=_artifact_key("trial", plan.name, trial.runtime, trial.config_key, f"r{trial.replicate}"),
+                              description=R.trial_facts_markdown(tables))
+    except Exception as e:
+        logger.warning("could not create the trial artifact: %s", e)
+    try:
+        from prefect.client.orchestration import get_client
+        from prefect.context import FlowRunContext
+
+        frc = FlowRunContext.get()
+        if frc and frc.flow_run:
+            tags = [t for t in (frc.flow_run.tags or []) if not t.startswith("status:")] + [f"status:{row.get('status')}"]
+            with get_client(sync_client=True) as c:
+                c.update_flow_run(frc.flow_run.id, tags=tags)
+    except Exception as e:
+        logger.warning("could not tag the trial run: %s", e)
 
 
 @contextlib.contextmanager
@@ -330,7 +398,23 @@ def _mark_cancelled(bundle: Path | None, status: TrialStatus | None, logger: Any
 
 
 # -- the flow ------------------------------------------------------------------------------------------------
-@flow(name="tuning_sweep", flow_run_name="sweep {plan_path}", log_prints=True, validate_parameters=False)
+def sweep_run_name() -> str:
+    """Flow run name of a sweep: ``sweep <plan name>`` (the plan's ``name:``), not the plan file's path, which
+    says little in the run list (``sweep /tmp/x/plan.yaml``); the file's stem when the plan cannot be read
+    (the flow then fails with the plan's error)."""
+    from prefect.runtime import flow_run
+
+    plan_path = str(flow_run.parameters.get("plan_path", ""))
+    try:
+        import yaml
+
+        name = (yaml.safe_load(Path(plan_path).read_text()) or {}).get("name")
+    except Exception:  # the flow itself reports an unreadable plan
+        name = None
+    return f"sweep {name or Path(plan_path).stem}"
+
+
+@flow(name="tuning_sweep", flow_run_name=sweep_run_name, log_prints=True, validate_parameters=False)
 def tuning_sweep(plan_path: str, db: str | None = None, results: str | None = None,
                  gpus: list[int] | None = None, plots: bool = True,
                  lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> dict:
@@ -424,16 +508,7 @@ class _SweepTrials:
             self.unrecorded.discard(job.index)
             self.done += 1
             n = self.done
-        if bundle is not None:
-            try:
-                from prefect.artifacts import create_table_artifact
-
-                create_table_artifact(R.trial_table(read_bundle(bundle, verify=False)),
-                                      key=_artifact_key("trial", plan.name, job.trial.runtime,
-                                                        job.trial.config_key, f"r{job.trial.replicate}"),
-                                      description=f"{trial_run_name(job.trial, devs)}: {st['status']}")
-            except Exception as e:
-                logger.warning("could not create the trial artifact: %s", e)
+        # The trial's table artifact hangs on its own run (_trial_run_views), not on the sweep's.
         if self.progress_id is not None:
             try:
                 from prefect.artifacts import update_progress_artifact
@@ -474,9 +549,17 @@ class _SweepTrials:
                     self.in_flight[job.index] = trial_id
                     self.unrecorded.add(job.index)
                 name = trial_run_name(t, devs)
+                box: dict[str, Any] = {}
                 try:
-                    with _no_subflow_heartbeats():
-                        bundle = _trial_subflow(name)(t, trial_id, self.plan, self.runtimes[t.runtime], ctx)
+                    from prefect import tags
+
+                    with _no_subflow_heartbeats(), tags(*trial_tags(t, self.runtimes[t.runtime])):
+                        state = _trial_subflow(name, box)(t, trial_id, self.plan, self.runtimes[t.runtime], ctx,
+                                                          return_state=True)
+                    bundle = box.get("bundle")
+                    if bundle is None:  # the trial raised before it wrote its bundle: raise that here
+                        state.result()
+                        raise RuntimeError(f"trial run ended {state.name} without a bundle: {state.message}")
                 finally:
                     with self.lock:
                         self.in_flight.pop(job.index, None)
@@ -670,13 +753,16 @@ def _report(plan: Plan, sweep_id: str, db_path: Path, results_dir: Path, run: _S
     finally:
         if not isinstance(report_db, Path):
             report_db.close()
-    md = R.sweep_markdown(comp, sweep_id, statuses_, quality, plots=plot_paths, interleave=plan.interleave)
+    settings = {t.config_key: R.settings_text(t.engine_args, t.env) for t in plan.trials()}
+    md = R.sweep_markdown(comp, sweep_id, statuses_, quality, plots=plot_paths, interleave=plan.interleave,
+                          config_settings=settings)
     try:
         from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
         create_markdown_artifact(md, key=_artifact_key("sweep-report", plan.name), description=f"tunelab sweep {sweep_id}")
-        create_table_artifact(pd.DataFrame(statuses_).astype(str).to_dict("records"),
-                              key=_artifact_key("sweep-trials", plan.name), description=f"trials of {sweep_id}")
+        create_table_artifact(R.trials_table(statuses_), key=_artifact_key("sweep-trials", plan.name),
+                              description=f"trials of {sweep_id} (failure reasons: the trial runs' state messages "
+                                          "and the report)")
     except Exception as e:  # artifacts are a view; never lose a sweep over them
         logger.warning("could not create artifacts: %s", e)
     counts = quality["counts"]

