@@ -6,13 +6,16 @@
     tunelab plan check PLAN                     validate a plan, print its trials and config keys
     tunelab run PLAN                            a sweep now (Prefect ephemeral unless PREFECT_API_URL is set)
     tunelab load                                load bundles not yet in the warehouse
-    tunelab report [--sweep ID] [--plots DIR]   the comparison table of a sweep (default: the latest), PNG plots
-    tunelab compare --baseline SEL --candidate SEL   A/B with noise bands + regressions (Prefect flow `compare`)
+    tunelab report [--sweep ID] [--plots DIR] [--json]   a sweep's comparison (default: latest with results)
+    tunelab compare --baseline SEL --candidate SEL [--mix-keys] [--json]   A/B + regressions (flow `compare`)
+    tunelab export --out DIR [--format parquet|csv|json]   warehouse tables as files
+    tunelab import vllm-bench FILE...           `vllm bench serve --save-result` files into the warehouse
+    tunelab --version                           tunelab's version
     tunelab serve                               serve the nightly sweep and weekly comparison deployments locally
 
 Exit codes (README, "Commands"): 0 ok; 1 failed (every trial of a sweep failed, a bundle that does not load);
 2 bad plan, input or selector (nothing ran); 3 results safe on disk but not in the warehouse (its file is locked
-by another process: `tunelab load` later); 143 sweep cancelled.
+by another process: `tunelab load` later); 130 sweep interrupted (Ctrl-C); 143 sweep cancelled (Prefect, SIGTERM).
 """
 
 from __future__ import annotations
