@@ -420,6 +420,34 @@ def cancelled_sweep_line(plan, results_dir: Path, db: Path, since: float, how: s
             f"{paths.logs_dir() / sweep_id}; `tunelab load` loads any bundle not yet in the warehouse")
 
 
+@app.command("clean")
+def clean_command(
+    results: Optional[Path] = typer.Option(None, help="Results folder (default .tunelab/results)."),
+) -> None:
+    """After a killed sweep: stop tunelab's leftover vLLM servers, report device locks, release dead holders'
+    Prefect slots, mark orphaned Prefect runs Crashed, count incomplete bundles (then `tunelab load`).
+    Servers and runs of a sweep that is still running are left alone."""
+    from tunelab import prefect_env
+
+    prefect_env.configure()
+    # The orphaned runs are in the ephemeral database when no PREFECT_API_URL is set: start that server as
+    # `tunelab run` does (guarded, dies with this command); with a server, the runs are there.
+    prefect_env.start_ephemeral_server()
+    from tunelab.flows.clean import clean
+
+    rep = clean(results_dir=results, log=lambda m: console.print(m, highlight=False, soft_wrap=True))
+    console.print(f"servers stopped: {len(rep.servers_stopped)}; device locks: {len(rep.locks_free)} free, "
+                  f"{len(rep.locks_held)} held by a running sweep{' (' + ', '.join(rep.locks_held) + ')' if rep.locks_held else ''} "
+                  f"(the kernel frees the lock of a dead process); slots released: {len(rep.slots_released)}; "
+                  f"runs marked crashed: {len(rep.runs_crashed)}", highlight=False, soft_wrap=True)
+    if rep.incomplete_bundles:
+        console.print(f"{len(rep.incomplete_bundles)} incomplete trial bundle(s) (windows kept from a killed trial) "
+                      f"in {results or paths.results_dir()}: `tunelab load` loads them with status 'incomplete'",
+                      highlight=False, soft_wrap=True)
+    for p in rep.problems:
+        err.print(f"[yellow]could not clean {p}[/]", highlight=False, soft_wrap=True)
+
+
 @app.command("load")
 def load(
     db: Optional[Path] = typer.Option(None, help="DuckDB file."),

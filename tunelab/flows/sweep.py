@@ -56,7 +56,7 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 import tunelab
-from tunelab import records
+from tunelab import progress, records
 from tunelab.flows.trial import TrialContext, run_trial, trial_row_base
 from tunelab.bundle import read_bundle, update_bundle_table, write_bundle
 from tunelab.tasks.engine import stop_leftovers, tracked_servers
@@ -439,7 +439,13 @@ def tuning_sweep(plan_path: str, db: str | None = None, results: str | None = No
             and the cancelled bundles.
     """
     logger = get_run_logger()
-    with watch_for_cancel(log=logger.warning):
+    from prefect.context import FlowRunContext
+
+    from tunelab.run_records import record_run
+
+    frc = FlowRunContext.get()
+    # This process is the run's runner while it runs: `tunelab clean` marks the run Crashed once it is dead.
+    with record_run(str(frc.flow_run.id) if frc and frc.flow_run else None), watch_for_cancel(log=logger.warning):
         return _sweep(plan_path, db, results, gpus, plots, logger, lock_timeout_s)
 
 
@@ -545,6 +551,8 @@ class _SweepTrials:
                                           our_pids=tuple(e["pid"] for e in tracked_servers()), device=" ".join(names))
                 logger.info("trial %d/%d: %s [%s] on %s, %s", job.index + 1, len(self.jobs), t.label, t.config_key,
                             t.runtime, "+".join(d.label for d in devs))
+                progress.emit("trial", trial_id=trial_id, trial_index=job.index + 1, trials_total=len(self.jobs),
+                              label=t.label)
                 with self.lock:
                     self.in_flight[job.index] = trial_id
                     self.unrecorded.add(job.index)
@@ -688,6 +696,7 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
                 ", ".join(f"{d.label} ({slot_names[d]})" for p in used_pools for d in pools[p]) or "no device",
                 plan.interleave, order)
 
+    _announce(plan, runtimes, len(trials))
     run = _SweepTrials(plan=plan, runtimes=runtimes, sweep_id=sweep_id, jobs=jobs, slot_names=slot_names,
                        base_ctx=base_ctx, use_slots=use_slots, flow_run_id=flow_run_id,
                        progress_id=_progress_artifact(plan, sweep_id, len(trials), logger), logger=logger)
@@ -708,13 +717,16 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
             logger.warning("cancelled: bundles not loaded (%s); run `tunelab load`", e)
         raise
 
+    progress.emit("validate")
     _validate_all(plan, run.bundles, run.statuses, logger)
     sweep.finished_at = dt.datetime.now(dt.timezone.utc)
     if ab is not None:  # the decision goes with the sweep's row (every bundle's sweep table) before loading
         from tunelab.flows.ab_auto import record_outcome
 
         record_outcome(sweep, ab, run.bundles)
+    progress.emit("load")
     outcome = load_task(db_path, results_dir, lock_timeout_s)
+    progress.emit("report")
     summary = _report(plan, sweep_id, db_path, results_dir, run, outcome, plots, logger)
     if ab is not None:
         from tunelab.flows.ab_auto import outcome_lines
@@ -723,6 +735,21 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
         for line in outcome_lines(ab):
             logger.info(line)
     return summary
+
+
+def _announce(plan: Plan, runtimes: dict[str, Runtime], n_trials: int) -> None:
+    """The live display's ``sweep`` event: trials and the plan's time estimate (``tunelab.plan_cost``; never
+    fatal: the display is a view)."""
+    if not progress.sinks():
+        return
+    try:
+        from tunelab.plan_cost import plan_cost
+
+        est = plan_cost(plan, {n: r.device for n, r in runtimes.items()}).estimate_s
+    except Exception:
+        est = None
+    progress.emit("sweep", trials_total=n_trials, estimate_s=est,
+                  detail="from the plan and typical figures; `tunelab plan check` says how")
 
 
 def _report(plan: Plan, sweep_id: str, db_path: Path, results_dir: Path, run: _SweepTrials,

@@ -20,6 +20,7 @@ import pandas as pd
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
+from tunelab import progress
 from tunelab import records as R
 from tunelab.tasks import bootlog
 from tunelab.bundle import write_bundle
@@ -170,8 +171,9 @@ def boot_task(server: EngineServer) -> dict[str, Any]:
 
 
 @task(name="measure", cache_policy=NO_CACHE)
-def measure_task(server: EngineServer, plan: Plan, gpu_index: int | None):
-    """Warm-up + all workloads x load levels x repeats on the running server, sampling the GPU meanwhile."""
+def measure_task(server: EngineServer, plan: Plan, gpu_index: int | None, on_window=None):
+    """Warm-up + all workloads x load levels x repeats on the running server, sampling the GPU meanwhile.
+    ``on_window``: ``measure_server``'s, called with the windows so far after each window."""
     progress = progress_logger(get_run_logger(), min_interval_s=2.0)
 
     # Each load profile gives its windows' time limit (tunelab.load_profiles); 300 s covers set-up and scrapes.
@@ -185,7 +187,7 @@ def measure_task(server: EngineServer, plan: Plan, gpu_index: int | None):
     try:
         res = measure_server(server.base_url, server.api_key, server.served_model_name, plan,
                              progress=progress, deadline_s=deadline, load_processes=plan.load_processes,
-                             server_log=server.log_path)
+                             server_log=server.log_path, on_window=on_window)
     finally:
         if sampler:
             sampler.__exit__(None, None, None)
@@ -254,7 +256,18 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: Tr
     gpu_index = ctx.gpu_index
     server = _boot_once(trial, runtime, plan, log_path, trial_id, gpu_index, list(ctx.gpu_indices))
     interrupted: BaseException | None = None
+    # The windows measured so far, kept on disk after each one (_keep_windows): a trial killed outright
+    # (SIGKILL, power loss) leaves a bundle with status 'incomplete' holding them, which `tunelab load` loads.
+    measured: dict[str, pd.DataFrame] = {}
+
+    def keep_windows(res) -> None:
+        measured.update(requests=res.requests, measurements=res.measurements, server_metrics=res.server_metrics)
+        _keep_windows(ctx, row, measured, len(res.measurements), trial_id, logger)
+
+    events = progress.current_trial(trial_id)  # events of this thread belong to this trial until the end
+    events.__enter__()
     try:
+        progress.emit("clean")
         gpu_state = clean_gpu_task(gpu_index, ctx.gpu_baseline_mib, list(ctx.our_pids))
         row.update({k: v for k, v in gpu_state.items() if k != "detail"})
         if gpu_state.get("gpu_clean_at_boot") is False and gpu_state.get("foreign_gpu_processes"):
@@ -262,11 +275,12 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: Tr
             logger.warning("GPU %s busy: %s", gpu_index, gpu_state["detail"])
         else:
             try:
+                progress.emit("boot", estimate_s=_TYPICAL_BOOT_S.get(runtime.device))
                 boot = boot_task(server)
                 row.boot_s = boot["boot_s"]
                 row.health_s = boot["health_s"]
                 logger.info("ready in %.1f s on port %s", boot["boot_s"], boot["port"])
-                res, gpu = measure_task(server, plan, gpu_index)
+                res, gpu = measure_task(server, plan, gpu_index, on_window=keep_windows)
                 tables.update(requests=res.requests, measurements=res.measurements,
                               server_metrics=res.server_metrics, gpu_samples=gpu)
                 row.status = "ok"
@@ -302,23 +316,29 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: Tr
         interrupted = e
         row.status = "cancelled"
         row.failure_reason = f"{type(e).__name__}: {e}"
+        # Keep what was measured before the interruption (the windows that ended); no verdict is given to it.
+        tables.update(measured)
     finally:
-        td = teardown_task(server) if interrupted is None else dict(server.stop().__dict__)
-        row.teardown_s = td.get("total_s")
-        row.teardown_clean = bool(td.get("clean", True))
-        if not td.get("clean", True):
-            # The sweep reads teardown_clean from the bundle and takes the device out of service.
-            row.failure_reason = ((row.failure_reason or "") + f"; teardown: {td.get('detail')}").strip("; ")
-        row.command = server.redacted_command()
-        text, report = _boot_report(log_path)
-        row.vllm_version = row.vllm_version or getattr(report, "vllm_version", None)
-        row.effective_config = getattr(report, "effective_config", {}) or {}
-        row.env_not_applied = [k for k in getattr(report, "unknown_env", []) if k in trial.env]
-        row.compile_cache = getattr(report, "compile_cache", None)
-        tables["boot_phases"] = _phases_frame(report)
-        row.finished_at = _now()
-        bundle = write_bundle(Path(ctx.results_dir), sweep, row, tables)
-        logger.info("trial %s: %s; bundle %s", trial_id, row.status, bundle)
+        try:
+            progress.emit("teardown")
+            td = teardown_task(server) if interrupted is None else dict(server.stop().__dict__)
+            row.teardown_s = td.get("total_s")
+            row.teardown_clean = bool(td.get("clean", True))
+            if not td.get("clean", True):
+                # The sweep reads teardown_clean from the bundle and takes the device out of service.
+                row.failure_reason = ((row.failure_reason or "") + f"; teardown: {td.get('detail')}").strip("; ")
+            row.command = server.redacted_command()
+            text, report = _boot_report(log_path)
+            row.vllm_version = row.vllm_version or getattr(report, "vllm_version", None)
+            row.effective_config = getattr(report, "effective_config", {}) or {}
+            row.env_not_applied = [k for k in getattr(report, "unknown_env", []) if k in trial.env]
+            row.compile_cache = getattr(report, "compile_cache", None)
+            tables["boot_phases"] = _phases_frame(report)
+            row.finished_at = _now()
+            bundle = write_bundle(Path(ctx.results_dir), sweep, row, tables)
+            logger.info("trial %s: %s; bundle %s", trial_id, row.status, bundle)
+        finally:
+            events.__exit__(None, None, None)
     if interrupted is not None:
         raise interrupted
     return bundle
@@ -332,6 +352,33 @@ def boot_failure_reason(e: BootFailed, fail: Any) -> str:
     log knows nothing of it, and its classification ("server stopped before ready with no exit status") only
     contradicted the launcher's message."""
     return str(e) if e.kind == "not_ours" else f"{e}: {fail.reason}"
+
+
+#: Typical boot seconds per device kind, for the live display's "typically ~N s" (tunelab.plan_cost.TYPICAL).
+def _typical_boot_s() -> dict[str, float]:
+    from tunelab.plan_cost import TYPICAL
+
+    return {k: v.boot_s for k, v in TYPICAL.items()}
+
+
+_TYPICAL_BOOT_S = _typical_boot_s()
+
+
+def _keep_windows(ctx: TrialContext, row: R.Trial, measured: dict[str, pd.DataFrame], n_windows: int,
+                  trial_id: str, logger: Any) -> None:
+    """Write the trial's bundle with the windows measured so far and ``status='incomplete'`` (atomically, as any
+    bundle: ``tunelab.bundle.write_bundle``). The trial's final bundle replaces it; only a trial that never got
+    there (killed with SIGKILL, the host lost) leaves it, and ``tunelab load`` then loads what it measured as
+    ``incomplete``, which no comparison uses (they take ``status='ok'``). A write that fails is logged and the
+    measurement goes on: the final bundle does not depend on it."""
+    part = row.model_copy()
+    part.update(status="incomplete", finished_at=_now(),
+                failure_reason=f"the trial ended without its final bundle after {n_windows} measured window(s): "
+                               "killed or its host lost; these windows were kept as they ended")
+    try:
+        write_bundle(Path(ctx.results_dir), ctx.sweep, part, dict(measured))
+    except Exception as e:
+        logger.warning("could not keep window %d of %s on disk: %s", n_windows, trial_id, e)
 
 
 def _server_state(server: Any) -> str:

@@ -26,6 +26,8 @@ they wait in the task. :func:`run_interruptible` re-raises them.
 
 Progress: ``progress(label, done, total)`` after each measured request; :func:`progress_reporter` gives a
 rich progress bar on a terminal and throttled log lines (the Prefect run logger inside a flow) otherwise.
+The live display of ``tunelab run`` gets events (``tunelab.progress``): ``prompts`` while a window's prompts
+are built, ``warmup`` and ``window`` (k of n, requests done/total) per request.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from typing import Any, Callable, Iterator
 import httpx
 import pandas as pd
 
+from tunelab import progress as progress_events
 from tunelab import records as R
 from tunelab.tasks import bootlog
 from tunelab.tasks import host_load
@@ -161,7 +164,15 @@ async def window_prompts(builder: PromptBuilder, w: Workload, n: int, seed: int)
         if key not in cache:
             cache[key], _ = await builder.exact(w.shared_prefix_tokens, random.Random(_seed("prefix", w.name)))
         prefix = cache[key]
-    return await builder.many(n, w.prompt_tokens, random.Random(seed), prefix=prefix)
+    # Built a chunk at a time (loadgen.PromptBuilder.iter_many), each chunk reported to the live display. The
+    # window's prompts are all built before it starts: building them while it runs would put /tokenize calls on
+    # the server being measured; the plan's limits bound a window's size (tunelab.plan.MAX_WINDOW_*).
+    out: list[str] = []
+    async for p in builder.iter_many(n, w.prompt_tokens, random.Random(seed), prefix=prefix):
+        out.append(p)
+        if len(out) % 256 == 0 or len(out) == n:
+            progress_events.emit("prompts", done=len(out), total=n)
+    return out
 
 
 def run_interruptible(coro: Any) -> Any:
@@ -272,8 +283,11 @@ async def _measure(
     progress: Callable[[str, int, int], None] | None,
     load_processes: int = 1,
     server_log: str | os.PathLike | None = None,
+    on_window: Callable[[MeasureResult], None] | None = None,
 ) -> MeasureResult:
     levels = plan.load_profiles()
+    n_windows = len(plan.workloads) * len(levels) * plan.repeats
+    k_window = 0
     max_conc = int(max([lv.target_concurrency for lv in levels if lv.target_concurrency] or [1]))
     req_rows: list[dict] = []
     meas_rows: list[dict] = []
@@ -297,10 +311,18 @@ async def _measure(
                     # Warm-up: its own seed, so none of its prompts is among the measured ones; excluded. At the
                     # level's concurrency (and with the window's load processes), so the batch sizes the window
                     # will run are compiled before it starts.
+                    progress_events.emit("prompts", done=0, total=n_warm, label=f"{w.name} {lv.label} warm-up")
                     wp = await window_prompts(builder, w, n_warm, _seed(plan.seed, w.name, lv.seed_key, "warmup"))
                     log.mark()
+                    warm_done = [0]
+
+                    def warm_tick(warm_done=warm_done, n=len(wp), label=f"{w.name} {lv.label} warm-up"):
+                        warm_done[0] += 1
+                        progress_events.emit("warmup", done=warm_done[0], total=n, label=label)
+
+                    progress_events.emit("warmup", done=0, total=len(wp), label=f"{w.name} {lv.label} warm-up")
                     wres = await run_level(client, model, wp, schedule=lv.schedule(len(wp), _seed(plan.seed, "wa")),
-                                           processes=load_processes, **common)
+                                           on_done=warm_tick, processes=load_processes, **common)
                     warm["warmup_peak_in_flight"] = M.in_flight([r.get("send_ts") for r in wres.records],
                                                                 [r.get("end_ts") for r in wres.records])[0] or 0
                     pace_per_s = len(wres.records) / wres.wall_s if wres.wall_s > 0 else None
@@ -315,14 +337,20 @@ async def _measure(
                         sched = lv.schedule(requests_for_level(plan, w, lv), s)
                     else:
                         sched = lv.duration_schedule(duration_s, s, pace_per_s)
-                    prompts = await window_prompts(builder, w, sched.n_requests, s)
+                    k_window += 1
                     label = f"{w.name} {lv.label} repeat {rep + 1}/{plan.repeats}"
+                    wfields = dict(window_index=k_window, windows_total=n_windows)
+                    progress_events.emit("prompts", done=0, total=sched.n_requests, label=label, **wfields)
+                    prompts = await window_prompts(builder, w, sched.n_requests, s)
                     done = [0]
 
-                    def tick(label=label, done=done, n=len(prompts)):
+                    def tick(label=label, done=done, n=len(prompts), wfields=wfields):
                         done[0] += 1
                         if progress:
                             progress(label, done[0], n)
+                        progress_events.emit("window", done=done[0], total=n, label=label, **wfields)
+
+                    progress_events.emit("window", done=0, total=len(prompts), label=label, **wfields)
 
                     before = await _scrape(client)
                     log.mark()
@@ -364,12 +392,19 @@ async def _measure(
                         sm_rows.extend(SM.window_rows(before, after, ident))
                     else:
                         notes.append(f"{label}: /metrics could not be scraped")
+                    if on_window is not None:
+                        # The windows so far, for the caller to keep on disk now (a killed trial keeps them).
+                        on_window(_result(req_rows, meas_rows, sm_rows, notes))
                     await _reset_prefix_cache(client)
-    # The rows through their records (tunelab/records.py): every column, in table order, of the right type.
+    return _result(req_rows, meas_rows, sm_rows, notes)
+
+
+def _result(req_rows: list[dict], meas_rows: list[dict], sm_rows: list[dict], notes: list[str]) -> MeasureResult:
+    """The rows through their records (tunelab/records.py): every column, in table order, of the right type."""
     no_id = ("trial_id",)  # the trial flow's bundle writer adds it
     return MeasureResult(R.frame(R.Request, pd.DataFrame(req_rows), without=no_id),
                          R.frame(R.Measurement, pd.DataFrame(meas_rows), without=no_id),
-                         R.frame(R.ServerMetric, pd.DataFrame(sm_rows), without=no_id), notes)
+                         R.frame(R.ServerMetric, pd.DataFrame(sm_rows), without=no_id), list(notes))
 
 
 def _client_advice(res: Any, concurrency: float | None) -> str:
@@ -467,6 +502,7 @@ def measure_server(
     deadline_s: float | None = None,
     load_processes: int = 1,
     server_log: str | os.PathLike | None = None,
+    on_window: Callable[[MeasureResult], None] | None = None,
 ) -> MeasureResult:
     """Run warm-up + measurement against a ready server (blocking).
 
@@ -480,6 +516,9 @@ def measure_server(
             one when a single event loop is the bottleneck (notes say "client-bound").
         server_log: the server's log file (stdout+stderr); each window's share of it is searched for
             compilation (``measurements.compile_during_window``). None: not read (the column stays NULL).
+        on_window: called after each measured window (its /metrics scraped, before the next one starts) with
+            the :class:`MeasureResult` of the windows so far; the trial flow writes them to disk there. What it
+            raises ends the measurement.
 
     Returns:
         :class:`MeasureResult` (requests, measurements, server_metrics frames; notes).
@@ -490,7 +529,7 @@ def measure_server(
     """
 
     def run(cb: Callable[[str, int, int], None] | None) -> MeasureResult:
-        coro = _measure(base_url, api_key, model, plan, cb, load_processes, server_log)
+        coro = _measure(base_url, api_key, model, plan, cb, load_processes, server_log, on_window)
         if deadline_s:
             coro = asyncio.wait_for(coro, timeout=deadline_s)
         # The load on its own CPUs (the plan's cpu_affinity.load): this thread's event loop and the load

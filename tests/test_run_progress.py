@@ -1,0 +1,383 @@
+"""While a sweep runs (issue 20, items 1, 2 and 4): the progress events and the live display of `tunelab run`
+(plain lines when stdout is not a terminal), the plan's cost and limits, prompts built a chunk at a time with
+the same prompts as before, and a trial killed with SIGKILL: `tunelab clean` stops its server and marks its
+Prefect runs Crashed, `tunelab load` loads the windows it had measured as `incomplete`.
+
+FAKES: the timed OpenAI server (tests/fakes/timed_openai_server.py) stands in for vLLM; the kill test runs
+the real `tunelab` command with it (tests/fakes/fake_server_sweep_cli.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fakes"))
+
+from timed_openai_server import FakeServerProcess, FakeTiming, fake_tokenize  # noqa: E402
+from tunelab import progress as P  # noqa: E402
+from tunelab.plan import Plan, PlanError, Workload, load_plan  # noqa: E402
+from tunelab.reports.live import SweepDisplay, fmt_s, window_left_s  # noqa: E402
+from tunelab.tasks.loadgen.prompts import PromptBuilder  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+MODEL = "fake-model"
+
+
+# -- events and the display -----------------------------------------------------------------------------------
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _events(clock: _Clock) -> list[tuple[float, str, dict]]:
+    """A scripted sweep of two trials: (seconds to advance, phase, fields)."""
+    return [
+        (0, "sweep", dict(trials_total=2, estimate_s=100.0)),
+        (0, "trial", dict(trial_id="t1", trial_index=1, trials_total=2, label="eager")),
+        (1, "clean", {}),
+        (1, "boot", dict(estimate_s=30.0)),
+        (20, "prompts", dict(done=0, total=4, window_index=1, windows_total=2)),
+        (1, "window", dict(done=0, total=4, label="w c=1 repeat 1/2", window_index=1, windows_total=2)),
+        (2, "window", dict(done=1, total=4, label="w c=1 repeat 1/2", window_index=1, windows_total=2)),
+        (2, "window", dict(done=2, total=4, label="w c=1 repeat 1/2", window_index=1, windows_total=2)),
+        (20, "window", dict(done=3, total=4, label="w c=1 repeat 1/2", window_index=1, windows_total=2)),
+        (1, "window", dict(done=4, total=4, label="w c=1 repeat 1/2", window_index=1, windows_total=2)),
+        (1, "teardown", {}),
+        (2, "trial", dict(trial_id="t2", trial_index=2, trials_total=2, label="default")),
+        (1, "validate", {}),
+    ]
+
+
+def test_display_prints_plain_lines_per_phase_and_throttles_window_progress():
+    """Not a terminal: one line per phase change, window progress at most every plain_interval_s and at its end,
+    with the window's and the sweep's time left; nothing drawn."""
+    clock, out = _Clock(), io.StringIO()
+    with SweepDisplay(out=out, terminal=False, plain_interval_s=10.0, clock=clock):
+        for dt_, phase, fields in _events(clock):
+            clock.t += dt_
+            P.emit(phase, **fields)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "sweep: 2 trial(s); estimated 1 min 40 s"
+    assert lines[1] == "trial 1/2 eager: starts; sweep time left 1 min 40 s"
+    assert lines[2:5] == ["trial 1/2 eager: checking the device is clean",
+                          "trial 1/2 eager: booting the server (typically ~30 s)",
+                          "trial 1/2 eager: building prompts (4 for window 1/2)"]
+    window = [ln for ln in lines if "window 1/2 w c=1" in ln]
+    # 0/4 (phase change), 3/4 (10 s after the last line; 1/4 and 2/4 came sooner), 4/4 (the window's end)
+    assert [ln.split(": ")[2].split(" requests")[0] for ln in window] == ["0/4", "3/4", "4/4"]
+    assert window[1].endswith("~8 s left in the window")  # 24 s for 3 requests -> 8 s for the last one
+    # The first trial took 51 s: the second one's line estimates 51 s left (one trial x its mean duration).
+    assert lines[-2] == "trial 2/2 default: starts; sweep time left 51 s"
+    assert lines[-1] == "trial 2/2 default: validating (quality gate)"
+    assert "\x1b[" not in out.getvalue()  # plain text: no terminal control codes
+    assert not P.sinks()  # removed on exit
+
+
+def test_display_on_a_terminal_draws_the_trial_the_phase_and_a_bar():
+    from rich.console import Console
+
+    clock = _Clock()
+    d = SweepDisplay(out=io.StringIO(), terminal=False, clock=clock)
+    for dt_, phase, fields in _events(clock)[:8]:
+        clock.t += dt_
+        d(P.ProgressEvent(phase=phase, **fields))
+    con = Console(file=io.StringIO(), width=120, record=True)
+    con.print(d._render())
+    text = con.export_text()
+    assert "trial 1/2 eager" in text and "window 1/2 w c=1 repeat 1/2: 2/4 requests" in text
+    assert "━" in text  # the progress bar of the window
+    assert "sweep: " in text and "left" in text
+
+
+def test_emit_checks_phases_and_drops_a_sink_that_raises():
+    seen = []
+
+    def bad(ev):
+        raise RuntimeError("display broke")
+
+    P.add_sink(seen.append)
+    P.add_sink(bad)
+    try:
+        with P.current_trial("tr-1"):
+            ev = P.emit("boot", estimate_s=30.0)
+        assert ev.trial_id == "tr-1" and seen == [ev]
+        assert bad not in P.sinks()  # a display error never reaches the sweep
+        with pytest.raises(ValueError, match="phase 'booting' is not one of"):
+            P.emit("booting")
+    finally:
+        P.remove_sink(seen.append)
+    assert P.emit("boot") is None  # no sink: nothing built
+
+
+def test_time_formatting_and_window_estimate():
+    assert [fmt_s(x) for x in (None, 4.4, 65, 7500)] == ["?", "4 s", "1 min 05 s", "2 h 05 min"]
+    assert window_left_s(10.0, 0, 4) is None and window_left_s(9.0, 3, 4) == 3.0
+
+
+# -- the measurement reports its phases and hands over each window as it ends ----------------------------------------
+@pytest.fixture(scope="module")
+def fake():
+    with FakeServerProcess(FakeTiming(ttft_s=0.005, itl_s=0.002, tokens_per_chunk=1), model=MODEL) as s:
+        yield s
+
+
+def test_measurement_reports_prompt_warmup_and_window_events_and_each_window(fake):
+    from tunelab.tasks.measure import measure_server
+
+    plan = Plan(name="t", model="unused", workloads=[Workload(name="w", prompt_tokens=24, output_tokens=4,
+                                                              num_requests=5)],
+                concurrency=[1, 2], warmup_requests=2, repeats=2, seed=7)
+    events, kept = [], []
+    P.add_sink(events.append)
+    try:
+        res = measure_server(fake.base_url, "k", MODEL, plan, progress=lambda *a: None,
+                             on_window=lambda r: kept.append(len(r.measurements)))
+    finally:
+        P.remove_sink(events.append)
+    assert kept == [1, 2, 3, 4]  # after every window, the windows so far
+    assert len(res.measurements) == 4
+    phases = [e.phase for e in events]
+    assert phases[0] == "prompts" and "warmup" in phases
+    windows = [e for e in events if e.phase == "window"]
+    assert sorted({e.window_index for e in windows}) == [1, 2, 3, 4] and {e.windows_total for e in windows} == {4}
+    for k in range(1, 5):  # each window: from 0 to 5 requests, one event per request, after its prompts
+        w = [e.done for e in windows if e.window_index == k]
+        assert w == [0, 1, 2, 3, 4, 5]
+        first = next(i for i, e in enumerate(events) if e.phase == "window" and e.window_index == k)
+        assert events[first - 1].phase == "prompts" and events[first - 1].done == 5
+    warm = [e for e in events if e.phase == "warmup"]
+    assert warm[-1].done == warm[-1].total == 2  # c=2 warms up with max(2, 2) requests
+
+
+# -- prompts: built a chunk at a time, the same prompts as before ----------------------------------------------------
+class _Resp:
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def raise_for_status(self) -> None:
+        pass
+
+    def json(self) -> dict:
+        return {"count": self.n}
+
+
+class _FakeTokenizeClient:
+    """FAKE /tokenize: the fake server's tokenizer; with ``quirk`` one more token per 'e t' in the text, so counts
+    are not additive over words and the sampled checks and word-by-word fixes run."""
+
+    quirk = False
+
+    async def post(self, path: str, json: dict) -> _Resp:
+        t = json["prompt"]
+        return _Resp(len(fake_tokenize(t)) + (t.count("e t") if self.quirk else 0))
+
+
+async def _prompt_sequence(chunk: int | None) -> tuple[list[str], dict]:
+    c = _FakeTokenizeClient()
+    b = PromptBuilder(c, "m", trust_after=8, sample_size=3)
+    out: list[str] = []
+    calls = [(1, 5, 40, "", False), (2, 20, 64, "", False), (3, 30, 50, "shared prefix words here", True),
+             (4, 300, 33, "", False), (5, 40, 20, "", True), (6, 600, 25, "", False), (7, 50, 30, "", True)]
+    for seed, n, tok, prefix, quirk in calls:
+        c.quirk = quirk
+        if chunk is None:
+            out += await b.many(n, tok, random.Random(seed), prefix=prefix)
+        else:
+            out += [p async for p in b.iter_many(n, tok, random.Random(seed), prefix=prefix, chunk=chunk)]
+    out += await b.many(10, 30, random.Random(9), verify="all")
+    out += await b.many(10, 30, random.Random(10), verify="none")
+    return out, b.stats
+
+
+#: sha256 of the prompts of ``_prompt_sequence`` as the former all-at-once ``PromptBuilder.many`` built them
+#: (tunelab before the chunked build), with its stats: the same seeds must keep giving the same prompts.
+FORMER_DIGEST = "db5ecb888c813a99b8d7d7572d6743dcfd27f1caf495df01d34e1913d8536fd5"
+FORMER_STATS = {"built": 1065, "verified": 97, "adjusted": 25, "tokenize_calls": 250}
+
+
+@pytest.mark.parametrize("chunk", [None, 1, 7, 256])
+def test_chunked_prompts_are_the_former_prompts(chunk):
+    """Exact, sampled and unchecked builds, with fixes after misses (sampled and not), chunk boundaries
+    anywhere: the prompts and the round trips are those of the former build."""
+    out, stats = asyncio.run(_prompt_sequence(chunk))
+    assert len(out) == 1065
+    assert hashlib.sha256("\n".join(out).encode()).hexdigest() == FORMER_DIGEST
+    assert stats == FORMER_STATS
+
+
+def test_prompts_streamed_a_chunk_at_a_time_hold_little_memory():
+    """20,000 prompts of 64 tokens consumed one by one: the builder holds a chunk of drafts and the rng states,
+    not all drafts (the former build held every draft's word list and every text: a 12.8 MB peak here; the
+    chunked one 0.35 MB, measured with tracemalloc)."""
+    b = PromptBuilder(_FakeTokenizeClient(), "m", verify="none")
+
+    async def consume() -> int:
+        n = 0
+        async for _ in b.iter_many(20_000, 64, random.Random(3)):
+            n += 1
+        return n
+
+    asyncio.run(b._learn())
+    tracemalloc.start()
+    try:
+        n = asyncio.run(consume())
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert n == 20_000
+    assert peak < 1_500_000, f"peak {peak / 1e6:.1f} MB"
+
+
+# -- the plan's size -------------------------------------------------------------------------------------------
+def _plan_file(tmp_path: Path, **over) -> Path:
+    import yaml
+
+    doc = dict(name="p", model="unused", workloads=[dict(name="w", prompt_tokens=64, output_tokens=8,
+                                                         num_requests=10)], concurrency=[1, 4], repeats=2)
+    doc.update(over)
+    p = tmp_path / "plan.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    return p
+
+
+def test_a_plan_beyond_the_limits_is_refused_naming_the_field_and_the_limit(tmp_path):
+    big = [dict(name="w", prompt_tokens=64, output_tokens=8, num_requests=1_000_000_000)]
+    with pytest.raises(PlanError, match=r"workloads\[0\]\.num_requests: .*1,000,000,000 measured requests in one "
+                                        r"window is more than the limit of 100,000"):
+        load_plan(_plan_file(tmp_path, workloads=big))
+    with pytest.raises(PlanError, match=r"requests_per_concurrency: 1,280,000 measured requests in the window of w "
+                                        r"at c=128, more than the limit of 100,000"):
+        load_plan(_plan_file(tmp_path, concurrency=[128], requests_per_concurrency=10_000))
+    long = [dict(name="w", prompt_tokens=100_000, output_tokens=8, num_requests=1_000)]
+    with pytest.raises(PlanError, match=r"workloads\[0\]\.num_requests: the window of w at c=1 holds 1,000 prompts "
+                                        r"of 100,000 tokens = 100,000,000 prompt tokens, more than the limit"):
+        load_plan(_plan_file(tmp_path, workloads=long))
+
+
+def test_plan_cost_counts_and_estimate_from_typical_figures(tmp_path):
+    from tunelab.plan_cost import TYPICAL, plan_cost
+
+    plan = load_plan(_plan_file(tmp_path, engine_args={"enforce-eager": [True, False]}, warmup_requests=2))
+    c = plan_cost(plan, {"cpu": "cpu"})
+    assert c.boots == 2 and c.windows == 2 * 1 * 2 * 2  # boots x workloads x levels x repeats
+    assert c.measured_requests == 2 * 2 * 2 * 10 and c.warmup_requests == 2 * (2 + 4)
+    fig = TYPICAL["cpu"]
+    e2el = fig.ttft_s + 8 * fig.tpot_s  # one request at c: TTFT + output_tokens x TPOT
+    per_boot = (2 + 20) * e2el / 1 + (4 + 20) * e2el / 4  # (warm-up + 2 repeats x 10) / rate at c=1 and c=4
+    assert c.boot_s == 2 * fig.boot_s and c.requests_s == pytest.approx(2 * per_boot)
+    assert c.largest_window_requests == 10 and c.largest_window_prompt_tokens == 640 and not c.warnings
+    gpu = plan_cost(plan, {"cpu": "cuda"})
+    assert gpu.boot_s == 2 * TYPICAL["cuda"].boot_s
+
+
+def test_plan_check_prints_the_cost_and_warns_on_a_plan_of_days(tmp_path):
+    from typer.testing import CliRunner
+
+    from tunelab.cli import app
+
+    r = CliRunner().invoke(app, ["plan", "check", str(_plan_file(tmp_path))])
+    assert r.exit_code == 0, r.output
+    assert "cost: 1 boot(s), 4 measured window(s), 40 measured + 8 warm-up requests" in r.output
+    assert "estimated time: ~" in r.output and "how: boots x typical boot" in r.output
+    big = [dict(name="w", prompt_tokens=64, output_tokens=512, num_requests=100_000)]
+    r = CliRunner().invoke(app, ["plan", "check", str(_plan_file(tmp_path, workloads=big, repeats=10))])
+    assert r.exit_code == 0 and "warning: estimated" in r.output and "more than 24 h" in r.output
+    r = CliRunner().invoke(app, ["plan", "check", str(_plan_file(
+        tmp_path, workloads=[dict(name="w", prompt_tokens=8, output_tokens=8, num_requests=1_000_000_000)]))])
+    assert r.exit_code == 2 and "limit of 100,000" in r.output
+
+
+# -- kill -9: the windows measured stay, `tunelab clean` puts the rest right ------------------------------------------
+def _tunelab() -> list[str]:
+    return [sys.executable, "-c", "import sys; from tunelab.cli import app; sys.exit(app())"]
+
+
+def _incomplete_windows(results: Path) -> int:
+    from tunelab.bundle import list_bundles, read_bundle
+
+    for b in list_bundles(results):
+        try:
+            t = read_bundle(b)
+        except Exception:
+            continue
+        if t["trial"]["status"].iloc[0] == "incomplete":
+            return len(t.get("measurements", []))
+    return 0
+
+
+def test_kill_9_keeps_the_measured_windows_and_clean_stops_the_server_and_crashes_the_runs(tmp_path):
+    """The real `tunelab run` (FAKE server), killed with SIGKILL after its first window: the bundle on disk
+    holds that window as 'incomplete'; `tunelab clean` stops the orphaned server and marks the sweep's and the
+    trial's Prefect runs Crashed; `tunelab load` loads the window with status 'incomplete'."""
+    import duckdb
+
+    home = tmp_path / "home"
+    env = {**os.environ, "TUNELAB_HOME": str(home), "FAKE_ITL_S": "0.05", "PYTHONPATH": str(REPO)}
+    env.pop("PREFECT_API_URL", None)  # the ephemeral Prefect of `tunelab run` on a fresh machine
+    plan = _plan_file(tmp_path, workloads=[dict(name="w", prompt_tokens=16, output_tokens=8, num_requests=6)],
+                      concurrency=[1], repeats=4, warmup_requests=1)
+    out = tmp_path / "run.out"
+    with open(out, "w") as fh:
+        proc = subprocess.Popen([sys.executable, str(REPO / "tests" / "fakes" / "fake_server_sweep_cli.py"), "run",
+                                 str(plan)], env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while _incomplete_windows(home / "results") < 1:
+            assert proc.poll() is None, out.read_text()[-3000:]
+            assert time.monotonic() < deadline, out.read_text()[-3000:]
+            time.sleep(0.5)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+        kept = _incomplete_windows(home / "results")
+        assert 1 <= kept < 4  # killed before its last window
+        servers = json.loads((home / "state" / "servers.json").read_text())
+        assert len(servers) == 1
+        server_pid = servers[0]["pid"]
+        os.kill(server_pid, 0)  # the fake server outlived the sweep, as vllm serve did
+        # The display's plain lines (stdout is a file): the boot and the window were shown as they happened.
+        shown = out.read_text()
+        assert "trial 1/1 default: booting the server" in shown and "window 1/4 w c=1 repeat 1/4" in shown
+
+        r = subprocess.run(_tunelab() + ["clean"], env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "servers stopped: 1;" in r.stdout and "runs marked crashed: 2" in r.stdout, r.stdout + r.stderr
+        assert "1 incomplete trial bundle(s)" in r.stdout
+        with pytest.raises(ProcessLookupError):
+            os.kill(server_pid, 0)
+        assert json.loads((home / "state" / "servers.json").read_text()) == []
+        # Prefect's own record: the sweep and its trial are Crashed, with the reason.
+        states = subprocess.run([sys.executable, "-c", (
+            "from tunelab import prefect_env; prefect_env.configure(); prefect_env.start_ephemeral_server()\n"
+            "from prefect.client.orchestration import get_client\n"
+            "with get_client(sync_client=True) as c:\n"
+            "    for r in c.read_flow_runs(): print(r.flow_id is not None, r.state.type.value, r.state.message)")],
+            env=env, capture_output=True, text=True, timeout=300)
+        lines = [ln for ln in states.stdout.splitlines() if ln.startswith("True ")]
+        assert len(lines) == 2 and all(" CRASHED " in ln and "died without ending it" in ln for ln in lines), \
+            states.stdout + states.stderr
+
+        r = subprocess.run(_tunelab() + ["load"], env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        db = next(home.glob("*.duckdb"))  # the default warehouse of this home (tunelab.paths.db_path)
+        with duckdb.connect(str(db), read_only=True) as con:
+            status, n = con.execute("SELECT t.status, count(m.trial_id) FROM trials t "
+                                    "LEFT JOIN measurements m USING (trial_id) GROUP BY t.status").fetchone()
+        assert status == "incomplete" and n == kept
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)

@@ -1,0 +1,161 @@
+"""What a plan will cost before it runs: boots, windows, requests, the largest window's prompts and an estimate
+of the time, made from the plan alone (``tunelab plan check`` prints it, ``tunelab run``'s display starts from it).
+
+How the time is estimated (a rough guide, not a measurement; the first sweep's own numbers say more):
+
+    boots x typical boot seconds of the device
+    + per window: its requests / expected rate (warm-up requests too), or its ``window.duration_s``
+
+with the typical figures of :data:`TYPICAL`: boots of 15-40 s on a 2-core CPU host with the tiny model and
+45-110 s on an H200 with an 8B model (seen in the sweeps of docs/measurement.md and the evidence reports; the
+middle is taken). Expected rate: a request-rate level sends its rate; a concurrency level ``c`` keeps ``c``
+requests in flight, each lasting ``TTFT + output_tokens x TPOT`` with the device's typical TTFT and TPOT, so
+``c / (ttft_s + output_tokens x tpot_s)`` requests/s.
+
+Limits (:data:`MAX_WINDOW_REQUESTS`, :data:`MAX_WINDOW_PROMPT_TOKENS`) are enforced by the plan's validation
+(``tunelab.plan``): a window's prompts are built before it starts (building them while it runs would put
+``/tokenize`` calls on the server being measured) and held while it runs, so a window's size bounds memory.
+The warnings (:data:`WARN_SWEEP_S`, :data:`WARN_REQUESTS`) are only printed: a long plan may be meant.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# The limits live with the plan's validation, which enforces them; named here too, where they are explained.
+from tunelab.plan import MAX_WINDOW_PROMPT_TOKENS, MAX_WINDOW_REQUESTS, Plan, requests_for_level
+
+__all__ = ["MAX_WINDOW_PROMPT_TOKENS", "MAX_WINDOW_REQUESTS", "TYPICAL", "WARN_REQUESTS", "WARN_SWEEP_S",
+           "DeviceFigures", "PlanCost", "cost_lines", "plan_cost"]
+
+#: A plan estimated to run longer than this many seconds gets a warning (a day).
+WARN_SWEEP_S = 24 * 3600.0
+#: A plan sending more requests than this in all gets a warning.
+WARN_REQUESTS = 1_000_000
+
+
+@dataclass(frozen=True)
+class DeviceFigures:
+    """Typical figures of a device kind, seconds: a boot, a TTFT, a TPOT. Assumptions, see the module docstring."""
+
+    boot_s: float
+    ttft_s: float
+    tpot_s: float
+
+
+#: ``'cpu'``: the tiny model on a 2-core host; ``'cuda'``: an 8B model on one H200 (module docstring).
+TYPICAL = {"cpu": DeviceFigures(boot_s=30.0, ttft_s=0.05, tpot_s=0.02),
+           "cuda": DeviceFigures(boot_s=80.0, ttft_s=0.05, tpot_s=0.01)}
+
+
+@dataclass
+class PlanCost:
+    """What a plan will do and an estimate of how long it takes.
+
+    Attributes:
+        boots: trials (one server boot each). windows: measured windows over all trials.
+        measured_requests, warmup_requests: requests over all trials.
+        largest_window_requests, largest_window_prompt_tokens: the biggest window (prompts held in memory).
+        boot_s, requests_s: the two parts of the estimate, seconds; estimate_s: their sum.
+        how: one line saying how the estimate was made (devices and figures).
+        warnings: lines for a plan that may not fit (a day or more, millions of requests).
+    """
+
+    boots: int
+    windows: int
+    measured_requests: int
+    warmup_requests: int
+    largest_window_requests: int
+    largest_window_prompt_tokens: int
+    boot_s: float
+    requests_s: float
+    how: str
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def estimate_s(self) -> float:
+        """``boot_s + requests_s``, seconds."""
+        return self.boot_s + self.requests_s
+
+
+def _rate_per_s(profile, output_tokens: int, fig: DeviceFigures) -> float:
+    """Expected requests/s of a window at ``profile`` (module docstring)."""
+    c = profile.target_concurrency
+    if c:
+        return c / (fig.ttft_s + output_tokens * fig.tpot_s)
+    return float(profile.value)  # open loop: the level's rate
+
+
+def plan_cost(plan: Plan, devices: dict[str, str] | None = None) -> PlanCost:
+    """The cost of ``plan``: counts from its expansion, the time from :data:`TYPICAL`.
+
+    Args:
+        plan: a validated plan.
+        devices: runtime name -> ``'cpu'`` | ``'cuda'`` (``Runtime.device``) for the runtimes known here; a
+            runtime not in it is taken as ``'cpu'`` when it is named ``cpu`` or starts with ``cpu``, else ``'cuda'``.
+
+    Returns:
+        :class:`PlanCost`.
+    """
+    devices = dict(devices or {})
+    trials = plan.trials()
+    profiles = plan.load_profiles()
+    duration_s = plan.window.duration_s if getattr(plan, "window", None) else None
+    per_trial_windows = len(plan.workloads) * len(profiles) * plan.repeats
+    measured = warm = 0
+    biggest_n = biggest_tok = 0
+    boot_s = req_s = 0.0
+    used: dict[str, str] = {}
+    for t in trials:
+        dev = devices.get(t.runtime) or ("cpu" if t.runtime.startswith("cpu") else "cuda")
+        used[t.runtime] = dev
+        fig = TYPICAL.get(dev, TYPICAL["cuda"])
+        boot_s += fig.boot_s
+        for w in plan.workloads:
+            for lv in profiles:
+                n = requests_for_level(plan, w, lv)
+                n_warm = lv.warmup_requests(plan.warmup_requests)
+                rate = _rate_per_s(lv, w.output_tokens, fig)
+                warm += n_warm
+                req_s += n_warm / rate
+                if duration_s is not None:
+                    n = int(rate * duration_s)
+                    req_s += plan.repeats * duration_s
+                else:
+                    req_s += plan.repeats * n / rate
+                measured += plan.repeats * n
+                biggest_n = max(biggest_n, n)
+                biggest_tok = max(biggest_tok, n * w.prompt_tokens)
+    figs = "; ".join(f"{rt}: {dev} (boot ~{TYPICAL[dev].boot_s:g} s, TTFT ~{TYPICAL[dev].ttft_s:g} s, "
+                     f"TPOT ~{TYPICAL[dev].tpot_s:g} s)" for rt, dev in used.items())
+    how = (f"boots x typical boot + each window's requests / expected rate (concurrency c: c / (TTFT + "
+           f"output_tokens x TPOT); a rate level: its rate){'; duration windows: their duration' if duration_s else ''}"
+           f"; typical figures, not measured here: {figs}")
+    cost = PlanCost(boots=len(trials), windows=per_trial_windows * len(trials), measured_requests=measured,
+                    warmup_requests=warm, largest_window_requests=biggest_n,
+                    largest_window_prompt_tokens=biggest_tok, boot_s=boot_s, requests_s=req_s, how=how)
+    if cost.estimate_s > WARN_SWEEP_S:
+        cost.warnings.append(f"estimated {cost.estimate_s / 3600:.1f} h, more than {WARN_SWEEP_S / 3600:g} h: "
+                             "fewer repeats, replicates, levels or num_requests make it shorter")
+    if measured + warm > WARN_REQUESTS:
+        cost.warnings.append(f"{measured + warm:,} requests in all, more than {WARN_REQUESTS:,}: check "
+                             "num_requests, requests_per_concurrency and repeats")
+    return cost
+
+
+def _fmt_s(seconds: float) -> str:
+    s = int(round(seconds))
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {(s % 3600) // 60:02d} min"
+
+
+def cost_lines(cost: PlanCost) -> list[str]:
+    """What ``tunelab plan check`` prints about the cost: counts, the estimate and how it was made."""
+    return [
+        f"cost: {cost.boots} boot(s), {cost.windows} measured window(s), {cost.measured_requests:,} measured + "
+        f"{cost.warmup_requests:,} warm-up requests; largest window {cost.largest_window_requests:,} requests "
+        f"({cost.largest_window_prompt_tokens:,} prompt tokens)",
+        f"estimated time: ~{_fmt_s(cost.estimate_s)} (boots ~{_fmt_s(cost.boot_s)}, requests ~{_fmt_s(cost.requests_s)})",
+        f"how: {cost.how}",
+    ]
