@@ -188,7 +188,8 @@ class Trial(Record):
     env_not_applied: JsonText | None = _f("Env vars of the plan that vLLM reported as unknown, JSON list.")
     effective_config: JsonText | None = _f("What vLLM reports it used (boot log), as JSON text.")
     command: Text | None = _f("The vllm serve command line, secrets redacted.")
-    status: Text = Field(description="ok | boot_failed | failed | cancelled | gpu_busy.")
+    status: Text = Field(description="ok | boot_failed | failed | cancelled | gpu_busy | incomplete (killed after "
+                                     "some windows, which its bundle kept).")
     failure_class: Text | None = _f("oom_weights | oom_kv_cache | ... | measurement_error (tasks.bootlog).")
     failure_reason: Text | None = _f("Why the trial failed, whole (terminal output shortens it).")
     eager_diagnosis: Text | None = _f("Result of re-booting a failed config with --enforce-eager.")
