@@ -3,8 +3,9 @@
     tunelab runtime create NAME --vllm SPEC     make a vLLM runtime (venv) and record its versions
     tunelab runtime list                        runtimes and the versions inside them
     tunelab model tiny PATH                     deterministic tiny Llama + real BPE tokenizer, built locally
-    tunelab plan check PLAN                     validate a plan, print its trials and config keys
-    tunelab run PLAN                            a sweep now (Prefect ephemeral unless PREFECT_API_URL is set)
+    tunelab plan check PLAN                     validate a plan, print its trials, config keys and cost
+    tunelab run PLAN                            a sweep now, with a live display (Prefect ephemeral unless PREFECT_API_URL is set)
+    tunelab clean                               after a killed sweep: stop its servers, free its slots, crash its runs
     tunelab load                                load bundles not yet in the warehouse
     tunelab report [--sweep ID] [--plots DIR] [--json]   a sweep's comparison (default: latest with results)
     tunelab compare --baseline SEL --candidate SEL [--mix-keys] [--json]   A/B + regressions (flow `compare`)
