@@ -30,6 +30,7 @@ from tunelab import progress as P  # noqa: E402
 from tunelab.plan import Plan, PlanError, Workload, load_plan  # noqa: E402
 from tunelab.reports.live import SweepDisplay, fmt_s, window_left_s  # noqa: E402
 from tunelab.tasks.loadgen.prompts import PromptBuilder  # noqa: E402
+from test_flows import _HOLD_SLOT, prefect_server  # noqa: E402,F401  (a real Prefect server; a slot holder)
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = "fake-model"
@@ -381,3 +382,37 @@ def test_kill_9_keeps_the_measured_windows_and_clean_stops_the_server_and_crashe
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_clean_releases_the_slot_of_a_killed_holder_at_once(prefect_server):
+    """A sweep holding a device's Prefect slot, killed with SIGKILL, leaves the lease on the server (60 s here,
+    then up to the repossessor's 15 s): `clean` sees the holder's PID gone, releases that lease at once and drops
+    the record; a live holder's slot is left alone."""
+    from prefect.client.orchestration import get_client
+
+    from tunelab.flows.clean import clean
+    from tunelab.flows.sweep import ensure_slots
+    from tunelab.slot_holders import read_holder
+
+    dead, alive = "tunelab-test-clean-gpu0", "tunelab-test-clean-gpu1"
+    ensure_slots([dead, alive])
+    env = dict(os.environ, PREFECT_API_URL=prefect_server)
+    holders = [subprocess.Popen([sys.executable, "-c", _HOLD_SLOT.format(repo=str(REPO), name=n)], env=env,
+                                stdout=subprocess.PIPE, text=True, start_new_session=True) for n in (dead, alive)]
+    try:
+        assert [h.stdout.readline().strip() for h in holders] == ["held", "held"]
+        os.killpg(holders[0].pid, signal.SIGKILL)
+        holders[0].wait()
+        lines: list[str] = []
+        rep = clean(results_dir=None, log=lines.append)
+        assert rep.slots_released == [dead] and not rep.problems, (lines, rep.problems)
+        assert any(f"PID {holders[0].pid} is gone" in ln and "its lease released" in ln for ln in lines), lines
+        assert read_holder(dead) is None and read_holder(alive).pid == holders[1].pid
+        with get_client(sync_client=True) as c:
+            assert c.read_global_concurrency_limit_by_name(dead).active_slots == 0
+            assert c.read_global_concurrency_limit_by_name(alive).active_slots == 1
+    finally:
+        for h in holders:
+            if h.poll() is None:
+                os.killpg(h.pid, signal.SIGKILL)
+                h.wait()

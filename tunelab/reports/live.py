@@ -110,6 +110,7 @@ class SweepDisplay:
             st.trial_index, st.trial_label, st.trial_started = ev.trial_index, ev.label or "", now
             st.trials_total = ev.trials_total or st.trials_total
             st.window, st.done, st.total = "", None, None
+            st.phase, st.phase_started, st.phase_estimate_s = "trial", now, None
             return f"{self._head()}: starts; sweep time left {fmt_s(self.sweep_left_s())}"
         new_phase = ev.phase != st.phase or (ev.phase == "window" and ev.window_index is not None
                                              and f"{ev.window_index}/{ev.windows_total}" != st.window)
@@ -151,7 +152,8 @@ class SweepDisplay:
                 if left is not None:
                     text += f", ~{fmt_s(left)} left in the window"
             return text
-        names = {"clean": "checking the device is clean", "boot": "booting the server",
+        names = {"sweep": "starting (Prefect, checks, leftovers)", "trial": "starting (device slot)",
+                 "clean": "checking the device is clean", "boot": "booting the server",
                  "prompts": "building prompts", "warmup": "warm-up", "teardown": "tearing the server down",
                  "validate": "validating (quality gate)", "load": "loading into the warehouse",
                  "report": "writing the report", "done": "done"}
