@@ -131,6 +131,9 @@ def plan_cost(plan: Plan, devices: dict[str, str] | None = None) -> PlanCost:
     how = (f"boots x typical boot + each window's requests / expected rate (concurrency c: c / (TTFT + "
            f"output_tokens x TPOT); a rate level: its rate){'; duration windows: their duration' if duration_s else ''}"
            f"; typical figures, not measured here: {figs}")
+    if getattr(plan, "replicates", None) == "auto":
+        how += ("; replicates: auto: every boot the A/B's budget allows, an upper bound (the sweep stops when the "
+                "A/B is decided)")
     cost = PlanCost(boots=len(trials), windows=per_trial_windows * len(trials), measured_requests=measured,
                     warmup_requests=warm, largest_window_requests=biggest_n,
                     largest_window_prompt_tokens=biggest_tok, boot_s=boot_s, requests_s=req_s, how=how)
