@@ -24,6 +24,7 @@ from tunelab import progress
 from tunelab import records as R
 from tunelab.tasks import bootlog
 from tunelab.bundle import write_bundle
+from tunelab.markdown import shorten
 from tunelab.tasks.engine import BootFailed, EngineServer
 from tunelab.tasks.gpu import GpuSampler, check_clean, host_load_avg
 from tunelab.tasks.measure import measure_server, progress_logger
@@ -159,15 +160,46 @@ def clean_gpu_task(gpu_index: int | None, baseline_mib: float | None, our_pids: 
 
 
 @task(name="boot", cache_policy=NO_CACHE)
-def boot_task(server: EngineServer) -> dict[str, Any]:
-    """Start ``vllm serve`` and wait until it really serves. Raises BootFailed (server already stopped)."""
+def boot_task(server: EngineServer) -> Any:
+    """Start ``vllm serve`` and wait until it really serves. A failed boot (server already stopped) returns a
+    Failed state carrying the ``BootFailed`` (:func:`_failed_task`; the caller raises it with :func:`_task_value`)."""
     server.start()
     try:
         b = server.wait_ready()
+    except BootFailed as e:
+        server.stop()
+        try:
+            fail = e.classify()
+            why = f"boot failed ({fail.failure_class}): {fail.reason}"
+        except Exception:  # the classification is the trial's job; the launcher's message still says why
+            why = f"boot failed: {e}"
+        return _failed_task(e, why)
     except BaseException:
         server.stop()
         raise
     return {"boot_s": b.boot_s, "health_s": b.health_s, "port": b.port}
+
+
+def _failed_task(e: BaseException, why: str) -> Any:
+    """Log the one-line reason, then end the task Failed with ``e`` as its data, without raising it.
+
+    Why: a task that raises makes Prefect log "Task run failed with exception" and a long traceback of its own
+    frames, which came in the trial's log before the one readable line that says why; a returned Failed state
+    is logged as its message. The red task bar stays."""
+    from prefect.states import Failed
+
+    get_run_logger().error("%s", shorten(why, 500))
+    return Failed(message=shorten(why, 300), data=e)
+
+
+def _task_value(out: Any) -> Any:
+    """A task's return value; when the task returned its Failed state (:func:`_failed_task`), raise the
+    exception it carries here, in the trial, where it is recorded."""
+    from prefect.states import State
+
+    if isinstance(out, State):
+        raise out.result(raise_on_failure=False)
+    return out
 
 
 @task(name="measure", cache_policy=NO_CACHE)
@@ -188,6 +220,8 @@ def measure_task(server: EngineServer, plan: Plan, gpu_index: int | None, on_win
         res = measure_server(server.base_url, server.api_key, server.served_model_name, plan,
                              progress=progress, deadline_s=deadline, load_processes=plan.load_processes,
                              server_log=server.log_path, on_window=on_window)
+    except Exception as e:  # the trial records it; the reason leads the log (see _failed_task)
+        return _failed_task(e, f"measurement failed: {type(e).__name__}: {e or repr(e)}")
     finally:
         if sampler:
             sampler.__exit__(None, None, None)
@@ -276,11 +310,11 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: Tr
         else:
             try:
                 progress.emit("boot", estimate_s=_TYPICAL_BOOT_S.get(runtime.device))
-                boot = boot_task(server)
+                boot = _task_value(boot_task(server))
                 row.boot_s = boot["boot_s"]
                 row.health_s = boot["health_s"]
                 logger.info("ready in %.1f s on port %s", boot["boot_s"], boot["port"])
-                res, gpu = measure_task(server, plan, gpu_index, on_window=keep_windows)
+                res, gpu = _task_value(measure_task(server, plan, gpu_index, on_window=keep_windows))
                 tables.update(requests=res.requests, measurements=res.measurements,
                               server_metrics=res.server_metrics, gpu_samples=gpu)
                 row.status = "ok"
