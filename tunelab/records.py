@@ -212,12 +212,12 @@ class Trial(Record):
     vllm_platform: Text | None = _f("Build target from the local part: cpu, cu128, ... (loader, 006).")
     vllm_build_date: Date | None = _f("Date from a local segment dYYYYMMDD (loader, 006).")
     vllm_untrusted: Text | None = _f("Why the version cannot place the build among releases (loader, 006).")
-    host: Text | None = _f("Host the trial ran on (flows.hosts.host_name: TUNELAB_HOST or the host name; 010).")
-    gpu_uuids: Text | None = _f("NVML UUIDs of the trial's GPUs, comma-separated, in gpu order (010).")
-    boot_attempts: Int32 | None = _f("Boots started: 1, or 2 when a transient failure was retried (010).")
-    boot_retry_reason: Text | None = _f("'failure_class: reason' of the transient boot failure that was retried (010).")
+    host: Text | None = _f("Host the trial ran on (flows.devices.host_name: TUNELAB_HOST or the host name; 012).")
+    gpu_uuids: Text | None = _f("NVML UUIDs of the trial's GPUs, comma-separated, in gpu order (012).")
+    boot_attempts: Int32 | None = _f("Boots started: 1, or 2 when a transient failure was retried (012).")
+    boot_retry_reason: Text | None = _f("'failure_class: reason' of the transient boot failure that was retried (012).")
     failure_retryable: Bool | None = _f("The failure can pass on another boot (transient, timeout, unclean "
-                                        "device): it says nothing about the config (010).")
+                                        "device): it says nothing about the config (012).")
 
 
 # -- boot phases ---------------------------------------------------------------------------------------------
