@@ -180,8 +180,11 @@ def run_auto_ab(run: Any, pools: dict, no_gpu_reason: str, plan: Plan, logger: A
         vals = {c: (boot_value(by_side.get("A"), c), boot_value(by_side.get("B"), c)) for c in cells}
         if not ok or any(x is None or y is None for x, y in vals.values()):
             unusable_in_row += 1
-            logger.warning("A/B pair %d not usable (a side failed, failed the quality gate or has no value); %d in "
-                           "a row", k // 2 + 1, unusable_in_row)
+            why = ", ".join(f"{j.trial.label} r{j.trial.replicate}: {(run.statuses[j.index] or {}).get('status')}/"
+                            f"{(run.statuses[j.index] or {}).get('verdict')}" for j in pair)
+            logger.warning("A/B pair %d not usable (%s; a pair counts when both sides are ok, pass or warn the "
+                           "quality gate and have every deciding value); %d in a row", k // 2 + 1, why,
+                           unusable_in_row)
             if unusable_in_row >= MAX_UNUSABLE_PAIRS:
                 out.stop_reason = "unusable_pairs"
                 break
