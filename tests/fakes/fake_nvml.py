@@ -3,6 +3,11 @@
 Use ``FakeNvml(gpus=[FakeGpu(...)])`` where ``tasks.gpu`` takes ``nvml=``. ``FakeNvml(init_error="Driver Not
 Loaded")`` behaves like a host without a working driver (``nvmlInit`` raises). ``FakeGpu.memory_used_mib`` may be a
 list: each read takes the next value and the last one repeats (memory draining after a teardown).
+
+Device identity and per-device errors: ``FakeGpu.pci_bus_id`` (NVML enumerates in list order, which a test may
+make differ from PCI order), ``errors={"nvmlDeviceGetMemoryInfo": "Insufficient Permissions"}`` (that call raises
+``NVMLError`` with the message, as pynvml's ``NVMLError_NoPermission`` prints), ``mig=[FakeGpu(...), ...]``
+(MIG mode on, the list being its instances; an instance's handle is ``(gpu, slot)``).
 """
 
 from __future__ import annotations
@@ -34,6 +39,9 @@ class FakeGpu:
     temperature_c: int = 45
     throttle_reasons: int = 0
     unsupported: set[str] = field(default_factory=set)  # names of nvml functions that raise NotSupported
+    pci_bus_id: str | None = None
+    errors: dict[str, str] = field(default_factory=dict)  # nvml function name -> NVMLError message it raises
+    mig: list["FakeGpu"] | None = None  # MIG mode on: its instances
     _reads: int = 0
 
     def used_bytes(self) -> int:
@@ -62,10 +70,33 @@ class FakeNvml:
         self.shutdowns = 0
 
     def _gpu(self, h: Any, fn: str) -> FakeGpu:
-        g = self.gpus[h]
+        g = self.gpus[h[0]].mig[h[1]] if isinstance(h, tuple) else self.gpus[h]  # type: ignore[index]
         if fn in g.unsupported:
             raise NVMLError("Not Supported")
+        if fn in g.errors:
+            raise NVMLError(g.errors[fn])
         return g
+
+    def nvmlDeviceGetPciInfo(self, h: int) -> SimpleNamespace:
+        g = self._gpu(h, "nvmlDeviceGetPciInfo")
+        if g.pci_bus_id is None:
+            raise NVMLError("Not Supported")
+        return SimpleNamespace(busId=g.pci_bus_id.upper())
+
+    def nvmlDeviceGetMigMode(self, h: int) -> tuple[int, int]:
+        g = self._gpu(h, "nvmlDeviceGetMigMode")
+        if g.mig is None:
+            raise NVMLError("Not Supported")  # what a GPU without MIG answers
+        return (1, 1)
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, h: int) -> int:
+        return 7
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h: int, j: int) -> tuple[int, int]:
+        g = self._gpu(h, "nvmlDeviceGetMigDeviceHandleByIndex")
+        if g.mig is None or j >= len(g.mig):
+            raise NVMLError("Not Found")
+        return (h, j)
 
     def nvmlInit(self) -> None:
         if self.init_error:

@@ -22,13 +22,13 @@ import re
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from prefect.exceptions import TerminationSignal
 
 from tunelab import paths
 from tunelab.plan import PlanError, Trial
-from tunelab.tasks.gpu import Inventory
+from tunelab.tasks.gpu import Inventory, cuda_visible_devices, inherited_restriction
 
 __all__ = [
     "INTERRUPTS",
@@ -41,7 +41,20 @@ __all__ = [
     "prefect_slots_enabled",
     "run_on_devices",
     "slot_name",
+    "DIST_PORT_BASE",
+    "DIST_PORT_BLOCK",
+    "distributed_ports_env",
+    "unusable_gpus",
+    "host_devices",
+    "host_name",
+    "device_env",
+    "free_device_locks",
 ]
+
+#: First port of the per-device blocks of distributed / internal ports (below Linux's ephemeral range, 32768+,
+#: so that ports the kernel hands out to other programs rarely fall into them), and the block size.
+DIST_PORT_BASE = 20000
+DIST_PORT_BLOCK = 100
 
 #: Lease of a held device slot, seconds. Prefect renews it in the background while the trial runs; a holder
 #: that dies (SIGKILL) would block the device for about this long (70 s measured with 60; Prefect's minimum is
@@ -60,12 +73,16 @@ _SHORT_FLAGS = {"tp": "tensor-parallel-size", "pp": "pipeline-parallel-size", "d
 class Device:
     """One schedulable device: a GPU (``kind='gpu'``, NVML index) or the host CPU (``kind='cpu'``, index 0).
 
-    ``baseline_mib`` is the GPU memory used at inventory time (MiB), the reference for the pre-boot check."""
+    ``baseline_mib`` is the GPU memory used at inventory time (MiB), the reference for the pre-boot check.
+    ``uuid`` is NVML's ``GPU-...`` UUID, ``cuda_index`` the GPU's ordinal in PCI bus order (its CUDA index under
+    ``CUDA_DEVICE_ORDER=PCI_BUS_ID``; None: the NVML index is used)."""
 
     kind: str
     index: int
     name: str = "cpu"
     baseline_mib: float | None = None
+    uuid: str | None = None
+    cuda_index: int | None = None
 
     @property
     def label(self) -> str:
@@ -73,21 +90,91 @@ class Device:
         return f"{self.kind}{self.index}"
 
 
-def devices_from_inventory(inv: Inventory, only: Sequence[int] | None = None) -> list[Device]:
-    """The GPUs of an inventory as devices (restricted to the NVML indices in ``only`` when given).
+def devices_from_inventory(inv: Inventory, only: Sequence[int] | None = None,
+                           allowed: Sequence[int] | None = None) -> list[Device]:
+    """The schedulable GPUs of an inventory as devices: status ``ok`` (``tasks.gpu.DEVICE_STATUSES``; the others
+    are :func:`unusable_gpus`), within ``allowed`` (the NVML indices a ``CUDA_VISIBLE_DEVICES`` the sweep
+    inherited allows, ``tasks.gpu.inherited_restriction``; None = all) and, when given, the NVML indices in
+    ``only`` (the sweep's ``gpus`` parameter).
 
     Raises:
-        ValueError: ``only`` names an index the inventory does not have.
+        ValueError: ``only`` names an index the inventory does not have, one outside ``allowed``, or one whose
+            status is not ``ok`` (the message names the index, the reason and the fix).
     """
     if not inv.available:
         return []
-    gpus = {g.index: g for g in inv.gpus}
+    every = {g.index: g for g in inv.gpus}
+    gpus = {i: g for i, g in every.items() if allowed is None or i in allowed}
     if only is not None:
-        missing = [i for i in only if i not in gpus]
+        missing = [i for i in only if i not in every]
         if missing:
-            raise ValueError(f"gpus: {missing} not on this host (NVML sees {sorted(gpus)}); fix the 'gpus' parameter")
+            raise ValueError(f"gpus: {missing} not on this host (NVML sees {sorted(every)}); fix the 'gpus' parameter")
+        hidden = [i for i in only if i not in gpus]
+        if hidden:
+            raise ValueError(f"gpus: {hidden} are outside the inherited CUDA_VISIBLE_DEVICES (allowed NVML indices "
+                             f"{sorted(gpus)}); fix the 'gpus' parameter or the environment")
+        bad = [f"{i} ({every[i].status}: {every[i].reason})" for i in only if every[i].status != "ok"]
+        if bad:
+            raise ValueError(f"gpus: {', '.join(bad)} cannot be scheduled; leave them out of the 'gpus' parameter")
         gpus = {i: gpus[i] for i in only}
-    return [Device("gpu", g.index, g.name, g.memory_used_mib) for g in sorted(gpus.values(), key=lambda g: g.index)]
+    return [Device("gpu", g.index, g.name, g.memory_used_mib, g.uuid, g.cuda_index)
+            for g in sorted(gpus.values(), key=lambda g: g.index) if g.status == "ok"]
+
+
+def unusable_gpus(inv: Inventory) -> list[str]:
+    """One line per GPU of ``inv`` that is not scheduled because of its status: ``gpu1 (NVIDIA H200,
+    GPU-...): mig: MIG enabled ...``. Empty for a host without NVML."""
+    return [f"gpu{g.index} ({g.name}, {g.uuid}): {g.status}: {g.reason}" for g in inv.gpus if g.status != "ok"]
+
+
+def host_name() -> str:
+    """This host's name in slot names and records: ``TUNELAB_HOST`` when set (two workers standing in for two
+    hosts on one machine, containers whose host names are random), else ``socket.gethostname()``."""
+    import socket
+
+    return os.environ.get("TUNELAB_HOST") or socket.gethostname()
+
+
+def host_devices(inv: Inventory, only: Sequence[int] | None = None, env: Mapping[str, str] | None = None,
+                 log: Callable[[str], Any] | None = None) -> list[Device]:
+    """The GPUs a sweep on this host may schedule: :func:`devices_from_inventory` within the restriction of the
+    ``CUDA_VISIBLE_DEVICES`` / ``CUDA_DEVICE_ORDER`` the sweep inherited (``env``, default ``os.environ``;
+    ``tasks.gpu.inherited_restriction``). GPUs left out for their status, or by the restriction, are logged.
+
+    Raises:
+        ValueError: an inherited ``CUDA_VISIBLE_DEVICES`` that cannot be mapped to NVML devices, or a bad
+            ``only`` (see :func:`devices_from_inventory`).
+    """
+    env = os.environ if env is None else env
+    allowed = inherited_restriction(env.get("CUDA_VISIBLE_DEVICES"), env.get("CUDA_DEVICE_ORDER"), inv) \
+        if inv.available else None
+    for line in unusable_gpus(inv):
+        if log:
+            log(f"not scheduled: {line}")
+    if allowed is not None and log:
+        log(f"CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES')} inherited: only NVML GPUs {allowed} are used")
+    return devices_from_inventory(inv, only, allowed)
+
+
+def device_env(devices: Sequence[Device]) -> str | None:
+    """``CUDA_VISIBLE_DEVICES`` for a server on ``devices`` (PCI-bus-order ordinals, ``tasks.gpu``); None on CPU."""
+    gpus = [d for d in devices if d.kind == "gpu"]
+    return cuda_visible_devices(gpus) if gpus else None
+
+
+def distributed_ports_env(devices: Sequence[Device]) -> dict[str, str]:
+    """Port variables that keep parallel servers' internal ports apart: each GPU owns the block
+    ``DIST_PORT_BASE + DIST_PORT_BLOCK x NVML index`` (100 ports), and a server uses the block of its first GPU.
+    Two servers never hold one GPU at once on a host (device locks), so their blocks never meet, across sweeps
+    too. ``VLLM_PORT`` is where vLLM's ``get_open_port`` starts (torch.distributed's TCP store and the other
+    internal sockets; it steps up past a busy port), ``MASTER_PORT`` torch.distributed's env:// rendezvous
+    (default 29500 otherwise: the EADDRINUSE of two parallel tensor-parallel boots), ``VLLM_DP_MASTER_PORT``
+    the data-parallel master. Empty for CPU devices."""
+    gpus = [d for d in devices if d.kind == "gpu"]
+    if not gpus:
+        return {}
+    base = DIST_PORT_BASE + DIST_PORT_BLOCK * gpus[0].index
+    return {"VLLM_PORT": str(base), "MASTER_PORT": str(base + 80), "VLLM_DP_MASTER_PORT": str(base + 90)}
 
 
 def gpus_needed(trial: Trial) -> int:
@@ -178,6 +265,60 @@ def device_locks(names: Sequence[str], log: Callable[[str], None] | None = None,
                 fcntl.flock(f, fcntl.LOCK_UN)
             finally:
                 f.close()
+
+
+@contextlib.contextmanager
+def free_device_locks(devices: Sequence[Device], n: int, log: Callable[[str], None] | None = None,
+                      poll_s: float = 1.0):
+    """Take the host-level locks (as :func:`device_locks`) of the ``n`` lowest-numbered devices of ``devices``
+    that nobody holds, waiting until ``n`` are free at once; yield those devices. For runs that share a host
+    without one scheduler (a worker runs several ``host_trial`` flow runs at once, ``flows.hosts``). Tries each
+    lock without blocking and gives back a partial set before it waits, so two waiters never deadlock.
+
+    Raises:
+        ValueError: ``n`` is more than ``len(devices)`` (the message says how many the host has).
+    """
+    import fcntl
+
+    if n > len(devices):
+        raise ValueError(f"needs {n} devices, this host has {len(devices)} schedulable")
+    d = paths.state_dir() / "locks"
+    d.mkdir(parents=True, exist_ok=True)
+    said = False
+    while True:
+        held: list[tuple[Device, Any]] = []
+        for dev in sorted(devices, key=lambda x: x.index):
+            f = open(d / f"{slot_name(_host_for_locks(), dev)}.lock", "a+")
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held.append((dev, f))
+            except BlockingIOError:
+                f.close()
+            if len(held) == n:
+                break
+        if len(held) == n:
+            break
+        for _, f in held:
+            fcntl.flock(f, fcntl.LOCK_UN)
+            f.close()
+        if log and not said:
+            log(f"waiting for {n} free device(s) of {[x.label for x in devices]}")
+            said = True
+        time.sleep(poll_s)
+    try:
+        yield [dev for dev, _ in held]
+    finally:
+        for _, f in held:
+            try:
+                fcntl.flock(f, fcntl.LOCK_UN)
+            finally:
+                f.close()
+
+
+def _host_for_locks() -> str:
+    """The host part of lock file names: the same names as the sweep's ``device_locks`` (its slot names), so a
+    single-host sweep and a worker's trials on one host exclude each other."""
+    return host_name()
 
 
 # -- the scheduler ---------------------------------------------------------------------------------------

@@ -45,7 +45,6 @@ import dataclasses
 import datetime as dt
 import math
 import re
-import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -72,6 +71,9 @@ from tunelab.flows.devices import (
     Device,
     device_locks,
     devices_from_inventory,
+    device_env,
+    host_devices,
+    host_name,
     ensure_slots,
     gpus_needed,
     prefect_slots_enabled,
@@ -548,7 +550,9 @@ class _SweepTrials:
                                           gpu_indices=tuple(d.index for d in devs if d.kind == "gpu"),
                                           gpu_name=gpu.name if gpu else "cpu",
                                           gpu_baseline_mib=gpu.baseline_mib if gpu else None,
-                                          our_pids=tuple(e["pid"] for e in tracked_servers()), device=" ".join(names))
+                                          our_pids=tuple(e["pid"] for e in tracked_servers()), device=" ".join(names),
+                                          cuda_visible_devices=device_env(devs),
+                                          gpu_uuids=tuple(d.uuid for d in devs if d.kind == "gpu" and d.uuid))
                 logger.info("trial %d/%d: %s [%s] on %s, %s", job.index + 1, len(self.jobs), t.label, t.config_key,
                             t.runtime, "+".join(d.label for d in devs))
                 progress.emit("trial", trial_id=trial_id, trial_index=job.index + 1, trials_total=len(self.jobs),
@@ -658,20 +662,20 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
         logger.warning(msg)
     db_path = Path(db) if db else paths.db_path()
     results_dir = Path(results) if results else paths.results_dir()
-    host = socket.gethostname()
+    host = host_name()
     sweep = _sweep_row(plan, plan_path, host)
     sweep_id = sweep.sweep_id
     left = stop_leftovers(log=logger.info)
     if left:
         logger.warning("stopped %d leftover server(s) of an earlier run", len(left))
     inv = inventory()
-    gpu_devices = devices_from_inventory(inv, gpus)
+    gpu_devices = host_devices(inv, gpus, log=logger.warning)
     if not inv.available:
         logger.info("%s; running on CPU", inv.reason)
     logs_dir = paths.logs_dir() / sweep_id
     logs_dir.mkdir(parents=True, exist_ok=True)
     base_ctx = TrialContext(sweep=sweep, results_dir=str(results_dir), logs_dir=str(logs_dir),
-                            driver_version=inv.driver_version, cuda_version=inv.cuda_version)
+                            driver_version=inv.driver_version, cuda_version=inv.cuda_version, host=host)
     trials = plan.trials()
     jobs = []
     for i, t in enumerate(trials):

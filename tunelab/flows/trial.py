@@ -22,11 +22,12 @@ from prefect.cache_policies import NO_CACHE
 
 from tunelab import progress
 from tunelab import records as R
-from tunelab.tasks import bootlog
+from tunelab.flows.devices import Device, distributed_ports_env
+from tunelab.tasks import bootlog, compile_cache
 from tunelab.bundle import write_bundle
 from tunelab.markdown import shorten
-from tunelab.tasks.engine import BootFailed, EngineServer
-from tunelab.tasks.gpu import GpuSampler, check_clean, host_load_avg
+from tunelab.tasks.engine import BootFailed, EngineServer, group_members
+from tunelab.tasks.gpu import GpuSampler, check_clean, host_load_avg, placement_problem, server_placement
 from tunelab.tasks.measure import measure_server, progress_logger
 from tunelab.plan import Plan, Trial
 from tunelab.runtime import Runtime
@@ -50,14 +51,22 @@ def _redact_env(env: dict[str, str]) -> dict[str, str]:
 SERVER_ENV_DEFAULTS = {"VLLM_SERVER_DEV_MODE": "1"}
 
 
-def trial_server_env(trial: Trial, runtime: Runtime | None = None, gpu_indices: list[int] | None = None) -> dict[str, str]:
-    """Environment variables a trial's server gets on top of the runtime's: :data:`SERVER_ENV_DEFAULTS`, then
-    ``CUDA_VISIBLE_DEVICES`` for a trial on several GPUs (tensor/pipeline/data parallel; the engine sets it for
-    one GPU), then the plan's env (which wins). This is the ``extra`` that ``Runtime.launch_env`` lays over the
-    runtime's process environment when the engine starts the server."""
+def trial_server_env(trial: Trial, runtime: Runtime | None = None, gpu_indices: list[int] | None = None,
+                     cuda_visible: str | None = None) -> dict[str, str]:
+    """Environment variables a trial's server gets on top of the runtime's: :data:`SERVER_ENV_DEFAULTS`, then for
+    a GPU trial ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` with ``CUDA_VISIBLE_DEVICES`` = ``cuda_visible`` (the GPUs'
+    PCI-bus-order ordinals, ``tasks.gpu.cuda_visible_devices``; the NVML indices ``gpu_indices`` when not given)
+    and the port block of its first GPU (``flows.devices.distributed_ports_env``), then the plan's env (which
+    wins). This is the ``extra`` that ``Runtime.launch_env`` lays over the runtime's process environment when the
+    engine starts the server; it replaces a ``CUDA_VISIBLE_DEVICES`` the sweep itself inherited (which the sweep
+    has already applied to the GPUs it schedules)."""
     env = dict(SERVER_ENV_DEFAULTS)
-    if gpu_indices and len(gpu_indices) > 1 and (runtime is None or runtime.device == "cuda"):
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_indices)
+    if gpu_indices and (runtime is None or runtime.device == "cuda"):
+        # Without PCI_BUS_ID, CUDA numbers GPUs fastest-first, and an index would name another GPU than the one
+        # NVML cleaned, samples and records on a host with two GPU models.
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        env["CUDA_VISIBLE_DEVICES"] = cuda_visible or ",".join(str(i) for i in gpu_indices)
+        env.update(distributed_ports_env([Device("gpu", gpu_indices[0])]))
     env.update(trial.env)
     return env
 
@@ -77,6 +86,8 @@ class TrialContext:
         gpu_index: NVML index of the trial's (first) GPU; None on CPU. gpu_indices: all its GPUs.
         gpu_name: the GPU's name, 'cpu' on CPU. gpu_baseline_mib: its used memory at inventory time, MiB.
         our_pids: PIDs of servers tunelab started (not foreign on the GPU). device: the device slots held.
+        cuda_visible_devices: ``CUDA_VISIBLE_DEVICES`` for the server (PCI-bus-order ordinals of its GPUs).
+        gpu_uuids: NVML UUIDs of its GPUs. host: the host the trial runs on (``flows.devices.host_name``).
     """
 
     sweep: R.Sweep
@@ -90,6 +101,9 @@ class TrialContext:
     gpu_baseline_mib: float | None = None
     our_pids: tuple[int, ...] = ()
     device: str | None = None
+    cuda_visible_devices: str | None = None
+    gpu_uuids: tuple[str, ...] = ()
+    host: str | None = None
 
     @classmethod
     def of(cls, ctx: "TrialContext | Mapping[str, Any]") -> "TrialContext":
@@ -103,7 +117,7 @@ class TrialContext:
         values = dict(ctx)
         if not isinstance(values.get("sweep"), R.Sweep):
             values["sweep"] = R.Sweep(**R.to_row(R.Sweep, values["sweep"], full=False))
-        for key in ("gpu_indices", "our_pids"):
+        for key in ("gpu_indices", "our_pids", "gpu_uuids"):
             if values.get(key) is not None:
                 values[key] = tuple(values[key])
             else:
@@ -136,7 +150,9 @@ def trial_row_base(trial: Trial, trial_id: str, sweep_id: str, runtime: Runtime,
         gpu_index=ctx.gpu_index,
         model=trial.model_id,
         engine_args=dict(trial.engine_args),
-        env=_redact_env(trial_server_env(trial, runtime, list(ctx.gpu_indices))),
+        env=_redact_env(trial_server_env(trial, runtime, list(ctx.gpu_indices), ctx.cuda_visible_devices)),
+        host=ctx.host,
+        gpu_uuids=",".join(ctx.gpu_uuids) or None,
         status="failed",
         quality_verdict="unvalidated",
         started_at=_now(),
@@ -159,10 +175,86 @@ def clean_gpu_task(gpu_index: int | None, baseline_mib: float | None, our_pids: 
     }
 
 
-@task(name="boot", cache_policy=NO_CACHE)
-def boot_task(server: EngineServer) -> Any:
+class _Boots:
+    """The boots of one trial: a fresh :class:`EngineServer` per attempt (one object = one server), the compile
+    lock around each (``tasks.compile_cache``), the failure of each attempt.
+
+    ``server`` is the current attempt's server (measured and torn down by the trial); ``attempts`` counts the
+    boots started; ``first_failure`` is 'class: reason' of the first transient failure, the reason of a retry."""
+
+    def __init__(self, make: Any, log_path: Path, runtime_name: str, compile_key: str, log: Any = None):
+        self.make, self.log_path, self.runtime_name, self.compile_key = make, log_path, runtime_name, compile_key
+        self.log = log
+        self.server: EngineServer = make(log_path)
+        self.attempts = 0
+        self.first_failure: str | None = None
+
+    def attempt(self) -> dict[str, Any]:
+        """Boot once more (a new server after the first attempt). Raises BootFailed with ``failure`` set."""
+        if self.attempts:  # a retry: a new server, its own log; the earlier attempt's log stays next to it
+            if self.log_path.exists():
+                self.log_path.rename(self.log_path.with_name(f"{self.log_path.stem}.attempt{self.attempts}.log"))
+            self.server = self.make(self.log_path)
+        self.attempts += 1
+        server = self.server
+        with compile_cache.first_compile(self.runtime_name, self.compile_key, log=self.log):
+            server.start()
+            try:
+                b = server.wait_ready()
+            except BootFailed as e:
+                server.stop()
+                fail = e.classify()
+                if e.kind == "not_ours":  # another program took the port between free_port() and bind
+                    fail = bootlog.BootFailure(failure_class="crash", reason=str(e), retryable=True, transient=True)
+                if fail.failure_class == "compile_cache_corrupt":
+                    text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+                    moved = compile_cache.move_aside(self.runtime_name, self.compile_key,
+                                                     bootlog.corrupt_cache_dir(text))
+                    fail.reason += f" (cache moved aside to {moved})" if moved else ""
+                e.failure = fail  # type: ignore[attr-defined]  # read by _retry_transient and the trial
+                if self.first_failure is None and fail.transient:
+                    self.first_failure = f"{fail.failure_class}: {fail.reason}"[:2000]
+                raise
+            except BaseException:
+                server.stop()
+                raise
+            compile_cache.mark_warm(self.runtime_name, self.compile_key)
+        return {"boot_s": b.boot_s, "health_s": b.health_s, "port": b.port}
+
+
+def _retry_transient(task: Any, task_run: Any, state: Any) -> bool:
+    """Prefect ``retry_condition_fn`` of the boot task: retry only a boot whose failure was transient
+    (``bootlog.BootFailure.transient``: a port in use, a corrupted compile cache, ...). A config that cannot boot
+    (OOM, invalid config) or a timeout is not booted again."""
+    exc = getattr(state, "data", None)
+    if not isinstance(exc, BaseException):
+        try:
+            state.result()
+            return False
+        except BaseException as e:  # noqa: BLE001 - only looked at
+            exc = e
+    fail = getattr(exc, "failure", None) if isinstance(exc, BootFailed) else None
+    return bool(fail is not None and fail.transient)
+
+
+#: Boots of one trial after the first: one more after a transient failure (Prefect task retries).
+BOOT_RETRIES = 1
+
+
+@task(name="boot", cache_policy=NO_CACHE, retries=BOOT_RETRIES, retry_delay_seconds=1,
+      retry_condition_fn=_retry_transient)
+def boot_task(server: "EngineServer | _Boots") -> Any:
     """Start ``vllm serve`` and wait until it really serves. A failed boot (server already stopped) returns a
-    Failed state carrying the ``BootFailed`` (:func:`_failed_task`; the caller raises it with :func:`_task_value`)."""
+    Failed state carrying the ``BootFailed`` (:func:`_failed_task`; the caller raises it with :func:`_task_value`).
+    Given the trial's :class:`_Boots`, each call is its next attempt (a fresh server), and Prefect runs the task
+    once more (``retries``) when the failure was transient (:func:`_retry_transient`)."""
+    if isinstance(server, _Boots):
+        try:
+            return server.attempt()
+        except BootFailed as e:
+            fail = e.failure  # type: ignore[attr-defined]
+            again = " - booting once more" if fail.transient and server.attempts <= BOOT_RETRIES else ""
+            return _failed_task(e, f"boot failed ({fail.failure_class}): {fail.reason}{again}")
     server.start()
     try:
         b = server.wait_ready()
@@ -255,12 +347,12 @@ def _phases_frame(report: Any) -> pd.DataFrame:
 
 
 def _boot_once(trial: Trial, runtime: Runtime, plan: Plan, log_path: Path, trial_id: str, gpu_index,
-               gpu_indices: list[int] | None = None) -> EngineServer:
+               gpu_indices: list[int] | None = None, cuda_visible: str | None = None) -> EngineServer:
     return EngineServer(
         runtime=runtime,
         model=trial.model,
         serve_args=trial.serve_args(),
-        env=trial_server_env(trial, runtime, gpu_indices),
+        env=trial_server_env(trial, runtime, gpu_indices, cuda_visible),
         log_path=log_path,
         boot_timeout_s=plan.boot_timeout_s,
         trial_id=trial_id,
@@ -288,7 +380,10 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: Tr
     row.log_path = str(log_path)
     row.load_avg_1m = host_load_avg()
     gpu_index = ctx.gpu_index
-    server = _boot_once(trial, runtime, plan, log_path, trial_id, gpu_index, list(ctx.gpu_indices))
+    boots = _Boots(lambda lp: _boot_once(trial, runtime, plan, lp, trial_id, gpu_index, list(ctx.gpu_indices),
+                                         ctx.cuda_visible_devices),
+                   log_path, runtime.name, trial.config_key, log=logger.info)
+    server = boots.server
     interrupted: BaseException | None = None
     # The windows measured so far, kept on disk after each one (_keep_windows): a trial killed outright
     # (SIGKILL, power loss) leaves a bundle with status 'incomplete' holding them, which `tunelab load` loads.
@@ -310,10 +405,18 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: Tr
         else:
             try:
                 progress.emit("boot", estimate_s=_TYPICAL_BOOT_S.get(runtime.device))
-                boot = _task_value(boot_task(server))
+                try:
+                    boot = _task_value(boot_task(boots))
+                finally:
+                    server = boots.server  # the attempt that booted (or failed last) is the one torn down
+                    row.boot_attempts = boots.attempts
+                    row.boot_retry_reason = boots.first_failure
                 row.boot_s = boot["boot_s"]
                 row.health_s = boot["health_s"]
                 logger.info("ready in %.1f s on port %s", boot["boot_s"], boot["port"])
+                wrong = _wrong_device(server, runtime, list(ctx.gpu_indices))
+                if wrong:
+                    raise _WrongDevice(wrong)
                 res, gpu = _task_value(measure_task(server, plan, gpu_index, on_window=keep_windows))
                 tables.update(requests=res.requests, measurements=res.measurements,
                               server_metrics=res.server_metrics, gpu_samples=gpu)
@@ -328,18 +431,28 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: Tr
 
                     for g in group_notes([(trial.label, trial.replicate, row.measurement_notes)]):
                         logger.warning("measurement note (%d window(s)): %s", g.windows, g.example)
+            except _WrongDevice as e:
+                row.status = "boot_failed"
+                row.failure_class = "wrong_device"
+                row.failure_reason = str(e)[:2000]
+                row.failure_retryable = True  # the host's device mapping, not the config
+                logger.error("wrong device: %s", e)
             except BootFailed as e:
                 row.boot_s = e.boot_s
                 row.status = "boot_failed"
                 text = log_path.read_text(errors="replace") if log_path.exists() else ""
-                fail = bootlog.classify_boot_failure(text, e.returncode, e.kind == "timeout")
+                fail = getattr(e, "failure", None) or bootlog.classify_boot_failure(text, e.returncode,
+                                                                                    e.kind == "timeout")
+                # A transient or retryable failure says nothing about the config: readers must not call the
+                # config infeasible from it (docs/warehouse.md).
+                row.failure_retryable = bool(fail.retryable or fail.transient)
                 row.failure_class = fail.failure_class if e.kind != "not_ours" else "port_conflict"
                 row.failure_reason = boot_failure_reason(e, fail)
                 logger.warning("boot failed (%s): %s", row.failure_class, row.failure_reason)
                 if plan.eager_diagnosis and fail.failure_class != "invalid_config" \
                         and not trial.engine_args.get("enforce-eager"):
                     row.eager_diagnosis = _eager_diagnosis(trial, runtime, plan, log_path, trial_id, gpu_index,
-                                                             list(ctx.gpu_indices))
+                                                             list(ctx.gpu_indices), ctx.cuda_visible_devices)
             except Exception as e:  # measurement failure: record, keep the sweep going
                 row.status = "failed"
                 row.failure_class = "measurement_error"
@@ -378,16 +491,6 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: Tr
     return bundle
 
 
-def boot_failure_reason(e: BootFailed, fail: Any) -> str:
-    """``trials.failure_reason`` of a failed boot: the launcher's message, then what the server's log says
-    (``fail``: ``bootlog.BootFailure``). Kept whole; the terminal shortens it for display (``cli.short_reason``).
-
-    A port conflict (``e.kind == 'not_ours'``) is the launcher's finding alone (who holds the port): our server's
-    log knows nothing of it, and its classification ("server stopped before ready with no exit status") only
-    contradicted the launcher's message."""
-    return str(e) if e.kind == "not_ours" else f"{e}: {fail.reason}"
-
-
 #: Typical boot seconds per device kind, for the live display's "typically ~N s" (tunelab.plan_cost.TYPICAL).
 def _typical_boot_s() -> dict[str, float]:
     from tunelab.plan_cost import TYPICAL
@@ -415,6 +518,28 @@ def _keep_windows(ctx: TrialContext, row: R.Trial, measured: dict[str, pd.DataFr
         logger.warning("could not keep window %d of %s on disk: %s", n_windows, trial_id, e)
 
 
+def boot_failure_reason(e: BootFailed, fail: Any) -> str:
+    """``trials.failure_reason`` of a failed boot: the launcher's message, then what the server's log says
+    (``fail``: ``bootlog.BootFailure``). Kept whole; the terminal shortens it for display (``cli.short_reason``).
+
+    A port conflict (``e.kind == 'not_ours'``) is the launcher's finding alone (who holds the port): our server's
+    log knows nothing of it, and its classification ("server stopped before ready with no exit status") only
+    contradicted the launcher's message."""
+    return str(e) if e.kind == "not_ours" else f"{e}: {fail.reason}"
+
+
+class _WrongDevice(Exception):
+    """NVML shows the server's processes on other GPUs than the trial was given."""
+
+
+def _wrong_device(server: EngineServer, runtime: Runtime, intended: list[int]) -> str | None:
+    """After boot: where NVML sees the server's process group against the GPUs it was given
+    (``tasks.gpu.placement_problem``); None when right or when NVML cannot tell."""
+    if runtime.device != "cuda" or not intended or server.proc is None:
+        return None
+    return placement_problem(intended, server_placement(group_members(server.proc.pid)))
+
+
 def _server_state(server: Any) -> str:
     """One line on the server after a failed measurement: exited (with its status, or the signal that killed
     it), alive but not answering ``/health`` within 2 s (hung or stopped), or alive and healthy."""
@@ -433,12 +558,13 @@ def _server_state(server: Any) -> str:
 
 
 def _eager_diagnosis(trial: Trial, runtime: Runtime, plan: Plan, log_path: Path, trial_id: str, gpu_index,
-                     gpu_indices: list[int] | None = None) -> str:
+                     gpu_indices: list[int] | None = None, cuda_visible: str | None = None) -> str:
     """The seeds' diagnostic: boot the failed config once more with only --enforce-eager added.
     Eager boots -> the failure is in CUDA graph capture / torch.compile; eager fails too -> memory sizing
     (weights, KV cache, context length, concurrency) or configuration."""
     eager_log = log_path.with_name(log_path.stem + ".eager.log")
-    s = _boot_once(trial.with_eager(), runtime, plan, eager_log, trial_id + "/eager", gpu_index, gpu_indices)
+    s = _boot_once(trial.with_eager(), runtime, plan, eager_log, trial_id + "/eager", gpu_index, gpu_indices,
+                   cuda_visible)
     try:
         with s:
             return f"eager boots ({s.boot.boot_s:.1f} s): graph capture / compile problem"

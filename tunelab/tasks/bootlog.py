@@ -50,6 +50,7 @@ __all__ = [
     "classify_boot_failure",
     "summarize_phases",
     "compile_lines",
+    "corrupt_cache_dir",
 ]
 
 #: Canonical phase names, in boot order. ``boot_phases.phase`` in the warehouse uses these.
@@ -74,6 +75,7 @@ FailureClass = Literal[
     "insufficient_free_memory",
     "invalid_config",
     "timeout",
+    "compile_cache_corrupt",
     "crash",
 ]
 FAILURE_CLASSES: tuple[str, ...] = FailureClass.__args__  # type: ignore[attr-defined]
@@ -115,6 +117,7 @@ class BootFailure(BaseModel):
     reason: str = Field(description="The most telling log line (root-cause exception or error), or a sentence built from exit status/timeout.")
     retryable: bool = Field(description="True when booting the same config again can succeed (unclean GPU, timeout, signal); False when the config itself cannot boot here.")
     phase_reached: str | None = Field(default=None, description="Last boot phase the log shows before the failure (PHASES name), None if none.")
+    transient: bool = Field(default=False, description="True when the failure came from the moment, not the config or the host: a port in use (EADDRINUSE), a refused connection, an NCCL set-up error, a compile cache corrupted by a concurrent boot. The trial retries such a boot once (flows.trial); a transient failure never says the config cannot boot.")
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -576,7 +579,18 @@ _RE_CONFIG_ERR = re.compile(
 _RE_WRAPPER = re.compile(r"Engine core initialization failed|WorkerProc initialization failed|EngineCore failed to start|EngineDeadError|Process EngineCore")
 _RE_FAILED_PROCS = re.compile(r"Failed core proc\(s\): \{(?P<procs>[^}]*)\}")
 _RE_SEGV = re.compile(r"Fatal Python error: (?P<what>.+)|Segmentation fault|core dumped")
-_RE_TRANSIENT = re.compile(r"Address already in use|NCCL error|Connection refused|Too many open files|Resource temporarily unavailable")
+# Case-insensitive: the same errno prints as "Address already in use" (OSError), "address already in use"
+# (torch's TCPStore / c10d) and "EADDRINUSE" (libuv, NCCL).
+_RE_TRANSIENT = re.compile(r"Address already in use|EADDRINUSE|\[Errno 98\]|NCCL error|Connection refused|ECONNREFUSED"
+                           r"|Too many open files|Resource temporarily unavailable", re.IGNORECASE)
+# A compile cache left corrupted by a concurrent or failed compile (vllm-project/vllm#31199: UnpicklingError when
+# several servers compile one model at once; vllm-project/vllm#18956: "a previous compilation failed, leading to a
+# corrupted compilation artifact"; pytorch/pytorch#172144: "pickle data was truncated" while another process writes).
+_RE_CACHE_CORRUPT = re.compile(r"corrupted compilation artifact|failed to get the hash of the compiled graph", re.IGNORECASE)
+_RE_CACHE_READ_ERR = re.compile(r"UnpicklingError|pickle data was truncated|EOFError: Ran out of input"
+                                r"|PytorchStreamReader failed|invalid load key|bad marshal data|marshal data too short")
+_RE_CACHE_FRAME = re.compile(r"vllm/compilation/|torch/_inductor/|torch/_dynamo/|torch_compile_cache|aot_compile|codecache")
+_RE_CACHE_DIR = re.compile(r"(?P<dir>/\S*?/torch_compile_cache/[0-9a-f]{6,})")
 # traceback frames that place an OOM in a phase, whatever the log's last marker says
 _FRAME_HINTS: list[tuple[re.Pattern[str], FailureClass]] = [
     (re.compile(r"capture_model|_capture_cudagraphs|capture_graph|cuda_graph|cudagraph"), "oom_graph_capture"),
@@ -649,9 +663,13 @@ def classify_boot_failure(
           no "Model loading took" line before it).
         - ``timeout`` (True): ``timed_out`` and none of the above in the log. The reason names the last phase the
           log reached.
+        - ``compile_cache_corrupt`` (True, transient): vLLM's "corrupted compilation artifact" / "failed to get
+          the hash of the compiled graph", or an unpickling / truncated-read error raised in compilation or
+          cache code: the cache, not the config; move it aside (:func:`corrupt_cache_dir`) and boot again.
         - ``crash`` (anything else): retryable when there is no Python exception (signal, segfault, killed,
           exit without a message) or the error is transient (port in use, NCCL, connection refused);
-          not retryable when a Python exception explains it (it would happen again).
+          not retryable when a Python exception explains it (it would happen again). ``transient`` when the
+          error is one of the moment (port in use, EADDRINUSE, NCCL, connection refused; case-insensitive).
 
     Raises:
         TypeError: if ``log_text`` is not a str.
@@ -671,13 +689,18 @@ def classify_boot_failure(
             return BootFailure(failure_class="timeout", reason=f"timed out after the server was ready: {reason}",
                                retryable=True, phase_reached=phase_at(None))
         return BootFailure(failure_class="crash", reason=f"server died after it was ready: {reason}",
-                           retryable=root is None or bool(_RE_TRANSIENT.search(reason)), phase_reached=phase_at(None))
+                           retryable=root is None or bool(_RE_TRANSIENT.search(reason)),
+                           transient=bool(_RE_TRANSIENT.search(reason)), phase_reached=phase_at(None))
 
     found = _definitive(lines, root, phase_at)
     if found is not None:
         if timed_out:  # the log says why; the server then hung instead of exiting
             found.reason += " (the boot also hit its timeout)"
         return found
+
+    if corrupt := _cache_corruption(lines):
+        return BootFailure(failure_class="compile_cache_corrupt", reason=corrupt.msg.strip(), retryable=True,
+                           transient=True, phase_reached=phase_at(corrupt))
 
     if timed_out:
         phase = phase_at(None)
@@ -696,8 +719,12 @@ def classify_boot_failure(
         return BootFailure(failure_class="crash", reason=reason, retryable=True, phase_reached=phase_at(seg))
     if root is not None and not _RE_WRAPPER.search(root.msg):
         text = _exc_text(root)
-        return BootFailure(failure_class="crash", reason=text, retryable=bool(_RE_TRANSIENT.search(text)),
+        transient = bool(_RE_TRANSIENT.search(text))
+        return BootFailure(failure_class="crash", reason=text, retryable=transient, transient=transient,
                            phase_reached=phase_at(root))
+    if hit := _first(lines, _RE_TRANSIENT):  # e.g. torch's c10d logs EADDRINUSE as a warning before a wrapper error
+        return BootFailure(failure_class="crash", reason=hit.msg.strip(), retryable=True, transient=True,
+                           phase_reached=phase_at(hit))
     reason = _exit_sentence(returncode)
     if procs:
         reason += f"; engine processes: {procs}"
@@ -726,6 +753,26 @@ def _definitive(lines: list[_Line], root: _Line | None, phase_at: Any) -> BootFa
     if root is not None and _is_config_error(lines, root):
         return BootFailure(failure_class="invalid_config", reason=_exc_text(root), retryable=False, phase_reached=phase_at(root))
     return None
+
+
+def _cache_corruption(lines: list[_Line]) -> _Line | None:
+    """The line that shows a corrupted compile cache: vLLM's own message, or a read error of a pickled / zipped
+    artefact whose traceback (the 60 lines before it) runs through compilation or cache code."""
+    if ln := _first(lines, _RE_CACHE_CORRUPT):
+        return ln
+    for ln in lines:
+        if _RE_CACHE_READ_ERR.search(ln.msg) and not ln.msg.startswith((" ", "\t")):
+            window = lines[max(0, ln.index - 60): ln.index + 1]
+            if any(_RE_CACHE_FRAME.search(w.msg) for w in window):
+                return ln
+    return None
+
+
+def corrupt_cache_dir(log_text: str) -> str | None:
+    """The ``.../torch_compile_cache/<hash>`` folder a failed boot's log names (the first one), or None. The folder
+    a ``compile_cache_corrupt`` failure should move aside; None means: move the runtime's whole compile cache."""
+    m = _RE_CACHE_DIR.search(log_text)
+    return m.group("dir") if m else None
 
 
 def _exit_sentence(returncode: int | None) -> str:

@@ -333,7 +333,8 @@ class EngineServer:
         trial_id: recorded in the state file for leftover hunting.
         grace_s: SIGTERM -> SIGKILL grace period in seconds.
         kill_wait_s: how long to wait after SIGKILL for the group to go, and then for the port, seconds.
-        gpu_index: the GPU the server uses (``CUDA_VISIBLE_DEVICES``); with a ``cuda`` runtime teardown waits
+        gpu_index: the GPU the server uses (NVML index; ``CUDA_VISIBLE_DEVICES`` with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``
+            unless the env sets them); with a ``cuda`` runtime teardown waits
             for its memory to be back at ``gpu_baseline_mib`` + ``gpu_tolerance_mib``.
         gpu_baseline_mib: GPU memory used with no server, MiB; None = read by NVML just before Popen.
         gpu_tolerance_mib: accepted excess over the baseline, MiB.
@@ -431,6 +432,9 @@ class EngineServer:
             "SPT_NOENV": "1",
         }
         if self.gpu_index is not None and self.runtime.device == "cuda":
+            # The trial passes PCI-bus-order ordinals (flows.trial.trial_server_env); alone, the NVML index is
+            # right only under PCI_BUS_ID order (CUDA's default is fastest-first).
+            extra.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
             extra.setdefault("CUDA_VISIBLE_DEVICES", str(self.gpu_index))
             if self.gpu_baseline_mib is None:
                 self.gpu_baseline_mib = _gpu_memory_used_mib(self.gpu_index, self.nvml)
