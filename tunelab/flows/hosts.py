@@ -1,0 +1,225 @@
+"""A sweep whose trials run on several GPU hosts: one Prefect server, one process work pool, one worker per host.
+
+    coordinator (any host; flow ``multi_host_sweep``)
+      -> one flow run of deployment ``host-trial/host-trial`` per trial, in plan order, into the work pool
+    every GPU host: ``prefect worker start --pool tunelab-gpu --type process --limit <its GPUs>``
+      -> runs ``host_trial``: takes a free local device (host file lock + Prefect slot ``tunelab-<host>-gpu<i>``),
+         runs the ``trial`` flow on it (clean GPU, boot, measure, teardown, bundle in its own tunelab home),
+         validates the bundle and copies it into the results store
+    coordinator, when every trial run is final:
+      -> ``load_pending(db, store)``: the one loader, the single writer of the DuckDB file
+
+Why this shape. Workers pull work, so a host takes a trial only when it has a free device (its ``--limit`` is
+its GPU count); trials of one sweep thus spread over the hosts in plan order, and a host that is lost only
+loses its running trials. Bundles are the interface: each host writes complete bundles (``tunelab.bundle``,
+atomic) in its own home, then copies them into the store under a temporary name and renames them there, so
+the loader never reads half a bundle. The store is a folder every host can write (NFS, a mounted bucket);
+docs/multi_host.md gives the deployment, the ports and the alternatives. Only the coordinator opens the
+warehouse: DuckDB allows one writer process.
+
+Hosts are named by :func:`tunelab.flows.devices.host_name` (``TUNELAB_HOST`` or the host name): in slot names, in
+``trials.host`` and in the results.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger
+
+from tunelab import paths, records
+from tunelab.flows.devices import (
+    SLOT_LEASE_S,
+    Device,
+    free_device_locks,
+    gpus_needed,
+    host_devices,
+    host_name,
+    device_env,
+    ensure_slots,
+    prefect_slots_enabled,
+    slot_name,
+)
+from tunelab.flows.sweep import _sweep_row, preflight, validate_task
+from tunelab.flows.trial import TrialContext, run_trial
+from tunelab.plan import load_plan
+from tunelab.slot_holders import hold_slots
+from tunelab.tasks.gpu import inventory
+from tunelab.warehouse.loader import load_pending
+
+__all__ = ["HOST_DEPLOYMENT", "MultiHostSummary", "host_trial", "multi_host_sweep", "ship_bundle"]
+
+#: ``<flow name>/<deployment name>`` of the per-host trial flow (docs/multi_host.md deploys it).
+HOST_DEPLOYMENT = "host-trial/host-trial"
+
+
+def ship_bundle(bundle: Path, results_dir: Path, store: Path) -> Path:
+    """Copy a bundle folder into the results store at the same relative path (``<sweep_id>/<trial folder>``):
+    copied under a temporary name in the target folder, then renamed, so that a reader of the store sees the
+    bundle whole or not at all. A bundle already there (a re-run of the trial) is replaced.
+
+    Returns the bundle's path in the store.
+
+    Raises:
+        ValueError: ``bundle`` is not inside ``results_dir``.
+    """
+    bundle, results_dir, store = Path(bundle), Path(results_dir), Path(store)
+    try:
+        rel = bundle.resolve().relative_to(results_dir.resolve())
+    except ValueError:
+        raise ValueError(f"bundle {bundle} is not inside the results folder {results_dir}") from None
+    dest = store / rel
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    shutil.copytree(bundle, tmp, dirs_exist_ok=True)
+    if dest.exists():
+        shutil.rmtree(dest)
+    tmp.rename(dest)
+    return dest
+
+
+@flow(name="host-trial", flow_run_name="{trial_id}", log_prints=True, validate_parameters=False)
+def host_trial(plan_yaml: str, sweep: dict[str, Any], trial_index: int, trial_id: str, store: str) -> dict[str, Any]:
+    """One trial of a multi-host sweep, on the host whose worker picked this run.
+
+    Args:
+        plan_yaml: the plan's text (plans travel as text: hosts share no files but the store).
+        sweep: the sweep's ``sweeps`` record (``records.Sweep`` fields) made by the coordinator.
+        trial_index: the trial's position in ``plan.trials()``. trial_id: its id (``records.trial_id``).
+        store: the results store folder, the same for every host.
+
+    Returns ``{"trial_id", "host", "device", "status", "bundle"}`` (``bundle``: its path in the store).
+
+    Raises:
+        PlanError: the plan does not hold on this host (runtime or model missing).
+    """
+    logger = get_run_logger()
+    host = host_name()
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        f.write(plan_yaml)
+    plan = load_plan(f.name)
+    Path(f.name).unlink(missing_ok=True)
+    runtimes = preflight(plan)
+    trial = plan.trials()[trial_index]
+    runtime = runtimes[trial.runtime]
+    inv = inventory()
+    on_gpu = runtime.device == "cuda"
+    pool = host_devices(inv, log=logger.warning) if on_gpu else [Device("cpu", 0)]
+    need = gpus_needed(trial) if on_gpu else 1
+    sweep_rec = records.Sweep(**records.to_row(records.Sweep, sweep, full=False))
+    results_dir = paths.results_dir()
+    logs_dir = paths.logs_dir() / sweep_rec.sweep_id
+    logs_dir.mkdir(parents=True, exist_ok=True)
+    with free_device_locks(pool, need, log=logger.info) as devs:
+        names = [slot_name(host, d) for d in devs]
+        if prefect_slots_enabled():
+            ensure_slots(names)  # idempotent; a host's slots exist once its first trial ran
+        slots = hold_slots(names, lease_duration_s=SLOT_LEASE_S, sweep_id=sweep_rec.sweep_id, log=logger.info) \
+            if prefect_slots_enabled() else _null()
+        with slots:
+            gpu = devs[0] if devs[0].kind == "gpu" else None
+            ctx = TrialContext(sweep=sweep_rec, results_dir=str(results_dir), logs_dir=str(logs_dir),
+                               driver_version=inv.driver_version, cuda_version=inv.cuda_version,
+                               gpu_index=gpu.index if gpu else None,
+                               gpu_indices=tuple(d.index for d in devs if d.kind == "gpu"),
+                               gpu_name=gpu.name if gpu else "cpu", gpu_baseline_mib=gpu.baseline_mib if gpu else None,
+                               device=" ".join(names), cuda_visible_devices=device_env(devs),
+                               gpu_uuids=tuple(d.uuid for d in devs if d.uuid), host=host)
+            logger.info("%s on %s: %s", trial_id, host, "+".join(d.label for d in devs))
+            bundle = Path(run_trial(trial, trial_id, plan, runtime, ctx))
+    verdict = validate_task(bundle, plan)
+    dest = ship_bundle(bundle, results_dir, Path(store))
+    from tunelab.bundle import read_bundle
+
+    status = str(read_bundle(dest, verify=False)["trial"]["status"].iloc[0])
+    logger.info("%s: %s (%s), bundle shipped to %s", trial_id, status, verdict, dest)
+    return {"trial_id": trial_id, "host": host, "device": " ".join(names), "status": status, "bundle": str(dest)}
+
+
+class _null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+@dataclass
+class MultiHostSummary:
+    """What :func:`multi_host_sweep` returns: ``sweep_id``; ``runs``: per trial in plan order ``trial_id``,
+    ``flow_run_id``, ``state`` (the Prefect state name of its host run); ``loaded``: bundles the loader loaded;
+    ``db`` and ``store`` paths."""
+
+    sweep_id: str
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    loaded: int = 0
+    db: str = ""
+    store: str = ""
+
+
+_FINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
+
+
+@flow(name="multi-host-sweep", log_prints=True, validate_parameters=False)
+def multi_host_sweep(plan_path: str, store: str | None = None, db: str | None = None,
+                     deployment: str = HOST_DEPLOYMENT, timeout_s: float = 24 * 3600,
+                     poll_s: float = 2.0) -> MultiHostSummary:
+    """Run a plan's trials on the hosts of a work pool and load every bundle into one warehouse.
+
+    Needs a Prefect server (``PREFECT_API_URL``) with ``deployment`` served by the pool's workers. The
+    coordinator needs neither a GPU nor the runtimes; it reads the plan, submits one ``host_trial`` run per
+    trial in plan order, waits until every run is final (at most ``timeout_s`` seconds), then loads the store.
+
+    Args:
+        store: the results store (default: this host's results folder, ``paths.results_dir``).
+        db: the warehouse file (default ``paths.db_path``).
+
+    Raises:
+        PlanError: a bad plan. TimeoutError: runs not final after ``timeout_s`` (their bundles stay in the
+        store for ``tunelab load``).
+    """
+    from prefect.client.orchestration import get_client
+    from prefect.deployments import run_deployment
+
+    logger = get_run_logger()
+    plan = load_plan(plan_path)
+    store_p = Path(store) if store else paths.results_dir()
+    db_p = Path(db) if db else paths.db_path()
+    sweep = _sweep_row(plan, plan_path, host_name())
+    plan_yaml = Path(plan_path).read_text()
+    sweep_d = records.to_row(records.Sweep, sweep, full=False)
+    out = MultiHostSummary(sweep.sweep_id, db=str(db_p), store=str(store_p))
+    for i, t in enumerate(plan.trials()):
+        tid = records.trial_id(sweep.sweep_id, t.config_key, t.runtime, t.replicate)
+        fr = run_deployment(deployment, parameters={"plan_yaml": plan_yaml, "sweep": sweep_d, "trial_index": i,
+                                                    "trial_id": tid, "store": str(store_p)},
+                            timeout=0, as_subflow=False)
+        out.runs.append({"trial_id": tid, "flow_run_id": str(fr.id), "state": None})
+    logger.info("sweep %s: %d trial run(s) submitted to %s", sweep.sweep_id, len(out.runs), deployment)
+    t_end = time.monotonic() + timeout_s
+    with get_client(sync_client=True) as client:
+        while True:
+            for r in out.runs:
+                if r["state"] not in _FINAL:
+                    st = client.read_flow_run(r["flow_run_id"]).state
+                    r["state"] = st.type.value if st else None
+            if all(r["state"] in _FINAL for r in out.runs):
+                break
+            if time.monotonic() > t_end:
+                raise TimeoutError(f"sweep {sweep.sweep_id}: runs not final after {timeout_s:g} s: "
+                                   f"{[r['trial_id'] for r in out.runs if r['state'] not in _FINAL]}")
+            time.sleep(poll_s)
+    sweep.finished_at = dt.datetime.now(dt.timezone.utc)
+    res = load_pending(db_p, store_p)
+    out.loaded = len([r for r in res if r.status == "loaded"])
+    for r in res:
+        if r.status == "failed":
+            logger.error("bundle %s not loaded: %s", r.bundle_dir, r.error)
+    logger.info("sweep %s: %d bundle(s) loaded into %s", sweep.sweep_id, out.loaded, db_p)
+    return out
