@@ -290,7 +290,7 @@ def test_sweep_on_two_fake_gpus(prefect_server, fake_host, tmp_path):
         for n in host_slots:
             lim = c.read_global_concurrency_limit_by_name(n)
             assert lim.limit == 1 and lim.active_slots == 0
-        parent = c.read_flow_runs(flow_run_filter=FlowRunFilter(name={"any_": ["sweep " + str(plan)]}))
+        parent = c.read_flow_runs(flow_run_filter=FlowRunFilter(name={"any_": ["sweep fake-two-gpus"]}))  # the plan's name
         assert parent
         kids = c.read_flow_runs(flow_run_filter=FlowRunFilter(
             parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[parent[0].id])))
@@ -697,13 +697,13 @@ def test_cancel_from_the_api_while_measuring(prefect_server, cpu_runtime, tiny_m
     p = subprocess.Popen([sys.executable, "-m", "tunelab.cli", "run", str(plan)], cwd=REPO, env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        seen = _cancel_when_measuring(p, _run_filter(f"sweep {plan}"))
+        seen = _cancel_when_measuring(p, _run_filter(f"sweep {plan.stem}"))
         rest = p.communicate(timeout=180)[0]
     finally:
         if p.poll() is None:
             p.kill()
     assert p.returncode == 143, seen[-2000:] + rest[-3000:]
-    run, kids = _final_states(_run_filter(f"sweep {plan}"))
+    run, kids = _final_states(_run_filter(f"sweep {plan.stem}"))
     assert run.state.is_cancelled(), (run.state, rest[-3000:])
     assert len(kids) == 1 and kids[0].state.is_cancelled(), [k.state for k in kids]
     _assert_cancelled_trial(res, db)
@@ -758,6 +758,6 @@ def test_bare_sigterm_while_measuring_tears_down(prefect_server, cpu_runtime, ti
         assert time.monotonic() - t0 < 600, "no measurement started"
     rest = p.communicate(timeout=180)[0]
     assert p.returncode != 0, "".join(seen)[-2000:] + rest[-2000:]
-    run, _ = _final_states(_run_filter(f"sweep {plan}"))
+    run, _ = _final_states(_run_filter(f"sweep {plan.stem}"))
     assert run.state.is_crashed(), run.state
     _assert_cancelled_trial(res, db)

@@ -214,3 +214,97 @@ def test_failed_trial_is_a_failed_run_with_tags_its_artifact_and_a_completed_swe
     first_bad = next(m for lg, m in zip(logs, msgs) if lg.level >= 30)
     assert first_bad.startswith("boot failed (invalid_config): ") and "max_model_len" in first_bad, msgs
     assert not any("Traceback" in m for m in msgs), [m for m in msgs if "Traceback" in m][0][:2000]
+
+
+# -- a comparison that confirms a regression ---------------------------------------------------------------------
+def _regressing_warehouse(path: Path, results: Path) -> None:
+    """Synthetic boots over three vLLM versions: ``cfgseries`` is 20 % slower from 0.9.2 on (two violations in a
+    row along versions: a confirmed series regression), ``cfgab`` 30 % slower in 0.10.0 only (an A/B 'worse'
+    of latest vs previous), ``cfgsame`` unchanged."""
+    import numpy as np
+
+    from tunelab.bundle import write_bundle
+    from tunelab.warehouse.loader import load_pending
+    from tunelab.warehouse.synthetic import synthetic_trial
+
+    rng = np.random.default_rng(11)
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    effects = {"cfgseries": (0.0, -0.2, -0.2), "cfgab": (0.0, 0.0, -0.3), "cfgsame": (0.0, 0.0, 0.0)}
+    for vi, version in enumerate(["0.9.0", "0.9.2", "0.10.0"]):
+        for key, eff in effects.items():
+            for rep in range(3):
+                s = synthetic_trial(sweep_id=f"s{vi}", config_key=key, replicate=rep, vllm_version=version,
+                                    runtime_name=f"rt-{version}", effect_rel=eff[vi], boot_sd_rel=0.01,
+                                    repeat_sd_rel=0.01, started_at=t0 + dt.timedelta(days=vi), rng=rng)
+                write_bundle(results, s.sweep, s.trial, s.tables)
+    load_pending(path, results)
+
+
+def test_confirmed_regression_emits_an_event_ends_in_its_state_and_calls_the_webhook(prefect_server, tmp_path):
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter
+
+    from tunelab.flows.compare import REGRESSION_EVENT, compare, regression_webhook
+
+    received: list[dict] = []
+
+    class Hook(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - http.server's name
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            received.append(json.loads(body))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+
+    httpd = HTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        # the documented set-up (docs/prefect.md): a webhook block and an automation on the event
+        block_id, auto = regression_webhook(f"http://127.0.0.1:{httpd.server_port}/hook")
+        assert auto.trigger.expect == {REGRESSION_EVENT} and auto.actions[0].block_document_id == block_id
+        db = tmp_path / "wh.duckdb"
+        _regressing_warehouse(db, tmp_path / "results")
+        out = compare({"vllm_version": "previous"}, {"vllm_version": "latest"}, db=str(db),
+                      artifact_key="ab-regression-test")
+        kinds = {(c["kind"], c["config_key"]) for c in out["confirmed"]}
+        assert ("series", "cfgseries") in kinds and ("ab_worse", "cfgab") in kinds
+        assert not any(c["config_key"] == "cfgsame" for c in out["confirmed"])
+        with get_client(sync_client=True) as c:
+            run = c.read_flow_runs(flow_run_filter=FlowRunFilter(name={"any_": ["compare output_tokens_per_s"]}))[0]
+        assert run.state.type.value == "COMPLETED" and run.state.name == "Regression"
+        assert run.state.message.startswith("tunelab: 2 confirmed regression(s) of output_tokens_per_s")
+        # the event, read back from the server's event store, names the flow run
+        events: list = []
+        for _ in range(60):
+            r = httpx.post(prefect_server + "/events/filter",
+                           json={"filter": {"event": {"name": [REGRESSION_EVENT]}}, "limit": 10}, timeout=10)
+            events = r.json()["events"]
+            if events:
+                break
+            time.sleep(0.5)
+        assert len(events) == 1, events
+        ev = events[0]
+        assert ev["resource"]["prefect.resource.id"] == "tunelab.metric.output_tokens_per_s"
+        assert ev["payload"]["candidate"] == {"vllm_version": "0.10.0"} and len(ev["payload"]["confirmed"]) == 2
+        assert any(rr["prefect.resource.id"] == f"prefect.flow-run.{run.id}" for rr in ev["related"])
+        # the automation calls the webhook with the summary
+        for _ in range(120):
+            if received:
+                break
+            time.sleep(0.5)
+        assert received, "the webhook was not called within 60 s"
+        assert received[0]["text"] == run.state.message or received[0]["text"].startswith("tunelab: 2 confirmed")
+        assert received[0]["flow_run"] == str(run.id) and len(received[0]["confirmed"]) == 2
+        # a comparison without a confirmed regression emits nothing and ends Completed
+        out2 = compare({"config_key": "cfgsame", "vllm_version": "0.9.0"},
+                       {"config_key": "cfgsame", "vllm_version": "0.9.2"}, db=str(db), with_regressions=False,
+                       artifact_key="ab-no-regression-test")
+        assert out2["confirmed"] == []
+    finally:
+        httpd.shutdown()

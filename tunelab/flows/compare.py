@@ -25,6 +25,7 @@ Short selector names for the CLI: ``runtime`` -> ``runtime_name``, ``version`` -
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 from prefect import flow, get_run_logger
@@ -35,7 +36,17 @@ from tunelab.warehouse.compare import regressions
 # The selector functions live with the warehouse queries; re-exported here, where the CLI and users find them.
 from tunelab.warehouse.selection import SELECTOR_ALIASES, compare_frames, parse_selector, resolve_selector
 
-__all__ = ["SELECTOR_ALIASES", "compare", "compare_frames", "parse_selector", "resolve_selector"]
+__all__ = ["REGRESSION_EVENT", "REGRESSION_STATE", "SELECTOR_ALIASES", "compare", "compare_frames", "confirmed_regressions",
+           "parse_selector", "regression_webhook", "resolve_selector"]
+
+#: The Prefect event a comparison emits when it confirms a regression; attach an automation to it
+#: (docs/prefect.md: "Notify on a regression"). Resource ``tunelab.metric.<metric>``; payload: ``metric``,
+#: ``summary`` (one line), ``baseline``/``candidate`` (resolved selectors), ``confirmed`` (see
+#: :func:`confirmed_regressions`). Prefect adds the flow run, flow, deployment and tags as related resources.
+REGRESSION_EVENT = "tunelab.regression.confirmed"
+#: Name of the final state (type COMPLETED: the comparison did its job) of a compare run that confirmed a
+#: regression; Prefect emits ``prefect.flow-run.Regression`` for it, and the run list shows the name.
+REGRESSION_STATE = "Regression"
 
 
 @flow(name="compare", flow_run_name="compare {metric}", log_prints=True)
@@ -59,7 +70,10 @@ def compare(baseline: dict, candidate: dict, metric: str = "output_tokens_per_s"
     Returns:
         dict with ``rows`` (records of the comparison), ``verdicts`` ({verdict: count}), ``regressions``
         (records flagged regression/violation_unconfirmed), ``markdown``, ``baseline``/``candidate`` (resolved),
-        ``mixed_keys`` (side -> config keys pooled on that side; empty unless ``mixed_keys`` let them mix).
+        ``mixed_keys`` (side -> config keys pooled on that side; empty unless ``mixed_keys`` let them mix),
+        ``confirmed`` (:func:`confirmed_regressions`). When ``confirmed`` is not empty the run emits the Prefect
+        event :data:`REGRESSION_EVENT` and ends in the state :data:`REGRESSION_STATE` (type COMPLETED, the
+        summary as its message; calling the flow still returns this dict).
 
     Raises:
         ValueError: bad selector or metric, or no warehouse at ``db``.
@@ -97,7 +111,102 @@ def compare(baseline: dict, candidate: dict, metric: str = "output_tokens_per_s"
     except Exception as e:  # a view; the result is returned anyway
         logger.warning("could not create the artifact: %s", e)
     flagged = reg[reg["status"].isin(["regression", "violation_unconfirmed"])] if len(reg) else reg
-    return {"rows": df.astype(object).where(df.notna(), None).to_dict("records"), "verdicts": verdicts,
-            "regressions": flagged.astype(str).to_dict("records") if len(flagged) else [],
-            "markdown": md, "baseline": df.attrs["baseline"], "candidate": df.attrs["candidate"],
-            "mixed_keys": df.attrs.get("mixed_keys", {})}
+    out = {"rows": df.astype(object).where(df.notna(), None).to_dict("records"), "verdicts": verdicts,
+           "regressions": flagged.astype(str).to_dict("records") if len(flagged) else [],
+           "markdown": md, "baseline": df.attrs["baseline"], "candidate": df.attrs["candidate"],
+           "mixed_keys": df.attrs.get("mixed_keys", {})}
+    confirmed = confirmed_regressions(df, reg, df.attrs["candidate"].get("vllm_version"))
+    out["confirmed"] = confirmed
+    if not confirmed:
+        return out
+    summary = (f"tunelab: {len(confirmed)} confirmed regression(s) of {metric} "
+               f"({_sel_text(df.attrs['candidate'])} vs {_sel_text(df.attrs['baseline'])}): "
+               + "; ".join(c["what"] for c in confirmed[:3]) + (" ..." if len(confirmed) > 3 else ""))
+    logger.warning("%s", summary)
+    from prefect.events import emit_event
+    from prefect.states import Completed
+
+    emit_event(event=REGRESSION_EVENT,
+               resource={"prefect.resource.id": f"tunelab.metric.{metric}", "prefect.resource.name": metric},
+               payload={"metric": metric, "summary": summary, "baseline": df.attrs["baseline"],
+                        "candidate": df.attrs["candidate"], "confirmed": confirmed[:50]})
+    # A state of its own (type COMPLETED: the flow did its job) that the run list shows and automations match.
+    return Completed(name=REGRESSION_STATE, message=summary[:500], data=out)
+
+
+def _sel_text(sel: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sel.items())
+
+
+def confirmed_regressions(ab: pd.DataFrame, reg: pd.DataFrame, versions: str | list[str] | None = None) -> list[dict]:
+    """What a comparison confirms as a regression, as JSON-ready dicts with a one-line ``what``:
+
+    - ``kind='ab_worse'``: an A/B row whose verdict is ``worse`` (the candidate is worse and the boot-level
+      confidence interval of the change excludes 0: ``warehouse.compare.compare``); keys ``config_key``,
+      ``workload``, ``load``, ``rel_diff``, ``ci`` ([low, high], relative);
+    - ``kind='series'``: a point of ``warehouse.compare.regressions`` with status ``regression`` (``consecutive``
+      violations along vLLM versions, the PyTorch HUD rule); ``violation_unconfirmed`` points are not
+      confirmed and not listed. With ``versions`` (the candidate's resolved ``vllm_version``) only points of
+      those releases: the weekly ``previous`` vs ``latest`` run reports what the latest release broke, not every
+      regression of the history again. Keys ``config_key``, ``gpu``, ``workload``, ``load``, ``version``,
+      ``baseline_version``, ``rel_change``.
+    """
+    from tunelab.load_profiles import load_label
+
+    out: list[dict] = []
+    for r in (ab[ab["verdict"] == "worse"].itertuples(index=False) if len(ab) else []):
+        key = str(getattr(r, "config_key", "") or "")
+        load = load_label(r.load_kind, r.load_value)
+        out.append({"kind": "ab_worse", "config_key": key, "workload": str(r.workload), "load": load,
+                    "rel_diff": float(r.rel_diff), "ci": [float(r.rel_ci_low), float(r.rel_ci_high)],
+                    "what": f"{key or 'pooled'} {r.workload} {load}: {r.rel_diff * 100:+.1f}% "
+                            f"[{r.rel_ci_low * 100:+.1f}%, {r.rel_ci_high * 100:+.1f}%]"})
+    wanted = [versions] if isinstance(versions, str) else list(versions or [])
+    for r in (reg[reg["status"] == "regression"].itertuples(index=False) if len(reg) else []):
+        if wanted and not any(v == str(r.point) or v.startswith(f"{r.point}+") or str(r.point).startswith(f"{v}+")
+                              for v in wanted):
+            continue
+        load = load_label(r.load_kind, r.load_value)
+        change = None if pd.isna(r.rel_change) else float(r.rel_change)
+        out.append({"kind": "series", "config_key": str(r.config_key), "gpu": str(r.gpu_name),
+                    "workload": str(r.workload), "load": load, "version": str(r.point),
+                    "baseline_version": str(r.baseline_point), "rel_change": change,
+                    "what": f"{r.config_key} {r.workload} {load} at {r.point}: "
+                            f"{'?' if change is None else format(change * 100, '+.1f')}% vs {r.baseline_point}"})
+    return out
+
+
+def regression_webhook(url: str, block_name: str = "tunelab-regressions",
+                       automation_name: str = "tunelab: regression confirmed") -> tuple[Any, Any]:
+    """Call ``url`` (HTTP POST, JSON) whenever a comparison emits :data:`REGRESSION_EVENT`: saves a Prefect
+    ``Webhook`` block ``block_name`` (overwritten if it exists) and creates the automation ``automation_name``
+    (an existing one of that name is deleted first), on the server of ``PREFECT_API_URL``.
+
+    The webhook's body is ``{"text": <summary>, "metric": ..., "flow_run": <flow run id>, "confirmed": [...]}``
+    (Prefect's Jinja template over the event); ``text`` is what Slack and Mattermost incoming webhooks show.
+
+    Returns:
+        (block document id, the created ``prefect.automations.Automation``).
+
+    Raises:
+        ValueError: ``url`` is not an http(s) URL.
+    """
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"url {url!r}: give the webhook's http(s) URL, e.g. https://hooks.slack.com/services/...")
+    from prefect.automations import Automation
+    from prefect.blocks.webhook import Webhook
+    from prefect.events.actions import CallWebhook
+    from prefect.events.schemas.automations import EventTrigger, Posture
+
+    block_id = Webhook(method="POST", url=url).save(block_name, overwrite=True)
+    try:
+        Automation.read(name=automation_name).delete()
+    except ValueError:  # Automation.read raises ValueError when none has that name
+        pass
+    payload = ('{"text": {{ event.payload.summary | tojson }}, "metric": {{ event.payload.metric | tojson }}, '
+               '"flow_run": "{{ event.related | selectattr(\'role\', \'equalto\', \'flow-run\') | map(attribute=\'id\') '
+               '| first | default(\'\') | replace(\'prefect.flow-run.\', \'\') }}", "confirmed": {{ event.payload.confirmed | tojson }}}')
+    auto = Automation(name=automation_name, description="tunelab: POST to a webhook when a comparison confirms a regression",
+                      trigger=EventTrigger(expect={REGRESSION_EVENT}, posture=Posture.Reactive, threshold=1),
+                      actions=[CallWebhook(block_document_id=block_id, payload=payload)]).create()
+    return block_id, auto
