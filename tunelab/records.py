@@ -347,10 +347,11 @@ class Request(Record):
     ok: Bool = Field(description="The request succeeded (tasks.metrics.derive_request).")
     error: Text | None = _f("Reason of a failed request.")
     send_ts: Float | None = _f("Epoch seconds of the send.")
-    first_token_ts: Float | None = _f("Epoch s of the first chunk carrying generated text.")
+    first_token_ts: Float | None = _f("Epoch s of the first chunk carrying generated tokens of any kind (content, "
+                                      "reasoning, tool call).")
     end_ts: Float | None = _f("Epoch s of the stream's last byte (after the usage chunk and [DONE]).")
     last_token_ts: Float | None = _f("Epoch s of the last chunk carrying generated text: the request's end (005).")
-    chunk_offsets_s: FloatList | None = _f("Every content chunk, seconds after send_ts.")
+    chunk_offsets_s: FloatList | None = _f("Every token chunk (content, reasoning, tool call), seconds after send_ts.")
     prompt_tokens: Int32 | None = _f("Prompt tokens from the server's usage.")
     output_tokens: Int32 | None = _f("Output tokens from the server's usage.")
     requested_output_tokens: Int32 | None = _f("max_tokens sent.")
@@ -358,7 +359,11 @@ class Request(Record):
     ttft_s: Float | None = _f("TTFT, seconds.")
     tpot_s: Float | None = _f("TPOT, seconds.")
     e2el_s: Float | None = _f("E2EL (to the last token), seconds.")
-    itl_mean_s: Float | None = _f("Mean gap between content chunks, seconds.")
+    itl_mean_s: Float | None = _f("Mean gap between token chunks, seconds.")
+    first_content_ts: Float | None = _f("Epoch s of the first chunk with visible content (after any reasoning) (013).")
+    ttfc_s: Float | None = _f("Time to first visible content, seconds: first_content_ts - send_ts; None when the "
+                              "whole budget went to reasoning (013).")
+    reasoning_chunks: Int32 | None = _f("Chunks whose delta carried reasoning / reasoning_content (013).")
 
 
 # -- server metrics, GPU samples, quality checks -------------------------------------------------------------

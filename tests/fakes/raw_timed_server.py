@@ -164,8 +164,11 @@ class _State:
     """The fake's shared state: request log, counters and the fake tokenizer's vocabulary."""
 
     def __init__(self, timing: Any, model: str, tokenize: Callable[[str], list[str]], fault: Any,
-                 encode_chunk: Callable[..., bytes], stalls: Any = None) -> None:
+                 encode_chunk: Callable[..., bytes], stalls: Any = None,
+                 reasoning: Callable[[str], tuple[int, str]] | None = None) -> None:
         self.timing = timing
+        # prompt -> (tokens streamed as reasoning first, delta field): timed_openai_server.reasoning_marker
+        self.reasoning = reasoning or (lambda prompt: (0, "content"))
         self.stalls = stalls  # timed_openai_server.SizeStalls, or None: no new-size stalls
         self.model = model
         self.tokenize = tokenize
@@ -349,6 +352,7 @@ class _Conn:
         # loop.time() is time.monotonic(); perf_counter is CLOCK_MONOTONIC too on Linux, but map explicitly.
         to_loop = loop.time() - perf()
         progress = {"sent": 0, "k": 0}
+        think_k, think_field = st.reasoning(prompt) if chat else (0, "content")
 
         def finish() -> None:
             st.in_flight -= 1
@@ -371,10 +375,13 @@ class _Conn:
                 loop.call_at(due + to_loop, step)
                 return
             m = min(tpc, n_tokens - sent)
+            if sent < think_k:
+                m = min(m, think_k - sent)  # a chunk is all reasoning or all content
             last = sent + m >= n_tokens
-            if sent == 0 or last or m != tpc:
-                data = chunk("".join((f"<{rid}>" if sent + j == 0 else " t") for j in range(m)),
-                             "length" if last else None)
+            if sent == 0 or last or m != tpc or sent < think_k:
+                data = _frame(st.encode_chunk(
+                    oid, created, model, chat, "".join((f"<{rid}>" if sent + j == 0 else " t") for j in range(m)),
+                    "length" if last else None, field=think_field if sent < think_k else "content"))
             else:
                 data = regular
             pre.append(perf())
@@ -417,14 +424,14 @@ class _Conn:
 
 def serve_raw(timing: Any, model: str, tokenize: Callable[[str], list[str]], fault: Any,
               encode_chunk: Callable[..., bytes], port: int | None = None, fd: int | None = None,
-              stalls: Any = None) -> None:
+              stalls: Any = None, reasoning: Callable[[str], tuple[int, str]] | None = None) -> None:
     """Serve the lean fake on 127.0.0.1:``port`` or an inherited listening socket ``fd`` until killed.
-    ``tokenize``, ``fault``, ``encode_chunk`` (one SSE event) and ``stalls`` (``SizeStalls``: the
-    ``new_size_stall_s`` behaviour and its log) come from the specification module, so both fakes count
+    ``tokenize``, ``fault``, ``encode_chunk`` (one SSE event), ``stalls`` (``SizeStalls``: the
+    ``new_size_stall_s`` behaviour and its log) and ``reasoning`` (the ``[[reasoning:K:FIELD]]`` marker) come from the specification module, so both fakes count
     tokens, inject faults, encode chunks and stall the same way."""
 
     async def main() -> None:
-        st = _State(timing, model, tokenize, fault, encode_chunk, stalls)
+        st = _State(timing, model, tokenize, fault, encode_chunk, stalls, reasoning)
         loop = asyncio.get_running_loop()
         if fd is not None:
             lsock = socket.socket(fileno=fd)

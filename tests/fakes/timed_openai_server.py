@@ -43,6 +43,11 @@ Faults, injected per request by a marker anywhere in the prompt (or chat message
 * ``[[fault:503]]``: HTTP 503 with a JSON error body;
 * ``[[fault:cut:K]]``: after K content chunks the connection is dropped mid-stream (no [DONE]).
 
+Reasoning streams, per chat request by a marker: ``[[reasoning:K:FIELD]]`` streams the first K tokens in
+the delta's ``FIELD`` (``reasoning``, as vLLM >= 0.10.2 with ``--reasoning-parser``; ``reasoning_content``,
+as older releases; ``tool_calls``, as tool-call argument deltas), then the rest as ``content``; a chunk never
+mixes the two (the fake cuts a chunk at the K-th token). K >= max_tokens: the whole budget is reasoning.
+
 Every first token's text is ``<rid>`` (the server's request id) so a client's generated text can be matched
 to the log (``vllm bench serve --save-detailed`` keeps generated texts); the other tokens are ``" t"``.
 ``/tokenize`` and ``/detokenize`` implement a deterministic fake tokenizer: pre-split like GPT-2 (optional
@@ -74,10 +79,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FakeTiming", "SizeStalls", "jit_log_line", "make_app", "FakeServerProcess", "fake_tokenize", "sse_chunk"]
+__all__ = ["FakeTiming", "SizeStalls", "jit_log_line", "make_app", "FakeServerProcess", "fake_tokenize", "sse_chunk",
+           "reasoning_marker"]
 
 _PIECE = re.compile(r" ?[A-Za-z0-9_]+| ?[^\sA-Za-z0-9_]+|\s+")
 _FAULT = re.compile(r"\[\[fault:(503|cut:(\d+))\]\]")
+_REASONING = re.compile(r"\[\[reasoning:(\d+):(reasoning|reasoning_content|tool_calls)\]\]")
+
+
+def reasoning_marker(prompt: str) -> tuple[int, str]:
+    """``(k, field)`` of a ``[[reasoning:K:FIELD]]`` marker in a chat prompt: the first K tokens stream in the
+    delta's ``FIELD`` instead of ``content``; ``(0, 'content')`` without one."""
+    m = _REASONING.search(prompt)
+    return (int(m.group(1)), m.group(2)) if m else (0, "content")
 
 
 def fake_tokenize(text: str) -> list[str]:
@@ -91,11 +105,19 @@ def fake_tokenize(text: str) -> list[str]:
 
 
 def sse_chunk(oid: str, created: int, model: str, chat: bool, text: str | None, finish: str | None,
-              role: bool = False) -> bytes:
+              role: bool = False, field: str = "content") -> bytes:
     """One server-sent event of a streamed completion (``chat`` -> ``chat.completion.chunk`` with a delta; else
-    ``text_completion``), as vLLM sends it; ``role=True`` is chat's role-only first chunk. Both fakes use it."""
+    ``text_completion``), as vLLM sends it; ``role=True`` is chat's role-only first chunk. ``field``: the chat
+    delta's key for the text: ``content``, ``reasoning`` / ``reasoning_content`` (a reasoning parser's
+    thinking; vLLM >= 0.10.2 / older) or ``tool_calls`` (the text as a tool call's arguments). Both fakes use it."""
     if chat:
-        delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else {"content": text}
+        delta: dict[str, Any]
+        if role:
+            delta = {"role": "assistant", "content": ""}
+        elif field == "tool_calls":
+            delta = {"tool_calls": [{"index": 0, "function": {"arguments": text}}]}
+        else:
+            delta = {field: text}
         ch = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
     else:
         ch = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish, "stop_reason": None}
@@ -222,6 +244,7 @@ def make_app(timing: FakeTiming, model: str = "fake-model", log_file: str | None
         sent = 0
         k = 0
         emit, pre, dues, ctoks = entry["emit"], entry["emit_pre"], entry["due"], entry["chunk_tokens"]
+        think_k, think_field = reasoning_marker(prompt) if chat else (0, "content")
         while sent < n_tokens:
             while True:  # re-check after a sleep: a stall that began meanwhile moves the chunk later
                 due = t_recv + timing.ttft_s + sent * timing.itl_s + (stalls.shift_s - shift0)
@@ -230,10 +253,13 @@ def make_app(timing: FakeTiming, model: str = "fake-model", log_file: str | None
                     break
                 await asyncio.sleep(delay)
             m = min(tpc, n_tokens - sent)
+            if sent < think_k:
+                m = min(m, think_k - sent)  # a chunk is all reasoning or all content
             last = sent + m >= n_tokens
-            if sent == 0 or last or m != tpc:
+            if sent == 0 or last or m != tpc or sent < think_k:
                 text = "".join((f"<{rid}>" if sent + j == 0 else " t") for j in range(m))
-                data = chunk(text, "length" if last else None)
+                data = sse_chunk(oid, created, model, chat, text, "length" if last else None,
+                                 field=think_field if sent < think_k else "content")
             else:
                 data = regular
             pre.append(perf())
@@ -470,7 +496,7 @@ def main(argv: list[str] | None = None) -> None:
 
         serve_raw(timing, a.model, fake_tokenize, _FAULT, sse_chunk,
                   port=None if a.fd is not None else a.port, fd=a.fd,
-                  stalls=SizeStalls(timing.new_size_stall_s, a.log_file))
+                  stalls=SizeStalls(timing.new_size_stall_s, a.log_file), reasoning=reasoning_marker)
         return
     app = make_app(timing, a.model, a.log_file)
     kw: dict[str, Any] = {"fd": a.fd} if a.fd is not None else {"host": "127.0.0.1", "port": a.port}

@@ -16,11 +16,14 @@ Definitions follow ``vllm bench serve`` (vllm/benchmarks/serve.py ``calculate_me
 and vllm/benchmarks/lib/endpoint_request_func.py), with these deliberate differences,
 each chosen so that a number means the same thing for every config and version:
 
-* TTFT is measured to the first chunk that carries generated *text*. vLLM's chat
-  client stamps the first chunk that has ``choices``, which is the role-only chunk
-  (``delta = {"role": "assistant"}``) the server sends before any token.
-* ITL gaps are between successive *content* chunks (vLLM: between any chunks with
-  ``choices``, empty ones included).
+* TTFT is measured to the first chunk that carries generated tokens: text, chat
+  ``content``, ``reasoning``/``reasoning_content`` (a server with a reasoning parser)
+  or ``tool_calls``. vLLM's chat client stamps the first chunk that has ``choices``,
+  which is the role-only chunk (``delta = {"role": "assistant"}``) the server sends
+  before any token. The time to the first *visible* content (after the thinking) is
+  ``ttfc_s``, its own column.
+* ITL gaps are between successive token chunks, reasoning included (vLLM: between
+  any chunks with ``choices``, empty ones included).
 * E2EL and TPOT end at the last chunk that carried generated text, as vLLM's do.
   (Before 2026-12 they ended at the stream's last byte, so a usage-only chunk sent
   late, then ``[DONE]``, made them longer; the stream's end is still stored as
@@ -157,15 +160,22 @@ def derive_request(raw: Mapping[str, Any]) -> dict[str, Any]:
     Args:
         raw: the load generator's record (keys: workload, load_kind, load_value, repeat,
             request_index, send_ts, chunk_ts, end_ts, prompt_tokens, output_tokens,
-            requested_output_tokens, ignore_eos, finish_reason, transport_error; an
-            optional trial_id is passed through). Times are epoch seconds;
-            ``chunk_ts`` lists only chunks whose text/delta content was non-empty.
+            requested_output_tokens, ignore_eos, finish_reason, transport_error; optional:
+            ``first_content_ts`` (first visible content; absent: every chunk was content, so
+            the first chunk) and ``reasoning_chunks`` (default 0); an optional trial_id is
+            passed through). Times are epoch seconds; ``chunk_ts`` lists the chunks that
+            carried generated tokens of any kind: text, chat ``content``, ``reasoning`` /
+            ``reasoning_content`` or ``tool_calls`` deltas.
 
     Returns:
         dict with the keys of :data:`REQUEST_COLUMNS` (plus ``trial_id`` if given):
 
-        * ``ttft_s`` = first content chunk - send (``vllm bench serve`` stamps the
-          first chunk with ``choices`` instead, which can be a role-only chunk);
+        * ``ttft_s`` = first token chunk of any kind (content, reasoning, tool call) -
+          send (``vllm bench serve`` stamps the first chunk with ``choices`` instead,
+          which can be a role-only chunk; its reasoning streams count reasoning too);
+        * ``ttfc_s`` = first visible content chunk - send (time to first content: the
+          answer after the thinking; equals ``ttft_s`` without a reasoning parser; None
+          when the whole budget went to reasoning, which is still a success);
         * ``last_token_ts`` = the last content chunk (epoch s): the request's end;
         * ``e2el_s`` = last content chunk - send, as ``vllm bench serve`` (its
           ``latency`` ends at the last chunk with text); not the stream's end
@@ -181,7 +191,7 @@ def derive_request(raw: Mapping[str, Any]) -> dict[str, Any]:
         A request is failed (``ok`` False, ``error`` set, every latency None, never a
         TTFT of 0) on the first of: ``transport_error: <text>``;
         ``cut_off: ...`` (no end of stream, or no finish_reason);
-        ``server_abort: finish_reason=<abort|error>``; ``no_text`` (no content chunk);
+        ``server_abort: finish_reason=<abort|error>``; ``no_text`` (no token chunk of any kind);
         ``no_usage`` (no ``usage`` with completion tokens); ``early_stop: k/n tokens``
         (``ignore_eos`` set but fewer tokens than requested); ``bad_timing: ...``
         (timestamps out of order, e.g. a clock step). Timing facts (send, first
@@ -219,6 +229,12 @@ def derive_request(raw: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(ignore_eos, (bool, np.bool_)):
         raise ValueError(f"raw request record: field 'ignore_eos' must be a bool, got {ignore_eos!r}")
     finish_reason = raw["finish_reason"]
+    if "first_content_ts" in raw:
+        fc = raw["first_content_ts"]
+        first_content = None if fc is None else _finite(fc, "first_content_ts")
+    else:  # a record from before reasoning streams: every chunk was content
+        first_content = chunks[0] if chunks else None
+    reasoning_chunks = _opt_count(raw.get("reasoning_chunks", 0), "reasoning_chunks") or 0
 
     error: str | None = None
     if transport_error:
@@ -251,6 +267,8 @@ def derive_request(raw: Mapping[str, Any]) -> dict[str, Any]:
         error=error,
         send_ts=send,
         first_token_ts=chunks[0] if chunks else None,
+        first_content_ts=first_content,
+        reasoning_chunks=reasoning_chunks,
         end_ts=end,
         last_token_ts=chunks[-1] if chunks else None,
         chunk_offsets_s=[] if send is None else [c - send for c in chunks],
@@ -259,6 +277,7 @@ def derive_request(raw: Mapping[str, Any]) -> dict[str, Any]:
         requested_output_tokens=requested,
         finish_reason=finish_reason,
         ttft_s=None,
+        ttfc_s=None,
         tpot_s=None,
         e2el_s=None,
         itl_mean_s=None,
@@ -272,6 +291,8 @@ def derive_request(raw: Mapping[str, Any]) -> dict[str, Any]:
     # come later and are not generation.
     e2el = chunks[-1] - send
     row["ttft_s"] = ttft
+    if first_content is not None:
+        row["ttfc_s"] = first_content - send
     row["e2el_s"] = e2el
     if len(chunks) >= 2:
         row["itl_mean_s"] = (chunks[-1] - chunks[0]) / (len(chunks) - 1)

@@ -92,23 +92,40 @@ def _completion_request(model: str, prompt: str, max_tokens: int, endpoint: str,
 
 def _new_record() -> dict[str, Any]:
     """An empty raw request record (the keys of ``tasks.metrics.derive_request``'s input), ``chunk_ts`` a
-    list the transport appends to."""
+    list the transport appends to; ``first_content_ts`` and ``reasoning_chunks`` (reasoning streams) are set
+    by :func:`_take_event`."""
     return {"send_ts": None, "chunk_ts": [], "end_ts": None, "prompt_tokens": None, "output_tokens": None,
-            "finish_reason": None, "transport_error": None}
+            "finish_reason": None, "transport_error": None, "first_content_ts": None, "reasoning_chunks": 0}
 
 
 def _take_event(obj: dict[str, Any], t: float, rec: dict[str, Any], chat: bool) -> None:
     """One parsed SSE event of a streamed completion into ``rec``: its usage (prompt and completion tokens),
-    ``t`` appended to ``chunk_ts`` once per choice that carries generated text (role-only and empty deltas
-    do not count), and the finish reason. Called for every event, so kept to dict look-ups."""
+    ``t`` appended to ``chunk_ts`` once per choice that carries generated tokens of any kind (chat: a delta
+    with ``content``, ``reasoning``/``reasoning_content`` or ``tool_calls``; completions: ``text``; role-only
+    and empty deltas do not count), ``first_content_ts`` set at the first visible text (``content`` /
+    ``text``), ``reasoning_chunks`` counting chunks with reasoning text, and the finish reason. Called for every
+    event, so kept to dict look-ups."""
     usage = obj.get("usage")
     if usage:
         rec["prompt_tokens"] = usage.get("prompt_tokens")
         rec["output_tokens"] = usage.get("completion_tokens")
     for ch in obj.get("choices") or ():
-        piece = (ch.get("delta") or {}).get("content") if chat else ch.get("text")
-        if piece:
+        if chat:
+            delta = ch.get("delta") or {}
+            content = delta.get("content")
+            # A server run with --reasoning-parser streams the thinking as `reasoning` (vLLM releases before
+            # 0.10.2, and DeepSeek's API: `reasoning_content`) before the answer's `content`; tool calls come as
+            # `tool_calls` deltas. All are generated tokens: they count for TTFT and ITL.
+            reasoning = delta.get("reasoning") or delta.get("reasoning_content")
+            if reasoning:
+                rec["reasoning_chunks"] += 1
+            token = content or reasoning or delta.get("tool_calls")
+        else:
+            content = token = ch.get("text")
+        if token:
             rec["chunk_ts"].append(t)
+        if content and rec["first_content_ts"] is None:
+            rec["first_content_ts"] = t
         fr = ch.get("finish_reason")
         if fr:
             rec["finish_reason"] = fr
@@ -128,8 +145,10 @@ async def send_streaming(
 
     Returns a dict with ``send_ts`` (epoch s, just before the request is handed to httpx), ``chunk_ts``
     (epoch s at which the network read holding each chunk with non-empty generated text reached the event
-    loop; role-only and empty chunks excluded; several events in one read share its stamp; the last one is
-    the request's end, where ``tasks.metrics`` ends E2EL and TPOT), ``end_ts`` (the stream's end: the last
+    loop, content, reasoning and tool-call deltas alike; role-only and empty chunks excluded; several events in
+    one read share its stamp; the last one is the request's end, where ``tasks.metrics`` ends E2EL and TPOT),
+    ``first_content_ts`` (epoch s of the first chunk with visible ``content``/``text``; None if none came),
+    ``reasoning_chunks`` (chunks whose delta carried ``reasoning`` or ``reasoning_content``), ``end_ts`` (the stream's end: the last
     byte, after the usage-only chunk and ``[DONE]``; None if the stream was cut), ``prompt_tokens``/``output_tokens`` (server usage; None if
     absent), ``finish_reason``, ``transport_error`` (None on success: e.g. ``HTTP 503: ...``,
     ``RemoteProtocolError: ...``, ``stream ended without [DONE]``). Never raises for HTTP or stream errors.
