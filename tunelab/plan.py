@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, f
 
 from tunelab.load_profiles import ConcurrencyProfile, LoadProfile, RateProfile, WindowSpec, profiles_from_levels
 from tunelab.quality_thresholds import QualityThresholds
+from tunelab.workloads import WORKLOAD_TYPES, WorkloadType
 
 __all__ = [
     "MAX_WINDOW_PROMPT_TOKENS",
@@ -105,12 +106,15 @@ def _check_env(v: dict) -> dict:
 
 
 class Workload(BaseModel):
-    """One request pattern: exact prompt length, fixed output length, how many requests per repeat."""
+    """One request pattern: the common fields below and a workload type (``tunelab.workloads``, told apart by
+    ``type``; default ``fixed``: exact ``prompt_tokens``, fixed ``output_tokens``, as before the types). The
+    YAML stays flat: every key that is not a common field (``type``, ``prompt_tokens``, ``output_tokens``,
+    ``path``, ...) goes to the type (``profile``), e.g. ``{name: mix, type: distribution, prompt_tokens: {dist:
+    lognormal, median: 200, sigma: 0.8}, output_tokens: 64, num_requests: 16}``. docs/workloads.md lists the
+    types."""
 
     model_config = ConfigDict(extra="forbid")
     name: str = Field(description="Identifier used in the warehouse, e.g. 'short_chat' or 'long_summary'.")
-    prompt_tokens: int = Field(strict=True, gt=0, description="Prompt length in tokens of the runtime's own tokenizer.")
-    output_tokens: int = Field(strict=True, gt=0, description="Output tokens requested per request (max_tokens).")
     num_requests: int = Field(strict=True, gt=0, description="Measured requests per load level and repeat.")
     endpoint: Literal["completions", "chat"] = Field(
         "completions", description="OpenAI-compatible endpoint: /v1/completions or /v1/chat/completions."
@@ -119,6 +123,38 @@ class Workload(BaseModel):
     shared_prefix_tokens: int = Field(
         0, ge=0, strict=True, description="Tokens of a prefix shared by every prompt (prefix-cache workloads); 0 = none."
     )
+    profile: WorkloadType = Field(description="The workload type and its parameters (tunelab.workloads); in YAML "
+                                              "its keys sit next to the common fields.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_type_fields(cls, data: Any) -> Any:
+        # The YAML keeps today's flat shape: the keys that are not common fields are the type's parameters.
+        if isinstance(data, dict) and "profile" not in data:
+            data = dict(data)
+            spec = {k: data.pop(k) for k in list(data) if k not in cls.model_fields}
+            spec.setdefault("type", "fixed")
+            data["profile"] = spec
+        return data
+
+    @property
+    def type(self) -> str:
+        """The workload type (``fixed``, ``distribution``, ``dataset``, ``trace``)."""
+        return self.profile.type
+
+    @property
+    def prompt_tokens(self) -> int:
+        """The longest prompt of the workload, tokens (fixed: every prompt's length)."""
+        return self.profile.nominal_prompt_tokens
+
+    @property
+    def output_tokens(self) -> int:
+        """The longest output of the workload, tokens (fixed: every request's ``max_tokens``)."""
+        return self.profile.nominal_output_tokens
+
+    def record(self) -> dict[str, Any]:
+        """``{name, type, parameters, file_sha256}`` of the workload, as stored in ``trials.workloads``."""
+        return {"name": self.name, **self.profile.record()}
 
     @field_validator("name")
     @classmethod
@@ -138,6 +174,9 @@ class Workload(BaseModel):
 
     @model_validator(mode="after")
     def _prefix_fits(self) -> "Workload":
+        if self.shared_prefix_tokens and self.profile.exact_prompt_tokens is None:
+            raise ValueError(f"shared_prefix_tokens needs a workload of type fixed (every prompt one length), got "
+                             f"type {self.type}; set shared_prefix_tokens: 0 or use type: fixed")
         if self.shared_prefix_tokens >= self.prompt_tokens:
             raise ValueError("shared_prefix_tokens must be smaller than prompt_tokens")
         return self
@@ -649,7 +688,13 @@ class Trial(BaseModel):
 def _format_errors(path: str, err: ValidationError) -> str:
     lines = [f"{path}: invalid plan ({err.error_count()} problem(s)):"]
     for e in err.errors():
-        loc = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in e["loc"]).replace(".[", "[")
+        parts = list(e["loc"])
+        for i in range(len(parts) - 1, -1, -1):
+            # A workload's type fields sit next to its common fields in the YAML: name them there.
+            if parts[i] == "profile" and i >= 2 and parts[i - 2] == "workloads":
+                tag = i + 1 < len(parts) and parts[i + 1] in WORKLOAD_TYPES
+                parts[i: i + 1 + tag] = [] if tag or e["type"] != "union_tag_invalid" else ["type"]
+        loc = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in parts).replace(".[", "[")
         msg = e["msg"]
         if e["type"] == "extra_forbidden":
             msg = "unknown field (check the spelling; see experiments/demo.yaml for the allowed fields)"

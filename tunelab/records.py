@@ -218,6 +218,8 @@ class Trial(Record):
     boot_retry_reason: Text | None = _f("'failure_class: reason' of the transient boot failure that was retried (012).")
     failure_retryable: Bool | None = _f("The failure can pass on another boot (transient, timeout, unclean "
                                         "device): it says nothing about the config (012).")
+    workloads: JsonText | None = _f("The plan's workloads as measured: JSON list of {name, type, parameters, "
+                                    "file_sha256} (tunelab.workloads; sha256 of a dataset or trace file read; 014).")
 
 
 # -- boot phases ---------------------------------------------------------------------------------------------

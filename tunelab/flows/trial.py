@@ -374,6 +374,7 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: Tr
     sweep = ctx.sweep
     # The trials record: every assignment below is validated against its column (tunelab/records.py).
     row = trial_row_base(trial, trial_id, sweep.sweep_id, runtime, ctx)
+    row.workloads = [w.record() for w in plan.workloads]  # type, parameters, sha256 of any file read
     tables: dict[str, pd.DataFrame] = {}
     safe = trial_id.replace("/", "__")
     log_path = Path(ctx.logs_dir) / f"{safe}.log"
