@@ -200,3 +200,52 @@ def test_config_cell_marks_env_not_applied():
     assert _fmt_row(row)["config"] == "VLLM_USE_FASTOKENS=1 (not applied: VLLM_USE_FASTOKENS)"
     assert _fmt_row(row.drop("env_not_applied"))["config"] == "VLLM_USE_FASTOKENS=1"
     assert _fmt_row(pd.Series({**row.to_dict(), "env_not_applied": None}))["config"] == "VLLM_USE_FASTOKENS=1"
+
+
+def _embedded_pngs(page: str) -> list[bytes]:
+    import base64
+    import re
+
+    return [base64.b64decode(m) for m in re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)]
+
+
+def test_sweep_html_is_one_self_contained_file(warehouse, tmp_path):
+    from typer.testing import CliRunner
+
+    from tunelab.cli import app
+
+    out = tmp_path / "sweep.html"
+    r = CliRunner().invoke(app, ["report", "--sweep", SWEEP, "--db", str(warehouse), "--html", str(out)])
+    assert r.exit_code == 0, r.output
+    page = out.read_text()
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+    pngs = _embedded_pngs(page)
+    assert len(pngs) >= 1 and all(p[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)  # latency vs throughput (+ versions)
+    # nothing to fetch: no script, no link to a file or a server, every image inline
+    assert "<script" not in page and "file://" not in page and 'src="http' not in page
+    assert page.count("<table>") >= 4 and '<div class="table-wrap"><table>' in page  # wide tables scroll
+    assert "cfg-a" in page and "oom_kv_cache" in page and "Failed trials (whole reasons)" in page
+    assert "Config keys" in page and "<h3>Latency (ms)</h3>" in page
+
+
+def test_compare_html_has_the_table_and_the_change_chart(warehouse, tmp_path):
+    from tunelab.reports.html import compare_html
+    from tunelab.reports.report import ab_markdown
+    from tunelab.warehouse.compare import compare
+    from tunelab.warehouse.migrate import connect
+
+    con = connect(warehouse, read_only=True)
+    try:
+        df = compare(con, {"config_key": "a", "sweep_id": SWEEP}, {"config_key": "b", "sweep_id": SWEEP},
+                     quality=("pass", "warn", "fail"))
+    finally:
+        con.close()
+    result = {"rows": df.to_dict("records"), "markdown": ab_markdown(df, {"config_key": "a"}, {"config_key": "b"}),
+              "baseline": {"config_key": "a"}, "candidate": {"config_key": "b"}}
+    page = compare_html(result)
+    assert "<title>tunelab compare: config_key=b vs config_key=a</title>" in page
+    assert "<table>" in page and "c=4" in page and len(_embedded_pngs(page)) == 1
+    assert "<script" not in page
+    # markdown's raw HTML is escaped, not passed through
+    result["markdown"] += "\n\n<script>alert(1)</script>"
+    assert "<script>" not in compare_html(result)

@@ -571,6 +571,8 @@ def report(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables: sweep_id, status, "
                                  "comparison rows, trials left out, failed trials with their whole reasons and "
                                  "server logs, notes by cause, skipped later sweeps, plots."),
+    html_out: Optional[Path] = typer.Option(None, "--html", help="Also write the report as one self-contained HTML "
+                                            "file (tables and plots embedded) to this path."),
 ) -> None:
     """Print the comparison table of a sweep from the warehouse (and write plots with --plots DIR)."""
     import dataclasses
@@ -620,6 +622,11 @@ def report(
         from tunelab.reports.plots import write_plots
 
         plot_paths = write_plots(Path(dbp), sweep, plots)
+    if html_out is not None:
+        from tunelab.reports.html import sweep_html
+
+        Path(html_out).write_text(sweep_html(Path(dbp), sweep, all_quality=all_quality))
+        err.print(f"HTML report: {html_out}", highlight=False, soft_wrap=True)
     if as_json:
         _json_out({"sweep_id": sweep, "status": status, "trials": st["trials"], "cancelled_trials": st["cancelled"],
                    "comparison": comp.to_dict("records"), "left_out": comp.attrs.get("left_out", []),
@@ -659,6 +666,8 @@ def compare_cmd(
                                   "error listing the keys."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (rows, verdicts, regressions, the "
                                  "resolved selectors, mixed_keys) instead of the markdown report."),
+    html_out: Optional[Path] = typer.Option(None, "--html", help="Also write the comparison as one self-contained "
+                                            "HTML file (tables and the change chart embedded) to this path."),
 ) -> None:
     """A/B comparison of two selections of trials (Welch interval across boots) and regressions along vLLM
     versions; runs the Prefect flow `compare` (markdown artifact) and prints the report."""
@@ -706,6 +715,11 @@ def compare_cmd(
         # Nothing compared is a selector problem (an unknown sweep or version), not a result.
         _fail(f"no measurements match both selectors (baseline {out['baseline']}, candidate {out['candidate']}). "
               f"In the warehouse: {_what_exists(db or paths.db_path())}")
+    if html_out is not None:
+        from tunelab.reports.html import compare_html
+
+        Path(html_out).write_text(compare_html(out))
+        err.print(f"HTML report: {html_out}", highlight=False, soft_wrap=True)
     if as_json:
         _json_out({k: v for k, v in out.items() if k != "markdown"})
         return

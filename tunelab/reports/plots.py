@@ -8,7 +8,9 @@
   PEP 440 order (``trials.vllm_version_key``, never the raw string), error bars = boot-to-boot standard
   deviation (repeats are averaged per boot first: the boot is the unit of replication, as in
   ``tunelab/warehouse/compare.py``).
-- :func:`write_plots`: both, into a folder; the paths are linked from the report. The version plot only where the
+- :func:`write_plots`: both, into a folder; the paths are linked from the report.
+- :func:`ab_interval_plot`: an A/B comparison, the change of each config / workload / load level with its
+  confidence interval (the chart of ``tunelab compare --html``). The version plot only where the
   warehouse has two or more vLLM versions. Legends sit outside the axes, never over the data.
 """
 
@@ -21,7 +23,7 @@ import duckdb
 
 from tunelab.load_profiles import load_label, profile_class
 
-__all__ = ["latency_throughput_plot", "version_plot", "write_plots"]
+__all__ = ["ab_interval_plot", "latency_throughput_plot", "version_plot", "write_plots"]
 
 _LATENCIES = ("ttft_p50_s", "tpot_p50_s", "itl_p50_s", "e2el_p95_s")
 
@@ -175,3 +177,40 @@ def write_plots(db_path: Path, sweep_id: str | None, out_dir: Path, metric: str 
         paths.append(latency_throughput_plot(db_path, sweep_id, out_dir))
     paths.append(version_plot(db_path, out_dir, metric))
     return [p for p in paths if p is not None]
+
+
+def ab_interval_plot(rows: list[dict], out_dir: Path, name: str = "ab_change.png") -> Path | None:
+    """The A/B comparison as a chart: per row of ``flows.compare.compare``'s ``rows`` (config, workload, load
+    level), the relative change of the candidate against the baseline (%) with its confidence interval, coloured
+    by verdict (better green, worse red, otherwise grey), and a line at 0. Rows without a change (a side without
+    boots) are left out.
+
+    Args:
+        rows: dicts with ``rel_diff``, ``rel_ci_low``, ``rel_ci_high`` (relative, 0.1 = +10 %), ``verdict``,
+            ``workload``, ``load_kind``, ``load_value``, and optional ``config_label``/``config_key``, ``metric``.
+        out_dir: folder for the PNG (created).
+
+    Returns:
+        The PNG path, or None when no row has a change.
+    """
+    import math
+
+    pts = [r for r in rows if r.get("rel_diff") is not None and not (isinstance(r["rel_diff"], float)
+                                                                      and math.isnan(r["rel_diff"]))]
+    if not pts:
+        return None
+    plt = _plt()
+    colours = {"better": "tab:green", "worse": "tab:red"}
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(pts) + 1.4))
+    for i, r in enumerate(pts):
+        lo, hi, d = (float(r.get("rel_ci_low", r["rel_diff"])) * 100, float(r.get("rel_ci_high", r["rel_diff"])) * 100,
+                     float(r["rel_diff"]) * 100)
+        c = colours.get(str(r.get("verdict")), "tab:gray")
+        ax.errorbar([d], [i], xerr=[[max(d - lo, 0)], [max(hi - d, 0)]], fmt="o", color=c, capsize=3)
+    ax.set_yticks(range(len(pts)), [f"{(r.get('config_label') or '')} {r['workload']} "
+                                    f"{load_label(r['load_kind'], r['load_value'])}".strip() for r in pts], fontsize=8)
+    ax.invert_yaxis()
+    ax.axvline(0, color="black", linewidth=0.8)
+    ax.set_xlabel(f"candidate vs baseline, % change of {pts[0].get('metric', 'the metric')} (bars: confidence interval)")
+    ax.grid(alpha=0.3, axis="x")
+    return _save(fig, out_dir, name)
