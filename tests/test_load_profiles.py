@@ -128,14 +128,14 @@ def test_schedule_has_exactly_one_shape():
 
 
 def test_warehouse_keys_map_to_profiles_and_labels():
-    assert LOAD_KINDS == ("concurrency", "rate") and concurrency_target_kinds() == ("concurrency",)
+    assert LOAD_KINDS == ("concurrency", "rate", "trace") and concurrency_target_kinds() == ("concurrency",)
     assert profile_for("concurrency", 4.0) == ConcurrencyProfile(concurrency=4)
     assert profile_for("rate", 2.0, burstiness=0.5) == RateProfile(rate_per_s=2.0, burstiness=0.5)
     assert profile_class("rate") is RateProfile
     # Rows imported from `vllm bench serve` may carry rate inf: labelled, not validated.
     assert load_label("rate", math.inf) == "inf req/s" and load_label("concurrency", 16.0) == "c=16"
     for fn in (lambda: profile_for("qps", 1.0), lambda: load_label("qps", 1.0)):
-        with pytest.raises(ValueError, match=r"load_kind must be one of \['concurrency', 'rate'\]"):
+        with pytest.raises(ValueError, match=r"load_kind must be one of \['concurrency', 'rate', 'trace'\]"):
             fn()
     with pytest.raises(ValueError, match=r"load_value \(concurrency\)"):
         profile_for("concurrency", 0.0)

@@ -36,6 +36,7 @@ __all__ = [
     "DURATION_PROMPT_HEADROOM",
     "ConcurrencyProfile",
     "RateProfile",
+    "TraceProfile",
     "LoadProfile",
     "LOAD_KINDS",
     "RATE_WARMUP_S",
@@ -252,9 +253,12 @@ class _Profile(BaseModel):
         raise NotImplementedError
 
     def schedule(self, n_requests: int, seed: int | None = None,
-                 send_offsets_s: Sequence[float] | None = None) -> Schedule:  # pragma: no cover - abstract
+                 send_offsets_s: Sequence[float] | None = None,
+                 workload_arrivals_s: Sequence[float] | None = None) -> Schedule:  # pragma: no cover - abstract
         """The :class:`Schedule` of a window of ``n_requests``; ``seed`` draws random parts (arrivals),
-        ``send_offsets_s`` gives them instead."""
+        ``send_offsets_s`` gives them instead. ``workload_arrivals_s``: the workload's own arrival offsets
+        (a trace workload's, seconds from its first request; None for other workloads), used only by profiles
+        that replay them (``trace``); the others ignore it, so the measurement passes it to every profile."""
         raise NotImplementedError
 
     def window_deadline_s(self, request_timeout_s: float, repeats: int, duration_s: float | None = None) -> float:
@@ -315,7 +319,8 @@ class ConcurrencyProfile(_Profile):
         return 0 if minimum <= 0 else max(minimum, self.concurrency)
 
     def schedule(self, n_requests: int, seed: int | None = None,
-                 send_offsets_s: Sequence[float] | None = None) -> Schedule:
+                 send_offsets_s: Sequence[float] | None = None,
+                 workload_arrivals_s: Sequence[float] | None = None) -> Schedule:
         """``c`` slots (no send offsets: the server's pace sets them; ``seed`` is not used)."""
         return Schedule(n_requests, slots=self.concurrency)
 
@@ -378,7 +383,8 @@ class RateProfile(_Profile):
         return 0 if minimum <= 0 else max(minimum, math.ceil(self.rate_per_s * RATE_WARMUP_S))
 
     def schedule(self, n_requests: int, seed: int | None = None,
-                 send_offsets_s: Sequence[float] | None = None) -> Schedule:
+                 send_offsets_s: Sequence[float] | None = None,
+                 workload_arrivals_s: Sequence[float] | None = None) -> Schedule:
         """Send offsets drawn by :func:`arrival_offsets` from ``seed``, or the ``send_offsets_s`` given.
 
         Raises:
@@ -406,10 +412,66 @@ class RateProfile(_Profile):
         return Schedule(len(kept), send_offsets_s=kept, send_until_s=float(duration_s))
 
 
+class TraceProfile(_Profile):
+    """Trace replay: request i is sent at the trace workload's arrival offset i divided by ``speedup``
+    (``speedup`` 2 replays the trace twice as fast, 0.5 at half speed), whatever the server does (open loop;
+    as AIPerf's fixed-schedule replay). The offsets come from the workload (``tunelab.workloads.TraceWorkload``,
+    passed to :meth:`schedule` as ``workload_arrivals_s``); the plan checks that every workload measured at a
+    trace level has them. Label ``trace x2``."""
+
+    kind: Literal["trace"] = "trace"
+    speedup: float = Field(description="Replay speed: offsets are divided by it (finite, > 0; 1.0 = as recorded).")
+    level_field: ClassVar[str] = "speedup"
+    plan_field: ClassVar[str] = "trace_speedups"
+    plot_marker: ClassVar[str] = "^"
+
+    @field_validator("speedup")
+    @classmethod
+    def _speedup_ok(cls, v: float) -> float:
+        if not math.isfinite(v) or v <= 0:
+            raise ValueError(f"trace speedups must be finite numbers > 0 (1.0 = as recorded, 2 = twice as fast), got "
+                             f"{v!r}; e.g. trace_speedups: [1.0]")
+        return v
+
+    @classmethod
+    def format_label(cls, value: float) -> str:
+        return f"trace x{value:g}"
+
+    def warmup_requests(self, minimum: int) -> int:
+        """``minimum`` (the plan's ``warmup_requests``) of the trace's first requests at its own times; 0 when
+        ``minimum`` <= 0."""
+        return max(0, minimum)
+
+    def schedule(self, n_requests: int, seed: int | None = None,
+                 send_offsets_s: Sequence[float] | None = None,
+                 workload_arrivals_s: Sequence[float] | None = None) -> Schedule:
+        """Send offsets ``workload_arrivals_s[i] / speedup`` (``seed`` is not used: the trace is the schedule).
+
+        Raises:
+            ValueError: no ``workload_arrivals_s`` (a workload without arrival times, e.g. type fixed, at a trace
+                level), or not one per request.
+        """
+        if workload_arrivals_s is None:
+            raise ValueError("a trace level needs the workload's arrival times: use a workload of type trace "
+                             "(tunelab.workloads.TraceWorkload), or measure this workload at concurrency/request_rates")
+        return Schedule(n_requests, send_offsets_s=tuple(float(x) / self.speedup for x in workload_arrivals_s))
+
+    def duration_schedule(self, duration_s: float, seed: int, requests_per_s: float | None = None) -> Schedule:
+        """Not available: a trace sets its own length (the plan rejects ``window: {duration_s}`` with trace
+        levels).
+
+        Raises:
+            ValueError: always.
+        """
+        raise ValueError("a trace level has no duration window: the trace sets the window's length; remove "
+                         "window: {duration_s} or the trace_speedups")
+
+
 #: The union of all profiles, told apart by ``kind`` (pydantic discriminated union).
-LoadProfile = Annotated[Union[ConcurrencyProfile, RateProfile], Field(discriminator="kind")]
+LoadProfile = Annotated[Union[ConcurrencyProfile, RateProfile, TraceProfile], Field(discriminator="kind")]
 _ADAPTER: TypeAdapter = TypeAdapter(LoadProfile)
-_BY_KIND: dict[str, type[_Profile]] = {c.model_fields["kind"].default: c for c in (ConcurrencyProfile, RateProfile)}
+_BY_KIND: dict[str, type[_Profile]] = {c.model_fields["kind"].default: c
+                                       for c in (ConcurrencyProfile, RateProfile, TraceProfile)}
 #: The ``load_kind`` values of the warehouse.
 LOAD_KINDS: tuple[str, ...] = tuple(_BY_KIND)
 

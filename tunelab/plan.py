@@ -26,7 +26,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator, model_validator
 
-from tunelab.load_profiles import ConcurrencyProfile, LoadProfile, RateProfile, WindowSpec, profiles_from_levels
+from tunelab.load_profiles import (ConcurrencyProfile, LoadProfile, RateProfile, TraceProfile, WindowSpec,
+                                   profiles_from_levels)
 from tunelab.quality_thresholds import QualityThresholds
 from tunelab.workloads import WORKLOAD_TYPES, WorkloadType
 
@@ -367,6 +368,8 @@ class Plan(BaseModel):
     )
     request_rates: list[float] = Field(default_factory=list, description="Request rates (req/s) with random arrivals; empty = none.")
     burstiness: float = Field(1.0, gt=0, allow_inf_nan=False, description="Gamma shape of inter-arrival gaps; 1.0 = Poisson (as vllm bench serve).")
+    trace_speedups: list[float] = Field(default_factory=list, description="Trace replay levels: each replays the "
+                                        "trace workloads' arrival times divided by it (1.0 = as recorded); empty = none.")
     warmup_requests: int = Field(4, strict=True, ge=0, description="Warm-up requests per load level before its measured windows, excluded from numbers; a minimum: a concurrency level warms up with at least its concurrency, a rate level with at least one second of its arrivals (LoadProfile.warmup_requests in tunelab.load_profiles); 0 turns warm-up off.")
     repeats: int = Field(2, strict=True, ge=1, description="Measured repeats per load level on one server.")
     window: WindowSpec | None = Field(
@@ -426,10 +429,17 @@ class Plan(BaseModel):
         profiles_from_levels(RateProfile, v)
         return v
 
+    @field_validator("trace_speedups")
+    @classmethod
+    def _speedups_ok(cls, v: list[float]) -> list[float]:
+        profiles_from_levels(TraceProfile, v)
+        return v
+
     @model_validator(mode="after")
     def _has_load(self) -> "Plan":
-        if not self.concurrency and not self.request_rates:
-            raise ValueError("give at least one load level: concurrency or request_rates")
+        if not self.concurrency and not self.request_rates and not self.trace_speedups:
+            raise ValueError("give at least one load level: concurrency, request_rates or trace_speedups")
+        self._check_trace()
         for args, _env in self.configs():
             mml = args.get("max-model-len")
             if isinstance(mml, int) and not isinstance(mml, bool):
@@ -514,7 +524,30 @@ class Plan(BaseModel):
         """The plan's load levels as profiles (tunelab.load_profiles), in order: the ``concurrency`` levels,
         then the ``request_rates`` (each with the plan's ``burstiness``)."""
         return (profiles_from_levels(ConcurrencyProfile, self.concurrency)
-                + profiles_from_levels(RateProfile, self.request_rates, burstiness=self.burstiness))
+                + profiles_from_levels(RateProfile, self.request_rates, burstiness=self.burstiness)
+                + profiles_from_levels(TraceProfile, self.trace_speedups))
+
+    def _check_trace(self) -> None:
+        """Trace levels replay the workloads' own arrival times: every workload needs them, a duration window
+        cannot hold them, and the slowest replay must end within the window's deadline."""
+        if not self.trace_speedups:
+            return
+        for i, w in enumerate(self.workloads):
+            if not w.profile.has_arrivals:
+                raise ValueError(f"trace_speedups: workloads[{i}] ({w.name}) is of type {w.type}, which has no arrival "
+                                 "times to replay; give every workload type: trace, or remove trace_speedups")
+        if self.window is not None and self.window.duration_s is not None:
+            raise ValueError("trace_speedups with window: {duration_s}: a trace sets its window's length; remove one")
+        slowest = min(self.trace_speedups)
+        budget_s = self.request_timeout_s * (self.repeats + 1)
+        for i, w in enumerate(self.workloads):
+            specs = w.profile.request_specs(w.num_requests, self.seed)
+            span_s = (specs[-1].arrival_offset_s or 0.0) / slowest
+            if span_s >= budget_s:
+                raise ValueError(f"workloads[{i}] ({w.name}): its {w.num_requests} requests of the trace span "
+                                 f"{span_s:.0f} s at speedup {slowest:g}, not less than the window's deadline of "
+                                 f"request_timeout_s x (repeats + 1) = {budget_s:.0f} s; fewer num_requests, a "
+                                 "higher speedup or a longer request_timeout_s")
 
     def runtime_names(self) -> list[str]:
         """Runtimes this plan runs on, in order."""

@@ -175,6 +175,72 @@ async def window_prompts(builder: PromptBuilder, w: Workload, n: int, seed: int)
     return out
 
 
+@dataclass
+class WindowRequests:
+    """The requests of one window, in send order: ``prompts`` (text), ``max_tokens`` (one per prompt, tokens)
+    and ``arrivals_s`` (the workload's own send offsets, seconds, for the ``trace`` load profile; None when
+    the workload has none)."""
+
+    prompts: list[str]
+    max_tokens: list[int]
+    arrivals_s: list[float] | None
+
+
+async def window_requests(builder: PromptBuilder, w: Workload, n: int, seed: int,
+                          context_tokens: int | None = None) -> WindowRequests:
+    """The ``n`` requests of one window of ``w``, drawn from ``seed`` by the workload's type
+    (``tunelab.workloads``: ``w.profile.request_specs``): a prompt of each spec's exact length built with the
+    server's tokenizer (a workload of one prompt length: :func:`window_prompts`, the same prompts as before the
+    workload types), or the spec's text (a dataset); ``max_tokens`` the spec's output length, or the token count
+    of a dataset's reference answer (counted by the server's tokenizer) capped at it.
+
+    Args:
+        context_tokens: the model's max-model-len (``/v1/models``), lengths are clipped to it; None: no clip.
+
+    Raises:
+        loadgen.PromptLengthError: the server's tokenizer cannot be matched exactly.
+    """
+    specs = w.profile.request_specs(n, seed, context_tokens)
+    arrivals = [s.arrival_offset_s for s in specs]
+    arrivals_s = None if any(a is None for a in arrivals) else [float(a) for a in arrivals]  # type: ignore[arg-type]
+    if w.profile.exact_prompt_tokens is not None:
+        return WindowRequests(await window_prompts(builder, w, n, seed), [s.output_tokens for s in specs], arrivals_s)
+    sem = asyncio.Semaphore(builder.parallel)
+    done = [0]
+
+    async def one(i: int) -> tuple[str, int]:
+        sp = specs[i]
+        async with sem:
+            if sp.prompt_text is not None:
+                text = sp.prompt_text
+            else:
+                # Each request's own seeded stream: the same prompt whatever order the builds finish in.
+                text = (await builder.many(1, int(sp.prompt_tokens or 1), random.Random(_seed(seed, i))))[0]
+            out = sp.output_tokens
+            if sp.output_text is not None:
+                out = max(1, min(out, await builder.count(sp.output_text)))
+        done[0] += 1
+        if done[0] % 64 == 0 or done[0] == n:
+            progress_events.emit("prompts", done=done[0], total=n)
+        return text, out
+
+    got = await asyncio.gather(*(one(i) for i in range(n)))
+    return WindowRequests([g[0] for g in got], [g[1] for g in got], arrivals_s)
+
+
+async def _context_tokens(client: httpx.AsyncClient, model: str) -> int | None:
+    """The served model's ``max_model_len`` from ``/v1/models`` (vLLM's ModelCard), or None when the server
+    does not say."""
+    try:
+        r = await client.get("/v1/models")
+        for card in r.json().get("data", []):
+            if card.get("id") == model and isinstance(card.get("max_model_len"), int):
+                return int(card["max_model_len"])
+    except Exception:  # a server without the field: lengths are not clipped, the plan's check still holds
+        return None
+    return None
+
+
 def run_interruptible(coro: Any) -> Any:
     """``asyncio.run(coro)``, except that a ``BaseException`` that is not an ``Exception`` (a signal handler's
     ``TerminationSignal``, ``KeyboardInterrupt``) raised anywhere in the loop ends the run and is re-raised.
@@ -301,9 +367,10 @@ async def _measure(
     log = ServerLogTail(server_log)
     async with make_client(base_url, api_key, max(max_conc, 64)) as client:
         builder = PromptBuilder(client, model)
+        context_tokens = await _context_tokens(client, model)
         for w in plan.workloads:
             for lv in levels:
-                common = dict(max_tokens=w.output_tokens, endpoint=w.endpoint, ignore_eos=w.ignore_eos, timeout_s=plan.request_timeout_s)
+                common = dict(endpoint=w.endpoint, ignore_eos=w.ignore_eos, timeout_s=plan.request_timeout_s)
                 n_warm = warmup_requests_for(plan, lv)
                 warm = {"warmup_requests": n_warm, "warmup_peak_in_flight": 0}
                 pace_per_s: float | None = None  # requests/s the warm-up kept: sizes a duration window's prompts
@@ -312,7 +379,9 @@ async def _measure(
                     # level's concurrency (and with the window's load processes), so the batch sizes the window
                     # will run are compiled before it starts.
                     progress_events.emit("prompts", done=0, total=n_warm, label=f"{w.name} {lv.label} warm-up")
-                    wp = await window_prompts(builder, w, n_warm, _seed(plan.seed, w.name, lv.seed_key, "warmup"))
+                    wr = await window_requests(builder, w, n_warm, _seed(plan.seed, w.name, lv.seed_key, "warmup"),
+                                               context_tokens)
+                    wp = wr.prompts
                     log.mark()
                     warm_done = [0]
 
@@ -321,7 +390,9 @@ async def _measure(
                         progress_events.emit("warmup", done=warm_done[0], total=n, label=label)
 
                     progress_events.emit("warmup", done=0, total=len(wp), label=f"{w.name} {lv.label} warm-up")
-                    wres = await run_level(client, model, wp, schedule=lv.schedule(len(wp), _seed(plan.seed, "wa")),
+                    wres = await run_level(client, model, wp, max_tokens=wr.max_tokens,
+                                           schedule=lv.schedule(len(wp), _seed(plan.seed, "wa"),
+                                                                workload_arrivals_s=wr.arrivals_s),
                                            on_done=warm_tick, processes=load_processes, **common)
                     warm["warmup_peak_in_flight"] = M.in_flight([r.get("send_ts") for r in wres.records],
                                                                 [r.get("end_ts") for r in wres.records])[0] or 0
@@ -333,15 +404,20 @@ async def _measure(
                             lv.label, len(wlines))
                 for rep in range(plan.repeats):
                     s = _seed(plan.seed, w.name, lv.seed_key, rep)
-                    if duration_s is None:
-                        sched = lv.schedule(requests_for_level(plan, w, lv), s)
-                    else:
-                        sched = lv.duration_schedule(duration_s, s, pace_per_s)
                     k_window += 1
                     label = f"{w.name} {lv.label} repeat {rep + 1}/{plan.repeats}"
                     wfields = dict(window_index=k_window, windows_total=n_windows)
-                    progress_events.emit("prompts", done=0, total=sched.n_requests, label=label, **wfields)
-                    prompts = await window_prompts(builder, w, sched.n_requests, s)
+                    if duration_s is None:
+                        n_req = requests_for_level(plan, w, lv)
+                        progress_events.emit("prompts", done=0, total=n_req, label=label, **wfields)
+                        reqs = await window_requests(builder, w, n_req, s, context_tokens)
+                        # The workload's own arrival times (a trace) go to every profile; only a trace level uses them.
+                        sched = lv.schedule(n_req, s, workload_arrivals_s=reqs.arrivals_s)
+                    else:
+                        sched = lv.duration_schedule(duration_s, s, pace_per_s)
+                        progress_events.emit("prompts", done=0, total=sched.n_requests, label=label, **wfields)
+                        reqs = await window_requests(builder, w, sched.n_requests, s, context_tokens)
+                    prompts = reqs.prompts
                     done = [0]
 
                     def tick(label=label, done=done, n=len(prompts), wfields=wfields):
@@ -355,7 +431,7 @@ async def _measure(
                     before = await _scrape(client)
                     log.mark()
                     host0 = host_load.HostSample.read()
-                    res = await run_level(client, model, prompts, schedule=sched, on_done=tick,
+                    res = await run_level(client, model, prompts, max_tokens=reqs.max_tokens, schedule=sched, on_done=tick,
                                           processes=load_processes, **common)
                     text = log.since_mark()
                     host = host_load.covariates(host0)  # other processes' CPU, steal, frequency in the window
@@ -364,7 +440,7 @@ async def _measure(
                     ident = R.measurement_key(w.name, lv.kind, lv.value, rep)
                     derived = []
                     for i, raw in enumerate(res.records):
-                        raw = {**raw, **ident, "request_index": i, "requested_output_tokens": w.output_tokens,
+                        raw = {**raw, **ident, "request_index": i, "requested_output_tokens": reqs.max_tokens[i],
                                "ignore_eos": w.ignore_eos}
                         derived.append(M.derive_request(raw))
                     df = pd.DataFrame(derived)
@@ -381,7 +457,7 @@ async def _measure(
                                       "compile_during_window": None if clines is None else bool(clines),
                                       "compile_log_lines": "\n".join(clines[:COMPILE_LINES_KEPT]) if clines else None})
                     req_rows.extend(derived)
-                    notes.extend(_window_notes(label, df, res, lv))
+                    notes.extend(_window_notes(label, df, res, lv, w.profile.exact_prompt_tokens is not None))
                     notes.extend(_steady_notes(label, agg, sched, res))
                     notes.extend(_warmup_notes(label, agg, warm, clines, plan))
                     if agg.get("client_bound") and res.client_cpu_frac < M.CLIENT_BOUND_CPU_FRAC:
@@ -466,11 +542,11 @@ def _warmup_notes(label: str, agg: dict, warm: dict, clines: list[str] | None, p
     return out
 
 
-def _window_notes(label: str, df: pd.DataFrame, res: Any, lv: LoadProfile) -> list[str]:
+def _window_notes(label: str, df: pd.DataFrame, res: Any, lv: LoadProfile, one_prompt_length: bool = True) -> list[str]:
     out = []
     conc = lv.target_concurrency
     pt = df.loc[df["ok"].astype(bool), "prompt_tokens"].dropna()
-    if pt.nunique() > 1:
+    if one_prompt_length and pt.nunique() > 1:  # workloads of varying lengths (tunelab.workloads) vary on purpose
         out.append(f"{label}: server counted {pt.nunique()} different prompt lengths "
                    f"({int(pt.min())}..{int(pt.max())} tokens): prompts were not all of the exact length")
     kernel = res.rx_stamps == "kernel"

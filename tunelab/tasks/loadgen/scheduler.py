@@ -125,7 +125,8 @@ class ShardSpec:
     Fields:
         base_url / api_key: the server (``http://host:port``) and its bearer key.
         model: served model name. prompts: this shard's prompts, in the order of its records.
-        max_tokens, endpoint ('completions' | 'chat'), ignore_eos, timeout_s: per request (seconds).
+        max_tokens: per request, one int for all or one per prompt (a workload whose output lengths vary).
+        endpoint ('completions' | 'chat'), ignore_eos, timeout_s: per request (seconds).
         slots: closed loop: this shard's share of the window's concurrency (None: open loop).
         offsets_s: open loop: send offset of each prompt, seconds after the window's start (None: closed loop).
         worker: the load process's number (recorded as ``worker`` in every record).
@@ -140,7 +141,7 @@ class ShardSpec:
     api_key: str
     model: str
     prompts: tuple[str, ...]
-    max_tokens: int
+    max_tokens: int | tuple[int, ...]
     endpoint: str = "completions"
     ignore_eos: bool = True
     timeout_s: float = 120.0
@@ -208,6 +209,8 @@ async def _run_shard_with(
 
     async def go(i: int) -> None:
         model, max_tokens, endpoint, ignore_eos, timeout_s = args
+        if not isinstance(max_tokens, int):
+            max_tokens = max_tokens[i]
         if pool is not None:
             r = await send_streaming_raw(pool, clock, model, prompts[i], max_tokens, endpoint, ignore_eos, timeout_s)
         else:
@@ -326,8 +329,9 @@ async def _run_processes(
     procs, conns = [], []
     for w in range(processes):
         parent, child = ctx.Pipe()
+        mt = window.max_tokens
         spec = replace(window, prompts=tuple(prompts[i] for i in shares[w]), slots=slots[w], worker=w,
-                       clock_origin=clock.origin,
+                       clock_origin=clock.origin, max_tokens=mt if isinstance(mt, int) else tuple(mt[i] for i in shares[w]),
                        offsets_s=None if offsets is None else tuple(offsets[i] for i in shares[w]))
         p = ctx.Process(target=_worker_main, args=(child, spec, shared_next), daemon=True)
         p.start()
@@ -381,7 +385,7 @@ async def run_level(
     client: httpx.AsyncClient,
     model: str,
     prompts: list[str],
-    max_tokens: int,
+    max_tokens: int | Sequence[int],
     load_kind: str | None = None,
     load_value: float | None = None,
     endpoint: str = "completions",
@@ -406,6 +410,7 @@ async def run_level(
         load_kind, load_value, arrival_offsets_s: instead of ``schedule``, a warehouse load key
             (``'concurrency'``, c) or (``'rate'``, r/s with one offset per prompt, from
             ``tunelab.load_profiles.arrival_offsets``), turned into that profile's schedule.
+        max_tokens: ``max_tokens`` of every request, or one per prompt (a workload whose output lengths vary).
         on_done: called after each finished request (progress).
         processes: load processes; > 1 splits the slots (or the send offsets, round robin) over that many
             spawned processes, each with its own event loop and connection pool, started together.
@@ -429,6 +434,10 @@ async def run_level(
         raise ValueError(f"schedule is for {schedule.n_requests} requests, got {len(prompts)} prompts")
     if processes < 1:
         raise ValueError(f"processes must be >= 1, got {processes}")
+    if not isinstance(max_tokens, int):
+        max_tokens = tuple(int(m) for m in max_tokens)
+        if len(max_tokens) != len(prompts):
+            raise ValueError(f"max_tokens needs one value per prompt: got {len(max_tokens)} for {len(prompts)} prompts")
     if transport not in ("raw", "httpx"):
         raise ValueError(f"transport must be 'raw' or 'httpx', got {transport!r}")
     auth = client.headers.get("authorization", "")
