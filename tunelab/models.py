@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tunelab.runtime import Runtime, RuntimeError_
 
-__all__ = ["build_tiny_model", "is_model_dir"]
+__all__ = ["build_tiny_model", "has_chat_template", "is_model_dir"]
 
 _SCRIPT = Path(__file__).parent / "scripts" / "make_tiny_model.py"
 
@@ -18,17 +18,29 @@ def is_model_dir(path: Path) -> bool:
     return (path / "config.json").exists() and (path / "tokenizer.json").exists() and any(path.glob("*.safetensors"))
 
 
+def has_chat_template(path: Path) -> bool:
+    """True when the model's ``tokenizer_config.json`` carries a ``chat_template`` (what
+    ``/v1/chat/completions`` renders the messages with; tiny models built before 2026-12 kept it only in
+    ``chat_template.jinja``, which older transformers releases do not read)."""
+    try:
+        return bool(json.loads((path / "tokenizer_config.json").read_text()).get("chat_template"))
+    except (OSError, ValueError):
+        return False
+
+
 def build_tiny_model(runtime: Runtime, out: Path, force: bool = False, log=print) -> Path:
     """Build the tiny random-weight Llama (4 layers, hidden 256, 7.3 M params, bf16) with a locally trained
-    8192-token byte-level BPE tokenizer into ``out``, using the runtime's interpreter (~5 s, no network).
+    8192-token byte-level BPE tokenizer and a ChatML chat template into ``out``, using the runtime's
+    interpreter (~5 s, no network).
 
-    Reuses an existing model folder unless ``force``.
+    Reuses an existing model folder unless ``force`` or its tokenizer_config.json has no chat template (then
+    it is rebuilt: the build is deterministic, so only that file changes).
 
     Raises:
         RuntimeError_: the build script failed (its stderr tail is in the message).
     """
     out = out.resolve()
-    if is_model_dir(out) and not force:
+    if is_model_dir(out) and has_chat_template(out) and not force:
         log(f"model {out} exists; reusing it")
         return out
     out.mkdir(parents=True, exist_ok=True)

@@ -65,6 +65,16 @@ def build_tokenizer(out_dir, vocab_size):
     )
     fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(out_dir)  # tokenizer.json + tokenizer_config.json (+ chat_template.jinja)
+    # transformers >= 4.47 saves the template only as chat_template.jinja; a runtime whose transformers reads
+    # only tokenizer_config.json's "chat_template" would then have none and refuse /v1/chat/completions. Put it
+    # in tokenizer_config.json too (the same string, keys sorted as saved: the file stays deterministic).
+    cfg_path = os.path.join(out_dir, "tokenizer_config.json")
+    with open(cfg_path) as f:
+        cfg = json.load(f)
+    cfg["chat_template"] = CHAT_TEMPLATE
+    with open(cfg_path, "w") as f:
+        json.dump(cfg, f, indent=2, sort_keys=True, ensure_ascii=False)
+        f.write("\n")
     return fast
 
 
