@@ -53,6 +53,7 @@ __all__ = [
     "DistributionWorkload",
     "DatasetWorkload",
     "TraceWorkload",
+    "MultiTurnWorkload",
     "WorkloadType",
     "WORKLOAD_TYPES",
     "DatasetEntry",
@@ -751,11 +752,60 @@ class TraceWorkload(_FileWorkload):
         return max(r.output_tokens for r in self.loaded())
 
 
+class MultiTurnWorkload(_Workload):
+    """Multi-turn chat sessions (AIPerf's multi-turn; ``vllm bench serve`` has none): a session's first request
+    is one user message of ``prompt_tokens``; each later turn sends the whole conversation so far (every earlier
+    user message and the server's actual answer) plus a new user message of ``turn_prompt_tokens``, after
+    ``think_time_s`` from the previous answer's end. The conversation grows by one answer and one message per
+    turn, which is the prefix that prefix caching can reuse. Needs ``endpoint: chat`` and a concurrency load
+    level: c sessions are in flight at once (a session's think time holds its slot, as a user would), sessions
+    interleave, and a finished session makes room for the next. A window of n requests runs ceil(n / turns)
+    sessions; the last one may stop early.
+
+    :meth:`request_specs` gives one spec per request in session order (session 0's turns, then session 1's,
+    ...): its ``prompt_tokens`` is that turn's *new* user message; :meth:`session_of` maps a request index to
+    ``(session, turn)``."""
+
+    type: Literal["multi_turn"] = "multi_turn"
+    turns: StrictInt = Field(ge=2, le=64, description="Turns (requests) per session.")
+    prompt_tokens: StrictInt = Field(gt=0, description="Tokens of a session's first user message.")
+    turn_prompt_tokens: StrictInt = Field(gt=0, description="Tokens of each later user message.")
+    output_tokens: StrictInt = Field(gt=0, description="max_tokens of every turn.")
+    think_time_s: float = Field(0.0, ge=0, allow_inf_nan=False,
+                                description="Seconds between an answer's end and the session's next send.")
+    has_sessions: ClassVar[bool] = True
+
+    def request_specs(self, n: int, seed: int, context_tokens: int | None = None) -> list[RequestSpec]:
+        # Every turn's history must fit: the last turn holds the first message, every answer and every message.
+        out_tok = self.output_tokens
+        if context_tokens is not None and self.nominal_prompt_tokens + out_tok > context_tokens:
+            raise ValueError(f"multi_turn: the last turn needs {self.nominal_prompt_tokens} prompt + {out_tok} output "
+                             f"tokens, more than the model's context of {context_tokens}; lower turns, "
+                             "prompt_tokens, turn_prompt_tokens or output_tokens")
+        return [RequestSpec(output_tokens=out_tok,
+                            prompt_tokens=self.prompt_tokens if self.session_of(i)[1] == 0 else self.turn_prompt_tokens)
+                for i in range(int(n))]
+
+    def session_of(self, i: int) -> tuple[int, int]:
+        """``(session, turn)`` of request ``i`` of a window (0-based both)."""
+        return divmod(int(i), self.turns)
+
+    @property
+    def nominal_prompt_tokens(self) -> int:
+        # The last turn's prompt: first message + (turns - 1) answers and new messages (chat template excluded).
+        return self.prompt_tokens + (self.turns - 1) * (self.output_tokens + self.turn_prompt_tokens)
+
+    @property
+    def nominal_output_tokens(self) -> int:
+        return self.output_tokens
+
+
 #: The union of all workload types, told apart by ``type`` (pydantic discriminated union).
-WorkloadType = Annotated[Union[FixedWorkload, DistributionWorkload, DatasetWorkload, TraceWorkload],
+WorkloadType = Annotated[Union[FixedWorkload, DistributionWorkload, DatasetWorkload, TraceWorkload,
+                               MultiTurnWorkload],
                          Field(discriminator="type")]
 #: The ``type`` values a plan's workload may have.
-WORKLOAD_TYPES: tuple[str, ...] = ("fixed", "distribution", "dataset", "trace")
+WORKLOAD_TYPES: tuple[str, ...] = ("fixed", "distribution", "dataset", "trace", "multi_turn")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -790,3 +840,40 @@ def synthetic_sharegpt(n_conversations: int = 64, seed: int = 0) -> list[dict]:
                 turns.append({"from": role, "value": text[0].upper() + text[1:] + "."})
         out.append({"id": f"syn-{i}", "conversations": turns})
     return out
+
+
+def synthetic_trace(n_requests: int = 24, seed: int = 0, rate_per_s: float = 2.0) -> list[dict]:
+    """A trace of ``n_requests`` rows ``{arrival_s, prompt_tokens, output_tokens}``, the same for the same
+    arguments: Poisson arrivals at ``rate_per_s`` (exponential gaps, rounded to ms) from 0; prompt lengths
+    log-normal (median 48, sigma 0.6, clipped to [8, 256]); output lengths uniform on [8, 48]."""
+    rng = np.random.default_rng(seed)
+    t = np.concatenate([[0.0], np.cumsum(rng.exponential(1.0 / rate_per_s, size=n_requests - 1))])
+    p = np.clip(np.rint(rng.lognormal(math.log(48), 0.6, size=n_requests)), 8, 256)
+    o = rng.integers(8, 48, size=n_requests, endpoint=True)
+    return [{"arrival_s": round(float(a), 3), "prompt_tokens": int(b), "output_tokens": int(c)} for a, b, c in zip(t, p, o)]
+
+
+def write_demo_files(directory: str | os.PathLike) -> list[Path]:
+    """Write the shipped demo files into ``directory``: ``sharegpt_synthetic.json`` (:func:`synthetic_sharegpt`,
+    64 conversations, seed 0, one JSON record per few lines) and ``trace_demo.csv`` (:func:`synthetic_trace`,
+    24 rows, seed 0). Byte-identical on every run (the tests check the shipped files against it).
+
+    Returns:
+        The paths written.
+    """
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    sg = d / "sharegpt_synthetic.json"
+    sg.write_text(json.dumps(synthetic_sharegpt(64, 0), indent=1, ensure_ascii=True) + "\n", encoding="utf-8")
+    tr = d / "trace_demo.csv"
+    rows = synthetic_trace(24, 0)
+    tr.write_text("arrival_s,prompt_tokens,output_tokens\n"
+                  + "".join(f"{r['arrival_s']},{r['prompt_tokens']},{r['output_tokens']}\n" for r in rows), encoding="utf-8")
+    return [sg, tr]
+
+
+if __name__ == "__main__":  # python -m tunelab.workloads DIR: regenerate the shipped demo files
+    import sys
+
+    for written in write_demo_files(sys.argv[1] if len(sys.argv) > 1 else "experiments/data"):
+        print(written, file_sha256(written))
