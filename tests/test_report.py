@@ -249,3 +249,19 @@ def test_compare_html_has_the_table_and_the_change_chart(warehouse, tmp_path):
     # markdown's raw HTML is escaped, not passed through
     result["markdown"] += "\n\n<script>alert(1)</script>"
     assert "<script>" not in compare_html(result)
+
+
+def test_quality_cells_end_on_whole_words(warehouse):
+    from tunelab.reports.report import quality_summary, sweep_quality_markdown
+
+    q = quality_summary(warehouse, SWEEP)
+    long = "word " * 60  # 300 characters of whole words
+    q["reasons"] = q["reasons"].assign(detail=long + "tail", observed="observed " * 20)
+    q["unvalidated"] = q["unvalidated"].assign(failure_reason="reason " * 40)
+    md = sweep_quality_markdown(q)
+    cells = [c.strip() for line in md.splitlines() if line.startswith("|") for c in line.split("|")]
+    cut = [c for c in cells if c.endswith("…")]
+    assert cut and all(c[:-1].strip().split()[-1] in ("word", "observed", "reason") for c in cut), cut
+    # narrow tables: the Prefect UI does not wrap cells
+    assert max(line.count("|") - 1 for line in md.splitlines() if line.startswith("|")) <= 5
+    assert max(len(c) for c in cells) <= 100

@@ -304,16 +304,20 @@ def quality_summary(db_path: Path | duckdb.DuckDBPyConnection, sweep_id: str) ->
 
 
 def sweep_quality_markdown(q: dict[str, Any]) -> str:
-    """Markdown of :func:`quality_summary`: the counts, the failed checks and the unvalidated trials."""
+    """Markdown of :func:`quality_summary`: the counts, the failed checks and the unvalidated trials.
+
+    Cells stay short (the Prefect UI does not wrap table cells: a 160-character detail pushed the threshold off
+    a 1600 px window): observed and threshold are shortened at a word boundary, the check's detail is left to
+    ``quality_checks`` and docs/quality.md, a failure reason to 90 characters (``tunelab report`` and the HTML
+    report give it whole)."""
     c = q["counts"]
     lines = ["## Quality", "", " | ".join(f"**{k}** {v}" for k, v in c.items()), ""]
     if len(q["reasons"]):
         lines += ["Checks that did not pass (severity fail decides `fail`, warn decides `warn`; see docs/quality.md):", ""]
         lines += markdown_table([{
-            "severity": r.severity, "suite": r.suite, "check": r.expectation, "trials": int(r.trials),
-            "observed": "" if pd.isna(r.observed) else str(r.observed)[:80],
-            "threshold": "" if pd.isna(r.threshold) else str(r.threshold)[:80],
-            "detail": "" if pd.isna(r.detail) else str(r.detail)[:160],
+            "severity": r.severity, "check": f"{r.suite}/{r.expectation}", "trials": int(r.trials),
+            # shortened at a word boundary: a cell never ends mid-word (the whole text is in quality_checks)
+            "observed": shorten(r.observed, 60), "threshold": shorten(r.threshold, 40),
         } for r in q["reasons"].itertuples(index=False)])
         lines.append("")
     if len(q["unvalidated"]):
@@ -321,7 +325,7 @@ def sweep_quality_markdown(q: dict[str, Any]) -> str:
         lines += markdown_table([{
             "trial": f"`{r.trial_id.split('/', 1)[-1]}`", "config": r.config, "status": r.status,
             "why": f"{'' if pd.isna(r.failure_class) else r.failure_class} "
-                   f"{'' if pd.isna(r.failure_reason) else str(r.failure_reason)[:160]}".strip(),
+                   f"{shorten(r.failure_reason, 90)}".strip(),
         } for r in q["unvalidated"].itertuples(index=False)])
         lines.append("")
     return "\n".join(lines)
