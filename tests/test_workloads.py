@@ -284,3 +284,85 @@ def test_trace_plan_levels_and_deadline(tmp_path):
         _plan(tmp_path, body + "trace_speedups: [1, 4]\n")
     with pytest.raises(PlanError, match=r"trace_speedups\[0\]: trace speedups must be finite numbers > 0"):
         _plan(tmp_path, body + "trace_speedups: [0]\n")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# On the FAKE timed server (exact lengths as its tokenizer counts them; send times of a trace replay)
+# ---------------------------------------------------------------------------------------------------------
+
+import sys  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fakes"))
+
+from timed_openai_server import FakeServerProcess, FakeTiming, fake_tokenize  # noqa: E402
+
+from tunelab.plan import Plan, Workload  # noqa: E402
+from tunelab.tasks.measure import measure_server  # noqa: E402
+
+MODEL = "fake-model"
+
+
+@pytest.fixture(scope="module")
+def fake():
+    with FakeServerProcess(FakeTiming(ttft_s=0.005, itl_s=0.002, tokens_per_chunk=1), model=MODEL) as s:
+        yield s
+
+
+def test_distribution_and_dataset_windows_send_each_specs_lengths_on_the_fake(fake, tmp_path):
+    dist = Workload(name="mix", type="distribution", num_requests=12,
+                    prompt_tokens={"dist": "uniform", "low": 8, "high": 64}, output_tokens={"dist": "uniform", "low": 2, "high": 9})
+    ds = tmp_path / "d.jsonl"
+    ds.write_text("".join(json.dumps({"conversations": [{"from": "human", "value": f"question {i} " * (i + 1)},
+                                                         {"from": "gpt", "value": "word " * (3 + i)}]}) + "\n"
+                          for i in range(4)))
+    data = Workload(name="data", type="dataset", path=str(ds), order="file", num_requests=4)
+    plan = Plan(name="t", model="unused", workloads=[dist, data], concurrency=[3], warmup_requests=0, repeats=1, seed=5)
+    fake.reset()
+    req = measure_server(fake.base_url, "k", MODEL, plan, progress=lambda *a: None).requests
+    assert req["ok"].all()
+    m = req[req["workload"] == "mix"].sort_values("request_index")
+    specs = dist.profile.request_specs(12, seed=_window_seed(plan, "mix"))
+    assert len(set(m["prompt_tokens"])) > 3  # lengths vary ...
+    assert list(m["prompt_tokens"]) == [s.prompt_tokens for s in specs]  # ... and each is exact, as drawn
+    assert list(m["output_tokens"]) == [s.output_tokens for s in specs]
+    d = req[req["workload"] == "data"].sort_values("request_index")
+    # A dataset's text is sent as is; its max_tokens is the reference answer's length by the server's tokenizer.
+    assert list(d["prompt_tokens"]) == [len(fake_tokenize(f"question {i} " * (i + 1))) for i in range(4)]
+    assert list(d["output_tokens"]) == [len(fake_tokenize("word " * (3 + i))) for i in range(4)]
+
+
+def _window_seed(plan, workload: str, rep: int = 0) -> int:
+    from tunelab.tasks.measure import _seed
+
+    return _seed(plan.seed, workload, plan.load_profiles()[0].seed_key, rep)
+
+
+def test_trace_replay_sends_at_the_traces_times_scaled_by_the_speedup_on_the_fake(fake, tmp_path):
+    arrivals = [0.0, 0.05, 0.05, 0.35, 0.4, 0.8, 0.85, 1.2]
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n"
+                     + "".join(f"{t},{10 + 3 * i},{2 + i}\n" for i, t in enumerate(arrivals)))
+    wl = Workload(name="replay", type="trace", path=str(trace), num_requests=len(arrivals))
+    plan = Plan(name="t", model="unused", workloads=[wl], concurrency=[], trace_speedups=[1.0, 2.0],
+                warmup_requests=0, repeats=1, seed=1)
+    fake.reset()
+    res = measure_server(fake.base_url, "k", MODEL, plan, progress=lambda *a: None)
+    req = res.requests
+    assert req["ok"].all() and set(req["load_kind"]) == {"trace"} and set(req["load_value"]) == {1.0, 2.0}
+    spans = {}
+    for speedup, g in req.groupby("load_value"):
+        g = g.sort_values("request_index")
+        assert list(g["prompt_tokens"]) == [10 + 3 * i for i in range(8)]  # the trace's lengths, in its order
+        assert list(g["output_tokens"]) == [2 + i for i in range(8)]
+        sent = g["send_ts"].to_numpy() - g["send_ts"].iloc[0]
+        due = np.asarray(arrivals) / speedup
+        # In trace order (two requests due at once may leave a few ms apart either way), and none before its
+        # time: an open loop can only be late (the tolerance covers the first request's own lateness).
+        assert np.all(np.diff(sent) >= -5e-3)
+        assert np.all(sent >= due - 0.03)
+        # Requests due together go together; a long trace gap stays the longest send gap.
+        gaps = np.diff(sent)
+        assert gaps[1] < gaps[2] and int(np.argmax(gaps)) in (2, 4, 6)
+        spans[speedup] = sent[-1]
+    assert 0.3 < spans[2.0] / spans[1.0] < 0.75  # twice the speed: about half the span
+    assert set(res.measurements["load_kind"]) == {"trace"}
