@@ -18,6 +18,7 @@ import hashlib
 import itertools
 import json
 import math
+import os
 import random
 import re
 from pathlib import Path
@@ -757,6 +758,13 @@ def load_plan(path: str | Path) -> Plan:
         raise PlanError(f"{p}: not valid YAML: {str(e).replace('<unicode string>', str(p))}") from None
     if not isinstance(data, dict):
         raise PlanError(f"{p}: a plan is a YAML mapping with at least 'name', 'model' and 'workloads'")
+    # A workload's relative file path (dataset, trace), like the model's: the plan's folder first, then the
+    # current directory. Before validation, which reads the file.
+    for w in data.get("workloads") or []:
+        if isinstance(w, dict) and isinstance(w.get("path"), str) and not Path(w["path"]).is_absolute():
+            cand = p.parent / w["path"]
+            if cand.exists():
+                w["path"] = os.path.normpath(cand)
     try:
         plan = Plan.model_validate(data)
     except ValidationError as e:
