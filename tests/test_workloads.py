@@ -366,3 +366,13 @@ def test_trace_replay_sends_at_the_traces_times_scaled_by_the_speedup_on_the_fak
         spans[speedup] = sent[-1]
     assert 0.3 < spans[2.0] / spans[1.0] < 0.75  # twice the speed: about half the span
     assert set(res.measurements["load_kind"]) == {"trace"}
+
+
+def test_a_relative_workload_path_is_found_next_to_the_plan(tmp_path, monkeypatch):
+    (tmp_path / "plans" / "data").mkdir(parents=True)
+    (tmp_path / "plans" / "data" / "t.csv").write_text("arrival_s,prompt_tokens,output_tokens\n0,8,4\n0.5,8,4\n")
+    (tmp_path / "plans" / "p.yaml").write_text(PLAN + "workloads:\n  - {name: r, type: trace, path: data/t.csv, "
+                                                      "num_requests: 2}\nconcurrency: []\ntrace_speedups: [1]\n")
+    monkeypatch.chdir(tmp_path)  # not the plan's folder
+    plan = load_plan("plans/p.yaml")
+    assert Path(plan.workloads[0].profile.path) == Path("plans/data/t.csv")
