@@ -243,7 +243,7 @@ def trial_table(tables: dict[str, pd.DataFrame]) -> list[dict[str, str]]:
     """The table a person sees for one trial in the Prefect UI: one row per measured window (workload x load
     level x repeat) with throughput and latency percentiles in ms; the trial's facts are in
     :func:`trial_facts_markdown` (the artifact's description), not repeated in every row. A trial without
-    measurements gives one row with its status and failure (class and reason, shortened at a word boundary).
+    measurements gives one row with its status and failure class (its reason is in the description).
     Input: the tables of one result bundle (``tunelab.bundle.read_bundle``)."""
     t = tables["trial"].iloc[0]
 
@@ -253,8 +253,8 @@ def trial_table(tables: dict[str, pd.DataFrame]) -> list[dict[str, str]]:
 
     meas = tables.get("measurements")
     if meas is None or meas.empty:
-        return [{"status": str(g("status")),
-                 "failure": f"{g('failure_class') or ''} {shorten(g('failure_reason'), 300)}".strip()}]
+        # The reason is in the description (trial_facts_markdown): a table cell does not wrap in the Prefect UI.
+        return [{"status": str(g("status")), "failure": str(g("failure_class") or "")}]
     rows = []
 
     def ms(x: Any) -> str:
@@ -308,7 +308,7 @@ def sweep_quality_markdown(q: dict[str, Any]) -> str:
 
     Cells stay short (the Prefect UI does not wrap table cells: a 160-character detail pushed the threshold off
     a 1600 px window): observed and threshold are shortened at a word boundary, the check's detail is left to
-    ``quality_checks`` and docs/quality.md, a failure reason to 90 characters (``tunelab report`` and the HTML
+    ``quality_checks`` and docs/quality.md, a failure reason to 60 characters (``tunelab report`` and the HTML
     report give it whole)."""
     c = q["counts"]
     lines = ["## Quality", "", " | ".join(f"**{k}** {v}" for k, v in c.items()), ""]
@@ -317,7 +317,7 @@ def sweep_quality_markdown(q: dict[str, Any]) -> str:
         lines += markdown_table([{
             "severity": r.severity, "check": f"{r.suite}/{r.expectation}", "trials": int(r.trials),
             # shortened at a word boundary: a cell never ends mid-word (the whole text is in quality_checks)
-            "observed": shorten(r.observed, 60), "threshold": shorten(r.threshold, 40),
+            "observed": shorten(r.observed, 48), "threshold": shorten(r.threshold, 32),
         } for r in q["reasons"].itertuples(index=False)])
         lines.append("")
     if len(q["unvalidated"]):
@@ -325,7 +325,7 @@ def sweep_quality_markdown(q: dict[str, Any]) -> str:
         lines += markdown_table([{
             "trial": f"`{r.trial_id.split('/', 1)[-1]}`", "config": r.config, "status": r.status,
             "why": f"{'' if pd.isna(r.failure_class) else r.failure_class} "
-                   f"{shorten(r.failure_reason, 90)}".strip(),
+                   f"{shorten(r.failure_reason, 60)}".strip(),
         } for r in q["unvalidated"].itertuples(index=False)])
         lines.append("")
     return "\n".join(lines)
