@@ -158,6 +158,13 @@ class Workload(BaseModel):
         """``{name, type, parameters, file_sha256}`` of the workload, as stored in ``trials.workloads``."""
         return {"name": self.name, **self.profile.record()}
 
+    @model_validator(mode="after")
+    def _sessions_need_chat(self) -> "Workload":
+        if getattr(self.profile, "has_sessions", False) and self.endpoint != "chat":
+            raise ValueError(f"workload {self.name!r}: type {self.type} sends conversations, which only "
+                             "/v1/chat/completions takes; set endpoint: chat")
+        return self
+
     @field_validator("name")
     @classmethod
     def _name_ok(cls, v: str) -> str:

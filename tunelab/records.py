@@ -366,6 +366,10 @@ class Request(Record):
     ttfc_s: Float | None = _f("Time to first visible content, seconds: first_content_ts - send_ts; None when the "
                               "whole budget went to reasoning (013).")
     reasoning_chunks: Int32 | None = _f("Chunks whose delta carried reasoning / reasoning_content (013).")
+    session_index: Int32 | None = _f("Multi-turn workloads: the request's session in its window (0-based) (015).")
+    turn: Int32 | None = _f("Multi-turn workloads: the request's turn in its session (0-based) (015).")
+    cached_prompt_tokens: Int32 | None = _f("Prompt tokens served from the prefix cache (usage.prompt_tokens_details."
+                                            "cached_tokens; needs vllm serve --enable-prompt-tokens-details) (015).")
 
 
 # -- server metrics, GPU samples, quality checks -------------------------------------------------------------

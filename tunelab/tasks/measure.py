@@ -54,7 +54,7 @@ from tunelab.tasks import bootlog
 from tunelab.tasks import host_load
 from tunelab.tasks import metrics as M
 from tunelab.tasks import server_metrics as SM
-from tunelab.tasks.loadgen import PromptBuilder, make_client, run_level
+from tunelab.tasks.loadgen import PromptBuilder, make_client, run_level, run_sessions
 from tunelab.load_profiles import RATE_WARMUP_S, LoadProfile
 from tunelab.plan import Plan, Workload, requests_for_level
 
@@ -228,6 +228,26 @@ async def window_requests(builder: PromptBuilder, w: Workload, n: int, seed: int
     return WindowRequests([g[0] for g in got], [g[1] for g in got], arrivals_s)
 
 
+async def _run_sessions_window(client: httpx.AsyncClient, model: str, w: Workload, lv: Any, reqs: WindowRequests,
+                               on_done: Callable[[], None], common: dict[str, Any]) -> Any:
+    """One window of a multi-turn workload (``tunelab.workloads.MultiTurnWorkload``): its requests' prompts
+    are the sessions' user messages in session order; ``loadgen.run_sessions`` runs them at the level's
+    concurrency with the workload's think time. Each record carries its ``request_index`` (position in
+    session order)."""
+    prof = w.profile
+    if lv.target_concurrency is None:
+        raise ValueError(f"workload {w.name!r} (multi_turn) needs a concurrency load level (sessions in flight), "
+                         f"got {lv.label}; use concurrency: [...]")
+    turns = prof.turns  # type: ignore[union-attr]
+    sessions = [reqs.prompts[k:k + turns] for k in range(0, len(reqs.prompts), turns)]
+    res = await run_sessions(client, model, sessions, reqs.max_tokens, int(lv.target_concurrency or 1),
+                             think_time_s=prof.think_time_s, ignore_eos=common["ignore_eos"],  # type: ignore[union-attr]
+                             timeout_s=common["timeout_s"], on_done=on_done)
+    for r in res.records:
+        r["request_index"] = r["session_index"] * turns + r["turn"]
+    return res
+
+
 async def _context_tokens(client: httpx.AsyncClient, model: str) -> int | None:
     """The served model's ``max_model_len`` from ``/v1/models`` (vLLM's ModelCard), or None when the server
     does not say."""
@@ -390,10 +410,13 @@ async def _measure(
                         progress_events.emit("warmup", done=warm_done[0], total=n, label=label)
 
                     progress_events.emit("warmup", done=0, total=len(wp), label=f"{w.name} {lv.label} warm-up")
-                    wres = await run_level(client, model, wp, max_tokens=wr.max_tokens,
-                                           schedule=lv.schedule(len(wp), _seed(plan.seed, "wa"),
-                                                                workload_arrivals_s=wr.arrivals_s),
-                                           on_done=warm_tick, processes=load_processes, **common)
+                    if getattr(w.profile, "has_sessions", False):
+                        wres = await _run_sessions_window(client, model, w, lv, wr, warm_tick, common)
+                    else:
+                        wres = await run_level(client, model, wp, max_tokens=wr.max_tokens,
+                                               schedule=lv.schedule(len(wp), _seed(plan.seed, "wa"),
+                                                                    workload_arrivals_s=wr.arrivals_s),
+                                               on_done=warm_tick, processes=load_processes, **common)
                     warm["warmup_peak_in_flight"] = M.in_flight([r.get("send_ts") for r in wres.records],
                                                                 [r.get("end_ts") for r in wres.records])[0] or 0
                     pace_per_s = len(wres.records) / wres.wall_s if wres.wall_s > 0 else None
@@ -431,8 +454,11 @@ async def _measure(
                     before = await _scrape(client)
                     log.mark()
                     host0 = host_load.HostSample.read()
-                    res = await run_level(client, model, prompts, max_tokens=reqs.max_tokens, schedule=sched, on_done=tick,
-                                          processes=load_processes, **common)
+                    if getattr(w.profile, "has_sessions", False):
+                        res = await _run_sessions_window(client, model, w, lv, reqs, tick, common)
+                    else:
+                        res = await run_level(client, model, prompts, max_tokens=reqs.max_tokens, schedule=sched,
+                                              on_done=tick, processes=load_processes, **common)
                     text = log.since_mark()
                     host = host_load.covariates(host0)  # other processes' CPU, steal, frequency in the window
                     after = await _scrape(client)
@@ -440,6 +466,8 @@ async def _measure(
                     ident = R.measurement_key(w.name, lv.kind, lv.value, rep)
                     derived = []
                     for i, raw in enumerate(res.records):
+                        # A multi-turn window's records carry their own index (a failed turn ends its session).
+                        i = raw.get("request_index", i)
                         raw = {**raw, **ident, "request_index": i, "requested_output_tokens": reqs.max_tokens[i],
                                "ignore_eos": w.ignore_eos}
                         derived.append(M.derive_request(raw))

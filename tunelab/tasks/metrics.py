@@ -162,7 +162,9 @@ def derive_request(raw: Mapping[str, Any]) -> dict[str, Any]:
             request_index, send_ts, chunk_ts, end_ts, prompt_tokens, output_tokens,
             requested_output_tokens, ignore_eos, finish_reason, transport_error; optional:
             ``first_content_ts`` (first visible content; absent: every chunk was content, so
-            the first chunk) and ``reasoning_chunks`` (default 0); an optional trial_id is
+            the first chunk), ``reasoning_chunks`` (default 0), ``session_index`` and ``turn``
+            (multi-turn sessions) and ``cached_prompt_tokens`` (the server's
+            ``prompt_tokens_details.cached_tokens``), None when absent; an optional trial_id is
             passed through). Times are epoch seconds; ``chunk_ts`` lists the chunks that
             carried generated tokens of any kind: text, chat ``content``, ``reasoning`` /
             ``reasoning_content`` or ``tool_calls`` deltas.
@@ -269,6 +271,9 @@ def derive_request(raw: Mapping[str, Any]) -> dict[str, Any]:
         first_token_ts=chunks[0] if chunks else None,
         first_content_ts=first_content,
         reasoning_chunks=reasoning_chunks,
+        session_index=raw.get("session_index"),
+        turn=raw.get("turn"),
+        cached_prompt_tokens=_opt_count(raw.get("cached_prompt_tokens"), "cached_prompt_tokens"),
         end_ts=end,
         last_token_ts=chunks[-1] if chunks else None,
         chunk_offsets_s=[] if send is None else [c - send for c in chunks],

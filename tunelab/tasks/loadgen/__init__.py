@@ -13,13 +13,16 @@ One module per job, each with the design choices behind it in its docstring:
   it) and httpx (:func:`send_streaming`), the :class:`Clock`, :func:`make_client`;
 * :mod:`.scheduler`: a window's prompts sent on a load profile's schedule (concurrency slots or send offsets),
   in one event loop or over several load processes (:class:`ShardSpec`), :func:`run_level`,
-  :class:`LevelResult`.
+  :class:`LevelResult`;
+* :mod:`.sessions`: multi-turn chat sessions, each turn carrying the conversation so far, c sessions in
+  flight (:func:`run_sessions`).
 
 The names below are the public ones (``from tunelab.tasks.loadgen import run_level``).
 """
 
 from tunelab.tasks.loadgen.prompts import PromptBuilder, PromptLengthError
 from tunelab.tasks.loadgen.scheduler import LevelResult, ShardSpec, _rx_fields, run_level
+from tunelab.tasks.loadgen.sessions import run_sessions
 from tunelab.tasks.loadgen.transport import (Clock, RawPool, RxStats, make_client, prewarm_connections,
                                              send_streaming, send_streaming_raw)
 
@@ -29,6 +32,7 @@ __all__ = [
     "PromptLengthError",
     "send_streaming",
     "run_level",
+    "run_sessions",
     "LevelResult",
     "ShardSpec",
     "make_client",

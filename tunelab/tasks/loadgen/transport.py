@@ -74,17 +74,18 @@ def _iter_events(buf: bytes) -> tuple[list[bytes], bytes]:
 
 
 def _completion_request(model: str, prompt: str, max_tokens: int, endpoint: str,
-                        ignore_eos: bool) -> tuple[str, dict[str, Any], bool]:
+                        ignore_eos: bool, messages: list[dict] | None = None) -> tuple[str, dict[str, Any], bool]:
     """``(path, JSON body, chat?)`` of one streamed, greedy (temperature 0) completion whose last chunk
-    carries the usage: ``endpoint='chat'`` asks ``/v1/chat/completions`` with one user message, anything else
-    ``/v1/completions`` with the prompt. Both transports send this same body."""
+    carries the usage: ``endpoint='chat'`` asks ``/v1/chat/completions`` with ``messages`` (a conversation:
+    multi-turn sessions) or else one user message ``prompt``, anything else ``/v1/completions`` with the
+    prompt. Both transports send this same body."""
     body: dict[str, Any] = {
         "model": model, "max_tokens": max_tokens, "temperature": 0.0, "stream": True,
         "stream_options": {"include_usage": True}, "ignore_eos": ignore_eos,
     }
     chat = endpoint == "chat"
     if chat:
-        body["messages"] = [{"role": "user", "content": prompt}]
+        body["messages"] = list(messages) if messages else [{"role": "user", "content": prompt}]
         return "/v1/chat/completions", body, True
     body["prompt"] = prompt
     return "/v1/completions", body, False
@@ -95,7 +96,8 @@ def _new_record() -> dict[str, Any]:
     list the transport appends to; ``first_content_ts`` and ``reasoning_chunks`` (reasoning streams) are set
     by :func:`_take_event`."""
     return {"send_ts": None, "chunk_ts": [], "end_ts": None, "prompt_tokens": None, "output_tokens": None,
-            "finish_reason": None, "transport_error": None, "first_content_ts": None, "reasoning_chunks": 0}
+            "finish_reason": None, "transport_error": None, "first_content_ts": None, "reasoning_chunks": 0,
+            "cached_prompt_tokens": None}
 
 
 def _take_event(obj: dict[str, Any], t: float, rec: dict[str, Any], chat: bool) -> None:
@@ -109,6 +111,9 @@ def _take_event(obj: dict[str, Any], t: float, rec: dict[str, Any], chat: bool) 
     if usage:
         rec["prompt_tokens"] = usage.get("prompt_tokens")
         rec["output_tokens"] = usage.get("completion_tokens")
+        details = usage.get("prompt_tokens_details")  # vllm serve --enable-prompt-tokens-details
+        if details:
+            rec["cached_prompt_tokens"] = details.get("cached_tokens")
     for ch in obj.get("choices") or ():
         if chat:
             delta = ch.get("delta") or {}
@@ -124,8 +129,11 @@ def _take_event(obj: dict[str, Any], t: float, rec: dict[str, Any], chat: bool) 
             content = token = ch.get("text")
         if token:
             rec["chunk_ts"].append(t)
-        if content and rec["first_content_ts"] is None:
-            rec["first_content_ts"] = t
+        if content:
+            if rec["first_content_ts"] is None:
+                rec["first_content_ts"] = t
+            if "text" in rec:  # kept only when asked (a multi-turn session appends the answer to its history)
+                rec["text"].append(content)
         fr = ch.get("finish_reason")
         if fr:
             rec["finish_reason"] = fr
@@ -140,6 +148,8 @@ async def send_streaming(
     endpoint: str = "completions",
     ignore_eos: bool = True,
     timeout_s: float = 120.0,
+    messages: list[dict] | None = None,
+    keep_text: bool = False,
 ) -> dict[str, Any]:
     """Send one streaming request and record raw timings (the raw record of ``tasks.metrics.derive_request``).
 
@@ -151,10 +161,16 @@ async def send_streaming(
     ``reasoning_chunks`` (chunks whose delta carried ``reasoning`` or ``reasoning_content``), ``end_ts`` (the stream's end: the last
     byte, after the usage-only chunk and ``[DONE]``; None if the stream was cut), ``prompt_tokens``/``output_tokens`` (server usage; None if
     absent), ``finish_reason``, ``transport_error`` (None on success: e.g. ``HTTP 503: ...``,
-    ``RemoteProtocolError: ...``, ``stream ended without [DONE]``). Never raises for HTTP or stream errors.
+    ``RemoteProtocolError: ...``, ``stream ended without [DONE]``), ``cached_prompt_tokens`` (the usage's
+    ``prompt_tokens_details.cached_tokens``: prompt tokens served from the prefix cache; None unless the server
+    runs with ``--enable-prompt-tokens-details``), and with ``keep_text`` the answer's content pieces as
+    ``text`` (a list of str). ``messages``: the chat conversation to send instead of one user message.
+    Never raises for HTTP or stream errors.
     """
-    path, body, chat = _completion_request(model, prompt, max_tokens, endpoint, ignore_eos)
+    path, body, chat = _completion_request(model, prompt, max_tokens, endpoint, ignore_eos, messages)
     rec = _new_record()
+    if keep_text:
+        rec["text"] = []
     done = False
     loads = json.loads
     now = clock.now
@@ -535,14 +551,18 @@ async def send_streaming_raw(
     endpoint: str = "completions",
     ignore_eos: bool = True,
     timeout_s: float = 120.0,
+    messages: list[dict] | None = None,
+    keep_text: bool = False,
 ) -> dict[str, Any]:
     """As :func:`send_streaming`, over a :class:`RawPool` connection: each network read is stamped in
     ``data_received`` before it is parsed, and events are handled there, without a task switch per chunk.
     A reused keep-alive connection that the server had closed is retried once on a fresh one (nothing
     was received yet; ``send_ts`` is re-stamped). Never raises for HTTP or stream errors."""
-    path, body, chat = _completion_request(model, prompt, max_tokens, endpoint, ignore_eos)
+    path, body, chat = _completion_request(model, prompt, max_tokens, endpoint, ignore_eos, messages)
     payload = pool.request_bytes(path, json.dumps(body).encode())
     rec = _new_record()
+    if keep_text:
+        rec["text"] = []
     state = {"done": False}
     loads = json.loads
 
