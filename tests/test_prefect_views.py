@@ -308,3 +308,17 @@ def test_confirmed_regression_emits_an_event_ends_in_its_state_and_calls_the_web
         assert out2["confirmed"] == []
     finally:
         httpd.shutdown()
+
+
+def test_compare_cli_writes_the_html_report(prefect_server, tmp_path):
+    db = tmp_path / "wh.duckdb"
+    _regressing_warehouse(db, tmp_path / "results")
+    out = tmp_path / "compare.html"
+    env = dict(os.environ, PREFECT_API_URL=prefect_server, COLUMNS="200")
+    r = subprocess.run([sys.executable, "-m", "tunelab.cli", "compare", "--baseline", "version=previous",
+                        "--candidate", "version=latest", "--db", str(db), "--html", str(out)], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    page = out.read_text()
+    assert page.startswith("<!DOCTYPE html>") and 'src="data:image/png;base64,' in page and "<script" not in page
+    assert "cfgab" in page and "<strong>worse</strong>" in page and "Regressions along vLLM versions" in page
