@@ -376,3 +376,33 @@ def test_a_relative_workload_path_is_found_next_to_the_plan(tmp_path, monkeypatc
     monkeypatch.chdir(tmp_path)  # not the plan's folder
     plan = load_plan("plans/p.yaml")
     assert Path(plan.workloads[0].profile.path) == Path("plans/data/t.csv")
+
+
+def test_trace_profile_schedule_label_rate_and_errors():
+    from tunelab.load_profiles import TraceProfile, load_label, profile_for
+
+    lp = profile_for("trace", 2.0)
+    assert isinstance(lp, TraceProfile) and lp.label == "trace x2" == load_label("trace", 2.0)
+    sched = lp.schedule(3, seed=5, workload_arrivals_s=[0.0, 1.0, 3.0])
+    assert sched.send_offsets_s == (0.0, 0.5, 1.5) and not sched.closed_loop
+    assert lp.offered_rate_per_s([0.0, 1.0, 3.0]) == pytest.approx(2 / 1.5)
+    assert lp.warmup_requests(3) == 3 and lp.target_concurrency is None
+    with pytest.raises(ValueError, match="a trace level needs the workload's arrival times"):
+        lp.schedule(3, seed=5)
+    with pytest.raises(ValueError, match=r"needs one offset \(seconds\) per request: got 3 for 4"):
+        lp.schedule(4, workload_arrivals_s=[0.0, 1.0, 3.0])
+    # Other profiles ignore a workload's arrival times.
+    assert profile_for("concurrency", 2.0).schedule(3, 5, workload_arrivals_s=[0.0, 1.0, 3.0]).slots == 2
+
+
+def test_plan_cost_of_a_trace_level_is_its_replay_time(tmp_path):
+    from tunelab.plan_cost import plan_cost
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n" + "".join(f"{2 * i},8,4\n" for i in range(5)))
+    plan = _plan(tmp_path, f"workloads:\n  - {{name: r, type: trace, path: {trace}, num_requests: 5}}\n"
+                           "concurrency: []\ntrace_speedups: [4]\nwarmup_requests: 0\n")
+    # 5 requests over 8 s of trace at speedup 4: 2 s per window (the cost counts n / rate = 5 / (4 / 2 s)).
+    c = plan_cost(plan, {"cpu": "cpu"})
+    assert c.measured_requests == 5
+    assert c.requests_s == pytest.approx(5 / (4 / 2.0))

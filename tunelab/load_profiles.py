@@ -247,6 +247,11 @@ class _Profile(BaseModel):
         raise it to ``requests_per_concurrency x c``)."""
         return workload_requests
 
+    def offered_rate_per_s(self, workload_arrivals_s: Sequence[float] | None = None) -> float | None:
+        """Requests/s an open-loop level offers (plan cost estimates); None for a closed loop (the server's pace
+        sets it). ``workload_arrivals_s``: the workload's own arrival offsets, for profiles that replay them."""
+        return None
+
     def warmup_requests(self, minimum: int) -> int:  # pragma: no cover - abstract
         """Warm-up requests before the level's windows; ``minimum`` is the plan's ``warmup_requests`` (0 turns
         the warm-up off)."""
@@ -365,6 +370,10 @@ class RateProfile(_Profile):
             raise ValueError(f"burstiness must be > 0 (1 = Poisson, < 1 burstier, > 1 more regular), got {v!r}")
         return v
 
+    def offered_rate_per_s(self, workload_arrivals_s: Sequence[float] | None = None) -> float | None:
+        """The level's mean rate, requests/s."""
+        return self.rate_per_s
+
     @property
     def arrival_process(self) -> str:
         """``'poisson'`` (burstiness 1), ``'constant'`` (inf) or ``'gamma'``."""
@@ -441,6 +450,14 @@ class TraceProfile(_Profile):
         """``minimum`` (the plan's ``warmup_requests``) of the trace's first requests at its own times; 0 when
         ``minimum`` <= 0."""
         return max(0, minimum)
+
+    def offered_rate_per_s(self, workload_arrivals_s: Sequence[float] | None = None) -> float | None:
+        """The replay's mean rate, requests/s: ``(n - 1) x speedup / span`` of the arrival offsets given; None
+        without them or when all arrive at once."""
+        if not workload_arrivals_s or len(workload_arrivals_s) < 2:
+            return None
+        span_s = (float(workload_arrivals_s[-1]) - float(workload_arrivals_s[0])) / self.speedup
+        return (len(workload_arrivals_s) - 1) / span_s if span_s > 0 else None
 
     def schedule(self, n_requests: int, seed: int | None = None,
                  send_offsets_s: Sequence[float] | None = None,

@@ -8,7 +8,8 @@ How the time is estimated (a rough guide, not a measurement; the first sweep's o
 
 with the typical figures of :data:`TYPICAL`: boots of 15-40 s on a 2-core CPU host with the tiny model and
 45-110 s on an H200 with an 8B model (seen in the sweeps of docs/measurement.md and the evidence reports; the
-middle is taken). Expected rate: a request-rate level sends its rate; a concurrency level ``c`` keeps ``c``
+middle is taken). Expected rate: a request-rate level sends its rate, a trace level its replay's mean rate
+(requests over the trace's span / speedup); a concurrency level ``c`` keeps ``c``
 requests in flight, each lasting ``TTFT + output_tokens x TPOT`` with the device's typical TTFT and TPOT, so
 ``c / (ttft_s + output_tokens x tpot_s)`` requests/s.
 
@@ -78,12 +79,14 @@ class PlanCost:
         return self.boot_s + self.requests_s
 
 
-def _rate_per_s(profile, output_tokens: int, fig: DeviceFigures) -> float:
-    """Expected requests/s of a window at ``profile`` (module docstring)."""
+def _rate_per_s(profile, output_tokens: int, fig: DeviceFigures, arrivals_s: list[float] | None = None) -> float:
+    """Expected requests/s of a window at ``profile`` (module docstring); ``arrivals_s``: the workload's own
+    arrival offsets (a trace), which a trace level replays."""
     c = profile.target_concurrency
     if c:
         return c / (fig.ttft_s + output_tokens * fig.tpot_s)
-    return float(profile.value)  # open loop: the level's rate
+    # open loop: the rate the level offers (a trace level: its replay's); else its value
+    return profile.offered_rate_per_s(arrivals_s) or float(profile.value)
 
 
 def plan_cost(plan: Plan, devices: dict[str, str] | None = None) -> PlanCost:
@@ -115,7 +118,9 @@ def plan_cost(plan: Plan, devices: dict[str, str] | None = None) -> PlanCost:
             for lv in profiles:
                 n = requests_for_level(plan, w, lv)
                 n_warm = lv.warmup_requests(plan.warmup_requests)
-                rate = _rate_per_s(lv, w.output_tokens, fig)
+                arrivals = ([sp.arrival_offset_s for sp in w.profile.request_specs(n, plan.seed)]
+                            if w.profile.has_arrivals else None)
+                rate = _rate_per_s(lv, w.output_tokens, fig, arrivals)
                 warm += n_warm
                 req_s += n_warm / rate
                 if duration_s is not None:
