@@ -338,6 +338,19 @@ def test_four_of_sixteen_stalled_requests_are_flagged(cols):
     assert "failing: chat/concurrency/4/1" in row["detail"] and "(+" not in row["detail"]
 
 
+def test_long_answers_of_a_window_of_varying_lengths_are_not_outliers():
+    """A workload of varying lengths (tunelab.workloads): four answers 20x longer take 20x the E2EL at the same
+    TPOT; that is the workload, not a stall. The same four at one length are outliers."""
+    tables = make_tables(n_req=16)
+    _stall(range(6, 10), cols=("e2el_s", "output_tokens"))(tables)
+    res = validate_trial(tables, make_trial(), QualityThresholds())
+    assert "no_outlier_cluster" not in failed(res), res.summary
+    assert _row(res, "no_outlier_cluster")["observed"].startswith("0 of 16")
+    tables = make_tables(n_req=16)
+    _stall(range(6, 10), cols=("e2el_s",))(tables)
+    assert failed(validate_trial(tables, make_trial(), QualityThresholds())) == {"no_outlier_cluster": "warn"}
+
+
 def test_clean_window_of_sixteen_passes():
     res = validate_trial(make_tables(n_req=16), make_trial(), QualityThresholds())
     assert res.verdict == "pass", res.summary

@@ -509,7 +509,9 @@ def _ok_requests(req: pd.DataFrame, cols: tuple[str, ...]) -> pd.DataFrame:
 
 def _suite_outliers(gxe: Any, req: pd.DataFrame, th: QualityThresholds, out: _Collector) -> None:
     """``no_outlier_cluster``: per window, count the ok requests whose E2EL or TPOT is above
-    ``outlier_request_ratio`` x the window's median and allow max(1, floor(frac x n))."""
+    ``outlier_request_ratio`` x the window's median and allow max(1, floor(frac x n)). In a window whose
+    requests differ in length (prompt or output tokens: workloads of tunelab.workloads other than fixed), E2EL
+    differs by design, so only TPOT counts there."""
     m, frac = th.outlier_request_ratio, th.max_outlier_request_frac
     thr = f"<= max(1, floor({frac} x n)) requests > {m:g}x window median E2EL or TPOT"
     okr = _ok_requests(req, ("e2el_s", "ttft_s", "output_tokens"))
@@ -523,7 +525,8 @@ def _suite_outliers(gxe: Any, req: pd.DataFrame, th: QualityThresholds, out: _Co
         if len(g) < _OUTLIER_MIN_REQUESTS:
             continue
         ratios = []
-        for col in ("e2el_s", "tpot"):
+        lengths_vary = any(c in g.columns and g[c].nunique() > 1 for c in ("prompt_tokens", "output_tokens"))
+        for col in (("tpot", "tpot") if lengths_vary else ("e2el_s", "tpot")):
             med = g[col].median()
             ratios.append(g[col] / med if med and med > 0 else pd.Series(np.nan, index=g.index))
         ratio = np.fmax(ratios[0], ratios[1])  # NaN only where both are NaN
