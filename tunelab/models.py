@@ -8,9 +8,10 @@ from pathlib import Path
 
 from tunelab.runtime import Runtime, RuntimeError_
 
-__all__ = ["build_tiny_model", "has_chat_template", "is_model_dir"]
+__all__ = ["build_tiny_lora", "build_tiny_model", "has_chat_template", "is_model_dir"]
 
 _SCRIPT = Path(__file__).parent / "scripts" / "make_tiny_model.py"
+_LORA_SCRIPT = Path(__file__).parent / "scripts" / "make_tiny_lora.py"
 
 
 def is_model_dir(path: Path) -> bool:
@@ -50,4 +51,22 @@ def build_tiny_model(runtime: Runtime, out: Path, force: bool = False, log=print
         raise RuntimeError_(f"building the tiny model failed (exit {r.returncode}):\n{r.stderr[-2000:]}")
     info = json.loads(r.stdout[r.stdout.index("{"):])
     log(f"tiny model built in {out}: {info['params']:,} params, vocab {info['vocab']}")
+    return out
+
+
+def build_tiny_lora(runtime: Runtime, out: Path, log=print) -> Path:
+    """Build a tiny random LoRA adapter (rank 8 on q_proj and v_proj, PEFT format, seed 0) for the tiny model
+    into ``out`` with the runtime's interpreter (< 5 s, no network); serve it with the engine args
+    ``enable-lora: true`` and ``lora-modules: NAME=PATH``.
+
+    Raises:
+        RuntimeError_: the build script failed (its stderr tail is in the message).
+    """
+    out = out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run([runtime.python, str(_LORA_SCRIPT), str(out)], capture_output=True, text=True,
+                       env=runtime.launch_env())
+    if r.returncode != 0:
+        raise RuntimeError_(f"building the tiny LoRA adapter failed (exit {r.returncode}):\n{r.stderr[-2000:]}")
+    log(f"tiny LoRA adapter built in {out}")
     return out

@@ -122,6 +122,9 @@ class Workload(BaseModel):
         "completions", description="OpenAI-compatible endpoint: /v1/completions or /v1/chat/completions."
     )
     ignore_eos: bool = Field(True, description="Fixed output lengths so tokens/s compare across configs.")
+    adapter: str | None = Field(
+        None, description="A LoRA adapter the requests target: its NAME in the engine args' lora-modules "
+                          "(NAME=PATH, with enable-lora); sent as the request's model. None: the base model.")
     shared_prefix_tokens: int = Field(
         0, ge=0, strict=True, description="Tokens of a prefix shared by every prompt (prefix-cache workloads); 0 = none."
     )
@@ -155,8 +158,12 @@ class Workload(BaseModel):
         return self.profile.nominal_output_tokens
 
     def record(self) -> dict[str, Any]:
-        """``{name, type, parameters, file_sha256}`` of the workload, as stored in ``trials.workloads``."""
-        return {"name": self.name, **self.profile.record()}
+        """``{name, type, parameters, file_sha256}`` of the workload (and ``adapter`` when it targets a LoRA
+        adapter), as stored in ``trials.workloads``."""
+        rec = {"name": self.name, **self.profile.record()}
+        if self.adapter is not None:
+            rec["adapter"] = self.adapter
+        return rec
 
     @model_validator(mode="after")
     def _sessions_need_chat(self) -> "Workload":

@@ -323,7 +323,7 @@ class _Conn:
             stalls.arrived(st.in_flight)
         entry: dict[str, Any] = {"rid": rid, "endpoint": "chat" if chat else "completions", "recv": t_recv,
                                  "recv_at_read": True, "recv_kernel": tk_recv,
-                                 "prompt_head": prompt[:64], "prompt_len_chars": len(prompt),
+                                 "model": req.get("model"), "prompt_head": prompt[:64], "prompt_len_chars": len(prompt),
                                  "prompt_sha1": hashlib.sha1(prompt.encode()).hexdigest(),
                                  "chunk_tokens": [], "emit": [], "emit_pre": [], "role": None, "usage": None,
                                  "done": None, "done_pre": None, "due": [], "cut": False}

@@ -15,6 +15,8 @@ the HTTP protocol's ``data_received`` before parsing, so the ASGI task's schedul
 * chat requests get a role-only first chunk (``delta={'role': 'assistant', 'content': ''}``) immediately at
   ``recv``, before any token, as vLLM's chat endpoint does.
 
+Every log entry also keeps the request's ``model`` (a LoRA workload sends its adapter's name there).
+
 Ground truth is what the server *did*, not what it intended: for every request it logs ``recv`` and the
 ``time.perf_counter()`` right after each chunk was handed to the transport (``emit``; ``emit_pre``: right
 before, so the write happened between the two: a process descheduled just after writing can stamp ``emit``
@@ -221,7 +223,7 @@ def make_app(timing: FakeTiming, model: str = "fake-model", log_file: str | None
         state["next_rid"] += 1
         entry: dict[str, Any] = {"rid": rid, "endpoint": "chat" if chat else "completions", "recv": t_recv,
                                  "recv_at_read": recv_at_read,
-                                 "prompt_head": prompt[:64], "prompt_len_chars": len(prompt),
+                                 "model": req.get("model"), "prompt_head": prompt[:64], "prompt_len_chars": len(prompt),
                                  "prompt_sha1": hashlib.sha1(prompt.encode()).hexdigest(),
                                  "chunk_tokens": [], "emit": [], "emit_pre": [], "role": None, "usage": None,
                                  "done": None, "done_pre": None,

@@ -411,9 +411,9 @@ async def _measure(
 
                     progress_events.emit("warmup", done=0, total=len(wp), label=f"{w.name} {lv.label} warm-up")
                     if getattr(w.profile, "has_sessions", False):
-                        wres = await _run_sessions_window(client, model, w, lv, wr, warm_tick, common)
+                        wres = await _run_sessions_window(client, w.adapter or model, w, lv, wr, warm_tick, common)
                     else:
-                        wres = await run_level(client, model, wp, max_tokens=wr.max_tokens,
+                        wres = await run_level(client, w.adapter or model, wp, max_tokens=wr.max_tokens,
                                                schedule=lv.schedule(len(wp), _seed(plan.seed, "wa"),
                                                                     workload_arrivals_s=wr.arrivals_s),
                                                on_done=warm_tick, processes=load_processes, **common)
@@ -455,9 +455,10 @@ async def _measure(
                     log.mark()
                     host0 = host_load.HostSample.read()
                     if getattr(w.profile, "has_sessions", False):
-                        res = await _run_sessions_window(client, model, w, lv, reqs, tick, common)
+                        res = await _run_sessions_window(client, w.adapter or model, w, lv, reqs, tick, common)
                     else:
-                        res = await run_level(client, model, prompts, max_tokens=reqs.max_tokens, schedule=sched,
+                        # A LoRA workload names its adapter as the request's model (prompts use the base's tokenizer).
+                        res = await run_level(client, w.adapter or model, prompts, max_tokens=reqs.max_tokens, schedule=sched,
                                               on_done=tick, processes=load_processes, **common)
                     text = log.since_mark()
                     host = host_load.covariates(host0)  # other processes' CPU, steal, frequency in the window
