@@ -406,3 +406,13 @@ def test_plan_cost_of_a_trace_level_is_its_replay_time(tmp_path):
     c = plan_cost(plan, {"cpu": "cpu"})
     assert c.measured_requests == 5
     assert c.requests_s == pytest.approx(5 / (4 / 2.0))
+
+
+def test_a_plan_with_workload_types_survives_a_json_round_trip():
+    # Flows pass the plan as a parameter (JSON); its workloads come back with their types and parameters.
+    from tunelab.plan import Plan
+
+    plan = load_plan(REPO / "experiments" / "demo_workloads.yaml")
+    again = Plan.model_validate_json(plan.model_dump_json())
+    assert again == plan and [w.type for w in again.workloads] == ["dataset", "distribution"]
+    assert again.workloads[0].record() == plan.workloads[0].record()
