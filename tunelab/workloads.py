@@ -62,6 +62,8 @@ __all__ = [
     "read_trace",
     "file_sha256",
     "synthetic_sharegpt",
+    "synthetic_trace",
+    "write_demo_files",
 ]
 
 
