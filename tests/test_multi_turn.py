@@ -109,3 +109,17 @@ def test_prefix_cache_hits_per_turn_on_the_real_cpu_runtime(tmp_path, tiny_model
     per_request = con.execute("SELECT sum(cached_prompt_tokens) FROM requests").fetchall()[0][0]
     # The server's own counters over the window are the per-request hits summed.
     assert hits is not None and hits > 0 and hits == per_request
+
+
+def test_turn_summary_lines_give_cached_share_per_turn():
+    import pandas as pd
+
+    from tunelab.tasks.measure import turn_summary
+
+    df = pd.DataFrame({"turn": [0, 0, 1, 1], "ok": [True, True, True, False],
+                       "prompt_tokens": [300, 300, 400, 400], "cached_prompt_tokens": [0, 0, 256, None],
+                       "ttft_s": [0.02, 0.04, 0.01, None]})
+    assert turn_summary(df) == ["turn 0: 2 requests (2 ok), prompt 300 tokens, cached 0 (0 %), TTFT p50 30.0 ms",
+                                "turn 1: 2 requests (1 ok), prompt 400 tokens, cached 256 (64 %), TTFT p50 10.0 ms"]
+    df["cached_prompt_tokens"] = None
+    assert "cached n/a" in turn_summary(df)[0]

@@ -248,6 +248,26 @@ async def _run_sessions_window(client: httpx.AsyncClient, model: str, w: Workloa
     return res
 
 
+def turn_summary(requests: pd.DataFrame) -> list[str]:
+    """One line per turn of a multi-turn window's derived requests (columns ``turn``, ``ok``,
+    ``prompt_tokens``, ``cached_prompt_tokens``, ``ttft_s``): requests, mean prompt tokens, mean prompt tokens
+    served from the prefix cache (``n/a`` when the server did not report them: it needs
+    ``--enable-prompt-tokens-details``) and TTFT p50, e.g. ``turn 1: 2 requests, prompt 358 tokens, cached 256
+    (71 %), TTFT p50 39.0 ms``. The warehouse view ``turn_prefix_cache`` holds the same per turn."""
+    out = []
+    for turn, g in requests.groupby("turn", sort=True):
+        ok = g[g["ok"].astype(bool)]
+        prompt = ok["prompt_tokens"].dropna().astype(float)
+        cached = ok["cached_prompt_tokens"].dropna().astype(float)
+        ttft = ok["ttft_s"].dropna().astype(float)
+        cache = (f"cached {cached.mean():.0f} ({100 * cached.sum() / prompt.sum():.0f} %)"
+                 if len(cached) and len(prompt) and prompt.sum() > 0 else "cached n/a")
+        out.append(f"turn {int(turn)}: {len(g)} requests ({len(ok)} ok), prompt "
+                   f"{prompt.mean() if len(prompt) else float('nan'):.0f} tokens, {cache}, TTFT p50 "
+                   f"{1000 * ttft.median() if len(ttft) else float('nan'):.1f} ms")
+    return out
+
+
 async def _context_tokens(client: httpx.AsyncClient, model: str) -> int | None:
     """The served model's ``max_model_len`` from ``/v1/models`` (vLLM's ModelCard), or None when the server
     does not say."""
@@ -473,6 +493,9 @@ async def _measure(
                                "ignore_eos": w.ignore_eos}
                         derived.append(M.derive_request(raw))
                     df = pd.DataFrame(derived)
+                    if getattr(w.profile, "has_sessions", False):
+                        for line in turn_summary(df):
+                            logging.getLogger("tunelab.measure").info("%s: %s", label, line)
                     agg = M.aggregate(df, slo or None, client_cpu_frac=res.client_cpu_frac,
                                       target=lv.target_concurrency)
                     if duration_s is not None:
