@@ -14,6 +14,9 @@ generation_tokens     counter_delta   vllm:generation_tokens_total
 prefix_cache_queries  counter_delta   vllm:prefix_cache_queries_total (>= 0.9),
                                       vllm:gpu_prefix_cache_queries_total (0.8-0.10, deprecated 0.9)
 prefix_cache_hits     counter_delta   vllm:prefix_cache_hits_total, vllm:gpu_prefix_cache_hits_total
+spec_decode_drafts,   counter_delta   vllm:spec_decode_num_drafts_total, ..._num_draft_tokens_total,
+ _draft_tokens,                       ..._num_accepted_tokens_total: only where the server exposes
+ _accepted_tokens                     them (speculative decoding on), else no row
 request_success_<r>   counter_delta   vllm:request_success_total{finished_reason="<r>"},
                                       r in stop, length, abort, error
 server_ttft           histogram       vllm:time_to_first_token_seconds
@@ -59,6 +62,8 @@ __all__ = [
     "Snapshot",
     "snapshot",
     "window_rows",
+    "spec_decode_acceptance",
+    "SPEC_DECODE_METRICS",
     "histogram_quantile",
 ]
 
@@ -103,8 +108,20 @@ _SPECS: tuple[_Spec, ...] = (
     _Spec("num_requests_waiting", "gauge", ("vllm:num_requests_waiting",)),
 )
 
+#: Counters read only from a server that exposes them, else no row: a server runs speculative decoding only
+#: with ``--speculative-config``, and a NULL row for every window of every other config says nothing. Names:
+#: vllm/v1/spec_decode/metrics.py ``SpecDecodingProm``; acceptance rate = accepted / draft tokens, mean
+#: acceptance length = 1 + accepted tokens / drafts (:func:`spec_decode_acceptance`).
+_SPECS_IF_SERVED: tuple[_Spec, ...] = (
+    _Spec("spec_decode_drafts", "counter_delta", ("vllm:spec_decode_num_drafts_total",)),
+    _Spec("spec_decode_draft_tokens", "counter_delta", ("vllm:spec_decode_num_draft_tokens_total",)),
+    _Spec("spec_decode_accepted_tokens", "counter_delta", ("vllm:spec_decode_num_accepted_tokens_total",)),
+)
+
 #: Canonical metric names, in the order :func:`window_rows` returns them.
 CANONICAL_METRICS: tuple[str, ...] = tuple(s.metric for s in _SPECS)
+#: Canonical names of the speculative-decoding counters, rows only where the server exposes them.
+SPEC_DECODE_METRICS: tuple[str, ...] = tuple(s.metric for s in _SPECS_IF_SERVED)
 
 
 @dataclass(frozen=True)
@@ -306,7 +323,8 @@ def window_rows(
             from the window's Δbuckets on histogram rows and None elsewhere.
 
     Returns:
-        One dict per :data:`CANONICAL_METRICS` entry, in that order, with keys
+        One dict per :data:`CANONICAL_METRICS` entry, in that order, then one per
+        :data:`SPEC_DECODE_METRICS` entry that the ``after`` page has (speculative decoding), with keys
         ``**ident, metric, kind, value, count, sum, source_name, null_reason``:
         ``counter_delta`` -> value = after - before (summed over engines);
         ``histogram`` -> count = Δcount, sum = Δsum (seconds), value = Δsum/Δcount
@@ -334,7 +352,8 @@ def window_rows(
         qcols.append((float(q), f"p{q * 100:g}_s"))
 
     rows: list[dict[str, Any]] = []
-    for spec in _SPECS:
+    served = tuple(sp for sp in _SPECS_IF_SERVED if any(after.has(n) for n in sp.names))
+    for spec in _SPECS + served:
         row: dict[str, Any] = {
             **ident,
             "metric": spec.metric,
@@ -383,3 +402,17 @@ def window_rows(
         else:
             row["null_reason"] = "no observations in the window"
     return rows
+
+
+def spec_decode_acceptance(rows: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
+    """Speculative-decoding acceptance of one window from its :func:`window_rows`.
+
+    Returns:
+        ``{'acceptance_rate': accepted / draft tokens, 'mean_acceptance_length': 1 + accepted tokens / drafts}``
+        (vLLM's definitions, vllm/v1/spec_decode/metrics.py ``SpecDecodingProm``; the length counts the bonus
+        token), each None when the window has no such rows (no speculative decoding) or no drafts.
+    """
+    v = {r["metric"]: r.get("value") for r in rows if r.get("metric") in SPEC_DECODE_METRICS}
+    acc, toks, drafts = v.get("spec_decode_accepted_tokens"), v.get("spec_decode_draft_tokens"), v.get("spec_decode_drafts")
+    return {"acceptance_rate": acc / toks if acc is not None and toks else None,
+            "mean_acceptance_length": 1 + acc / drafts if acc is not None and drafts else None}
