@@ -41,3 +41,31 @@ def test_no_spec_decode_rows_without_speculative_decoding():
                        snapshot((FIX / "vllm-v0.32_after.prom").read_text()), IDENT)
     assert [r["metric"] for r in rows] == list(CANONICAL_METRICS)
     assert spec_decode_acceptance(rows) == {"acceptance_rate": None, "mean_acceptance_length": None}
+
+
+@pytest.mark.runtime
+def test_ngram_speculative_decoding_on_the_real_cpu_runtime_stores_its_acceptance(tmp_path, tiny_model):
+    import os
+    import subprocess
+    import sys
+
+    import duckdb
+    import yaml
+
+    repo = Path(__file__).resolve().parent.parent
+    plan = yaml.safe_load((repo / "tests" / "plans" / "spec_decode.yaml").read_text())
+    plan["model"] = str(tiny_model)
+    (tmp_path / "plan.yaml").write_text(yaml.safe_dump(plan))
+    env = dict(os.environ, TUNELAB_DB=str(tmp_path / "wh.duckdb"), TUNELAB_RESULTS=str(tmp_path / "results"),
+               PREFECT_HOME=str(tmp_path / "prefect"))
+    r = subprocess.run([sys.executable, "-m", "tunelab.cli", "run", str(tmp_path / "plan.yaml")], cwd=repo, env=env,
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    con = duckdb.connect(str(tmp_path / "wh.duckdb"), read_only=True)
+    assert con.execute("SELECT bool_and(ok), count(*) FROM requests").fetchall() == [(True, 4)]
+    rows = [{"metric": m, "value": v} for m, v in con.execute(
+        "SELECT metric, value FROM server_metrics WHERE metric LIKE 'spec_decode_%'").fetchall()]
+    assert sorted(r["metric"] for r in rows) == sorted(SPEC_DECODE_METRICS)
+    acc = spec_decode_acceptance(rows)
+    assert acc["acceptance_rate"] is not None and 0 <= acc["acceptance_rate"] <= 1
+    assert acc["mean_acceptance_length"] >= 1
