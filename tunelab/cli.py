@@ -120,6 +120,7 @@ def runtime_bundle(
     """On a machine with PyPI access: pack a CUDA vLLM runtime (or the orchestrator) for an air-gapped GPU host
     as xz parts + manifest. See docs/gpu_hosts.md."""
     from tunelab import offline
+    part_size_mib = part_size_mib or offline.DEFAULT_PART_SIZE_MIB
 
     if orchestrator == bool(vllm):
         _fail("give exactly one of --vllm SPEC or --orchestrator")
@@ -140,7 +141,6 @@ def runtime_install(
     """On the GPU host: verify the parts, unpack, import-check with this host's python, and register the runtime
     so plans can say `runtime: gpu-<version>`."""
     from tunelab import offline
-    part_size_mib = part_size_mib or offline.DEFAULT_PART_SIZE_MIB
     from tunelab.offline_register import register_offline
 
     rec = offline.install_bundle(bundle, dest)
