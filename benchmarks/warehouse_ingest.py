@@ -107,7 +107,7 @@ def main() -> None:
     cells = args.workloads * args.loads * args.repeats
     per_repeat = max(1, args.requests // (trials * cells))
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="tunelab-ingest-"))
-    results, db = workdir / "results", workdir / "tunelab.warehouse.duckdb"
+    results, db = workdir / "results", workdir / "warehouse.duckdb"
     print(f"{trials} trials ({args.versions} versions x {args.configs} configs x {args.boots} boots), "
           f"{cells} measurements each, {per_repeat} requests per measurement -> "
           f"{trials * cells * per_repeat:,} request rows; chunk_offsets_s length {args.chunk_offsets}")

@@ -281,3 +281,49 @@ def test_version_plot_only_with_two_versions_and_legends_off_the_data(warehouse,
     for ax in fig.axes:
         leg = ax.get_legend()
         assert leg is not None and not leg.get_window_extent().overlaps(ax.get_window_extent())
+
+
+# -- found by a new user's try-out ------------------------------------------------------------------------------------
+def test_note_cause_reads_as_text():
+    from tunelab.reports.notes import note_cause
+
+    assert note_cause("chat c=4 #1: 3.7% of inter-chunk gaps fell inside one read (0 s ITL): ...") == \
+        "N% of inter-chunk gaps fell inside one read"
+
+
+def test_default_warehouse_file_is_warehouse_duckdb_in_the_home(tmp_path, monkeypatch):
+    """README and docs name `<home>/warehouse.duckdb`; an existing warehouse there must keep being found."""
+    from tunelab import paths
+
+    monkeypatch.delenv("TUNELAB_DB", raising=False)
+    monkeypatch.setenv("TUNELAB_HOME", str(tmp_path))
+    assert paths.db_path() == paths.home() / "warehouse.duckdb"
+
+
+def test_error_text_is_not_taken_for_rich_markup(tmp_path):
+    """A YAML error quotes the line ('{dtype: [bfloat16, float32}') and a selector error lists config keys
+    ('[bc24dfb25695]'): printed as markup, both vanished."""
+    bad = tmp_path / "y.yaml"
+    bad.write_text("name: x\nmodel: m\nengine_args: {dtype: [bfloat16, float32}\n")
+    r = cli("plan", "check", str(bad))
+    assert r.exit_code == 2
+    assert "[bfloat16, float32}" in r.output
+
+
+def test_compare_html_with_rows_below_the_minimum_boots(warehouse, tmp_path):
+    """Rows with fewer boots than needed have no interval (None): the HTML report still draws them."""
+    from tunelab.reports.plots import ab_interval_plot
+
+    rows = [{"rel_diff": -0.15, "rel_ci_low": None, "rel_ci_high": None, "verdict": "inconclusive",
+             "workload": "chat", "load_kind": "concurrency", "load_value": 4, "metric": "output_tokens_per_s"},
+            {"rel_diff": 0.1, "rel_ci_low": 0.02, "rel_ci_high": 0.2, "verdict": "better",
+             "workload": "chat", "load_kind": "concurrency", "load_value": 1, "metric": "output_tokens_per_s"}]
+    out = ab_interval_plot(rows, tmp_path)
+    assert out is not None and out.stat().st_size > 0
+
+
+def test_report_html_into_a_new_folder(warehouse, tmp_path):
+    target = tmp_path / "new" / "dir" / "r.html"
+    r = cli("report", "--db", str(warehouse[0]), "--html", str(target))
+    assert r.exit_code == 0, r.output
+    assert target.read_text().lstrip().lower().startswith("<!doctype html")

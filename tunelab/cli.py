@@ -70,7 +70,11 @@ REASON_DISPLAY_CHARS = 160
 
 
 def _fail(msg: str, code: int = EXIT_BAD_INPUT) -> None:
-    err.print(f"[bold red]error:[/] {msg}", highlight=False)
+    # The message is text, not rich markup: a YAML excerpt like "[bfloat16, float32}" or a config key "[bc24dfb25695]"
+    # would otherwise be taken for markup tags and vanish.
+    from rich.markup import escape
+
+    err.print(f"[bold red]error:[/] {escape(str(msg))}", highlight=False)
     raise typer.Exit(code)
 
 
@@ -625,6 +629,7 @@ def report(
     if html_out is not None:
         from tunelab.reports.html import sweep_html
 
+        Path(html_out).parent.mkdir(parents=True, exist_ok=True)  # as --plots creates its folder
         Path(html_out).write_text(sweep_html(Path(dbp), sweep, all_quality=all_quality))
         err.print(f"HTML report: {html_out}", highlight=False, soft_wrap=True)
     if as_json:
@@ -669,7 +674,7 @@ def compare_cmd(
     html_out: Optional[Path] = typer.Option(None, "--html", help="Also write the comparison as one self-contained "
                                             "HTML file (tables and the change chart embedded) to this path."),
 ) -> None:
-    """A/B comparison of two selections of trials (Welch interval across boots) and regressions along vLLM
+    """A/B comparison of two selections of trials (t interval of the log ratio across boots) and regressions along vLLM
     versions; runs the Prefect flow `compare` (markdown artifact) and prints the report."""
     from tunelab.flows.compare import parse_selector
 
@@ -718,6 +723,7 @@ def compare_cmd(
     if html_out is not None:
         from tunelab.reports.html import compare_html
 
+        Path(html_out).parent.mkdir(parents=True, exist_ok=True)  # as --plots creates its folder
         Path(html_out).write_text(compare_html(out))
         err.print(f"HTML report: {html_out}", highlight=False, soft_wrap=True)
     if as_json:

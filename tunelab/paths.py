@@ -74,4 +74,4 @@ def prefect_home() -> Path:
 
 
 def db_path() -> Path:
-    return Path(os.environ["TUNELAB_DB"]).resolve() if os.environ.get("TUNELAB_DB") else home() / "tunelab.warehouse.duckdb"
+    return Path(os.environ["TUNELAB_DB"]).resolve() if os.environ.get("TUNELAB_DB") else home() / "warehouse.duckdb"

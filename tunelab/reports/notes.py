@@ -3,8 +3,8 @@ instead of one per window (about ten per demo sweep, most of them the same "clie
 
 A note is one line of ``trials.measurement_notes`` as ``tasks.measure`` writes it: ``"<window label>: <text>"``,
 e.g. ``"chat c=4 #1: client-bound: load generator loop used 0.97 of a core ..."``. Its cause is the first clause
-of the text (up to the first ``:`` or ``(``) with numbers replaced by ``#``, so ``"client-bound"``,
-``"load generator event loop lagged"``, ``"#% of inter-chunk gaps fell inside one read"``.
+of the text (up to the first ``:`` or ``(``) with numbers replaced by ``N``, so ``"client-bound"``,
+``"load generator event loop lagged"``, ``"N% of inter-chunk gaps fell inside one read"``.
 """
 
 from __future__ import annotations
@@ -44,10 +44,10 @@ def _text(note: str) -> str:
 
 
 def note_cause(note: str) -> str:
-    """The cause of one note line: the first clause of its text, numbers as ``#``."""
+    """The cause of one note line: the first clause of its text, numbers as ``N`` ("N% of inter-chunk gaps ...")."""
     text = _text(note.strip())
     clause = re.split(r"[:(]", text, maxsplit=1)[0].strip().rstrip(",;")
-    return _NUMBER.sub("#", clause) or text
+    return _NUMBER.sub("N", clause) or text
 
 
 def group_notes(rows: Iterable[tuple[Any, Any, Any]]) -> list[NoteGroup]:

@@ -203,8 +203,11 @@ def ab_interval_plot(rows: list[dict], out_dir: Path, name: str = "ab_change.png
     colours = {"better": "tab:green", "worse": "tab:red"}
     fig, ax = plt.subplots(figsize=(8, 0.45 * len(pts) + 1.4))
     for i, r in enumerate(pts):
-        lo, hi, d = (float(r.get("rel_ci_low", r["rel_diff"])) * 100, float(r.get("rel_ci_high", r["rel_diff"])) * 100,
-                     float(r["rel_diff"]) * 100)
+        # A row below the minimum boots has its interval as None (the key is present): draw the point alone.
+        d = float(r["rel_diff"]) * 100
+        lo = d if r.get("rel_ci_low") is None else float(r["rel_ci_low"]) * 100
+        hi = d if r.get("rel_ci_high") is None else float(r["rel_ci_high"]) * 100
+        lo, hi = (d, d) if math.isnan(lo) or math.isnan(hi) else (lo, hi)
         c = colours.get(str(r.get("verdict")), "tab:gray")
         ax.errorbar([d], [i], xerr=[[max(d - lo, 0)], [max(hi - d, 0)]], fmt="o", color=c, capsize=3)
     ax.set_yticks(range(len(pts)), [f"{(r.get('config_label') or '')} {r['workload']} "
