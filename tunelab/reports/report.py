@@ -23,6 +23,8 @@ __all__ = [
     "comparison_frame",
     "left_out_lines",
     "comparison_markdown",
+    "has_spec_decode",
+    "SPEC_COLUMNS",
     "latest_sweep_id",
     "png_data_uri",
     "print_comparison",
@@ -60,6 +62,10 @@ def comparison_frame(db_path: Path | duckdb.DuckDBPyConnection, sweep_id: str,
                      all_quality: bool = False) -> pd.DataFrame:
     """One row per (runtime, config, workload, load level) of the sweep; latencies in seconds.
 
+    With speculative decoding, ``spec_acceptance_rate`` (accepted / draft tokens, 0-1) and
+    ``spec_mean_acceptance_length`` (1 + accepted tokens / drafts, tokens) come from the level's summed
+    ``server_metrics`` deltas of vLLM's spec-decode counters; NaN where the server exposed none.
+
     By default only trials whose quality verdict is pass or warn are used (issue: a measurement that failed
     its quality gate is not a number to compare); the trials left out are in ``df.attrs["left_out"]`` (list of
     dicts: config, replicate, verdict, failed checks). ``all_quality=True`` uses every measured trial.
@@ -88,12 +94,30 @@ def _config_cell(r: pd.Series) -> str:
     return str(r["config"])
 
 
-def _fmt_row(r: pd.Series) -> dict[str, str]:
+#: Display columns of the speculative-decoding acceptance (``spec_acceptance_rate``, ``spec_mean_acceptance_length``
+#: of :func:`comparison_frame`), shown right after TPOT because they explain it: a higher acceptance means more
+#: tokens per decode step, hence a lower TPOT.
+SPEC_COLUMNS = ("spec accept rate", "spec accept len")
+
+
+def has_spec_decode(df: pd.DataFrame) -> bool:
+    """True when at least one row of a :func:`comparison_frame` has a speculative-decoding acceptance figure (the
+    server exposed vLLM's spec-decode counters); a sweep without speculative decoding shows no such columns."""
+    return any(c in df.columns and df[c].notna().any()
+               for c in ("spec_acceptance_rate", "spec_mean_acceptance_length"))
+
+
+def _fmt_row(r: pd.Series, spec: bool = False) -> dict[str, str]:
+    """One comparison row as display strings; ``spec`` adds :data:`SPEC_COLUMNS` after TPOT (acceptance rate in %,
+    mean acceptance length in tokens per draft, the bonus token included; ``-`` where the row has none)."""
     def ms(x: Any) -> str:
         return "-" if pd.isna(x) else f"{x * 1000:.1f}"
 
+    def num(x: Any, fmt: str) -> str:
+        return "-" if x is None or pd.isna(x) else format(x, fmt)
+
     cv = r.get("output_tps_cv")
-    return {
+    out = {
         "runtime": str(r["runtime"]),
         "config": _config_cell(r),
         "workload": str(r["workload"]),
@@ -108,6 +132,14 @@ def _fmt_row(r: pd.Series) -> dict[str, str]:
         "failed": str(int(r["failed_requests"] or 0)),
         "quality": str(r["quality"]),
     }
+    if spec:
+        rate, length = r.get("spec_acceptance_rate"), r.get("spec_mean_acceptance_length")
+        items = list(out.items())
+        i = [k for k, _ in items].index("TPOT p50 ms") + 1
+        items[i:i] = [(SPEC_COLUMNS[0], "-" if rate is None or pd.isna(rate) else f"{rate * 100:.1f}%"),
+                      (SPEC_COLUMNS[1], num(length, ".2f"))]
+        out = dict(items)
+    return out
 
 
 def comparison_markdown(df: pd.DataFrame, sweep_id: str, statuses: list[dict] | None = None) -> str:
@@ -126,7 +158,8 @@ def comparison_markdown(df: pd.DataFrame, sweep_id: str, statuses: list[dict] | 
     if df.empty:
         lines.append("_no measurements_")
         return "\n".join(lines)
-    rows = [_fmt_row(r) for _, r in df.iterrows()]
+    spec = has_spec_decode(df)
+    rows = [_fmt_row(r, spec) for _, r in df.iterrows()]
     several_runtimes = len({r["runtime"] for r in rows}) > 1
     for r in rows:  # one runtime: named in the heading, not repeated in every row
         if several_runtimes:
@@ -136,8 +169,10 @@ def comparison_markdown(df: pd.DataFrame, sweep_id: str, statuses: list[dict] | 
     ident = ("config", "workload", "load")
     lines += ["### Throughput", ""] + markdown_table([{k: r[k] for k in (*ident, "boots x repeats", "output tok/s", "cv",
                                                                           "failed", "quality")} for r in rows])
-    lines += ["", "### Latency (ms)", ""] + markdown_table([{k: r[k] for k in (*ident, "TTFT p50 ms", "TPOT p50 ms",
-                                                                                "ITL p50 ms", "E2EL p95 ms")} for r in rows])
+    latency = ("TTFT p50 ms", "TPOT p50 ms", *(SPEC_COLUMNS if spec else ()), "ITL p50 ms", "E2EL p95 ms")
+    lines += ["", "### Latency (ms)" + ("; speculative decoding: acceptance rate, mean acceptance length (tokens)"
+                                         if spec else ""), ""] + markdown_table([{k: r[k] for k in (*ident, *latency)}
+                                                                                 for r in rows])
     return "\n".join(lines)
 
 
@@ -199,7 +234,8 @@ def print_comparison(df: pd.DataFrame, title: str = "comparison", left_out: list
     if df.empty:
         Console().print("(no measurements)" if not left_out else "(no measurement passed its quality gate)")
         return
-    rows = [_fmt_row(r) for _, r in df.iterrows()]
+    spec = has_spec_decode(df)
+    rows = [_fmt_row(r, spec) for _, r in df.iterrows()]
     for c in rows[0]:
         t.add_column(c, justify="right" if c not in ("runtime", "config", "workload", "quality") else "left")
     for r in rows:
