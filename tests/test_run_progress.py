@@ -330,6 +330,9 @@ def test_kill_9_keeps_the_measured_windows_and_clean_stops_the_server_and_crashe
     home = tmp_path / "home"
     env = {**os.environ, "TUNELAB_HOME": str(home), "FAKE_ITL_S": "0.05", "PYTHONPATH": str(REPO)}
     env.pop("PREFECT_API_URL", None)  # the ephemeral Prefect of `tunelab run` on a fresh machine
+    # A Prefect database of this test's own: the suite's shared one holds other tests' runs, and this test counts
+    # the runs it finds there.
+    env["PREFECT_HOME"] = str(tmp_path / "prefect")
     plan = _plan_file(tmp_path, workloads=[dict(name="w", prompt_tokens=16, output_tokens=8, num_requests=6)],
                       concurrency=[1], repeats=4, warmup_requests=1)
     out = tmp_path / "run.out"
