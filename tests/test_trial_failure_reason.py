@@ -34,3 +34,18 @@ def test_a_live_server_that_does_not_answer_is_called_hung():
         proc.kill()
         proc.wait(10)
         lsock.close()
+
+
+def test_measurement_notes_are_kept_as_whole_lines():
+    """A busy run wrote more notes than the row kept; cutting mid-line made 'lon' a cause of its own."""
+    from tunelab.flows.trial import _kept_notes
+    from tunelab.reports.notes import group_notes
+
+    notes = [f"long_summary c=4 repeat {i}/40: load generator event loop lagged (p99 {i}.0 ms)" for i in range(40)]
+    kept = _kept_notes(notes, max_chars=500)
+    lines = kept.splitlines()
+    assert all(ln in notes for ln in lines[:-1]) and lines[-1].endswith("more note(s) not kept)")
+    causes = {g.cause for g in group_notes([("cfg", 0, kept)])}
+    assert "load generator event loop lagged" in causes
+    assert all(c.endswith("not kept)") for c in causes - {"load generator event loop lagged"}), causes
+    assert _kept_notes(notes[:3]) == "\n".join(notes[:3])

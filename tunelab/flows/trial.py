@@ -38,6 +38,24 @@ __all__ = ["run_trial", "trial_row_base", "TrialContext", "SERVER_ENV_DEFAULTS",
 _SECRET_HINTS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 
 
+
+#: Characters of measurement notes a trial row keeps (whole lines only).
+NOTES_MAX_CHARS = 16000
+
+
+def _kept_notes(notes: list[str], max_chars: int = NOTES_MAX_CHARS) -> str:
+    """The notes as ``trials.measurement_notes``: one per line, whole lines only (a note cut mid-word was grouped
+    as a cause of its own, "lon"), up to ``max_chars``; when some do not fit, a last line says how many."""
+    kept: list[str] = []
+    size = 0
+    for n in notes:
+        if size + len(n) + 1 > max_chars:
+            kept.append(f"({len(notes) - len(kept)} more note(s) not kept)")
+            break
+        kept.append(n)
+        size += len(n) + 1
+    return "\n".join(kept)
+
 def _redact_env(env: dict[str, str]) -> dict[str, str]:
     return {k: ("***" if any(h in k.upper() for h in _SECRET_HINTS) else v) for k, v in env.items()}
 
@@ -425,7 +443,7 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: Tr
                 if res.notes:
                     # Not a failure: what the measurement noticed about its windows (see tasks.measure). Logged
                     # so the terminal and the Prefect UI show it, stored for SQL.
-                    row.measurement_notes = "\n".join(res.notes)[:4000]
+                    row.measurement_notes = _kept_notes(res.notes)
                     # One line per cause with its count (reports.notes), not one per window: a busy 2-core run
                     # had about ten near-identical ones.
                     from tunelab.reports.notes import group_notes
