@@ -345,12 +345,14 @@ def _not_loaded_line(db: str | Path, results: str | Path, pid: int | None, exe: 
 def _print_notes(rows: list[tuple]) -> list:
     """Print the measurement notes of trials (``(config label, replicate, trials.measurement_notes)`` each) as
     one line per cause with its count (``reports.notes.group_notes``); returns the groups."""
+    from rich.markup import escape
+
     from tunelab.reports.notes import group_notes
 
     groups = group_notes(rows)
     for g in groups:
         where = ", ".join(g.where[:3]) + (f" +{len(g.where) - 3} more" if len(g.where) > 3 else "")
-        console.print(f"[yellow]note[/] {g.cause}: {g.windows} window(s) in {g.trials} trial(s) ({where}); e.g. ",
+        console.print(f"[yellow]note[/] {escape(g.cause)}: {g.windows} window(s) in {g.trials} trial(s) ({where}); e.g. ",
                       highlight=False, soft_wrap=True, end="")
         console.print(g.example, highlight=False, soft_wrap=True, markup=False)
     if groups:
