@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,49 +23,8 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def prefect_server(tmp_path_factory):
-    """A real `prefect server start` on a free port with its own PREFECT_HOME; stopped after the module."""
-    home = tmp_path_factory.mktemp("prefect-home")
-    port = _free_port()
-    env = dict(os.environ, PREFECT_HOME=str(home), DO_NOT_TRACK="1", PREFECT_SERVER_ANALYTICS_ENABLED="false")
-    env.pop("PREFECT_API_URL", None)
-    proc = subprocess.Popen([str(Path(sys.executable).parent / "prefect"), "server", "start", "--host", "127.0.0.1",
-                             "--port", str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    url = f"http://127.0.0.1:{port}/api"
-    t0 = time.monotonic()
-    while True:
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        assert proc.poll() is None, "prefect server exited during start"
-        assert time.monotonic() - t0 < 120, "prefect server not healthy after 120 s"
-        time.sleep(0.5)
-    old = os.environ.get("PREFECT_API_URL")
-    os.environ["PREFECT_API_URL"] = url
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
-    with temporary_settings({PREFECT_API_URL: url}):
-        yield url
-    if old is None:
-        os.environ.pop("PREFECT_API_URL", None)
-    else:
-        os.environ["PREFECT_API_URL"] = old
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate(timeout=10)
+# The real Prefect server of tests/test_flows.py (one fixture, not a copy of it).
+from test_flows import prefect_server  # noqa: E402,F401
 
 
 # -- a FAKE engine under the real trial flow --------------------------------------------------------------------
