@@ -4,7 +4,7 @@
 #                                        link the model, start `tunelab run PLAN` detached (survives this shell)
 #   bash gpu/run_sweep.sh wait SECONDS   wait until the sweep ends (or SECONDS pass), print progress
 #   bash gpu/run_sweep.sh collect        pack the warehouse export, report.md + plots (tunelab evidence-report),
-#                                        logs and bundles into $OUT/evidence.tar.gz
+#                                        logs and bundles into $OUT/evidence.tar.gz (RESULTS=0: without bundles)
 # Everything runs with the host's python3 + PYTHONPATH (orchestrator bundle + this repository).
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -44,7 +44,8 @@ collect)
   [ -f "$TUNELAB_HOME/warehouse.duckdb" ] && $PY -m tunelab.cli export --out "$E/warehouse" 2>&1 | tail -3
   # the same report.md + plots as the committed evidence runs, from the exported Parquet
   [ -d "$E/warehouse" ] && $PY -m tunelab.cli evidence-report "$E" 2>&1 | tail -3
-  cp -r "$TUNELAB_HOME/results" "$E/results" 2>/dev/null
+  # RESULTS=0 leaves the result bundles out (the Parquet export holds the same rows; keeps the archive small)
+  [ "${RESULTS:-1}" = 1 ] && cp -r "$TUNELAB_HOME/results" "$E/results" 2>/dev/null
   $PY -m tunelab.cli runtime list > "$E/runtimes.txt" 2>&1
   nvidia-smi > "$E/nvidia-smi.txt" 2>&1
   tar -C "$RUN" -czf "$OUTD/evidence.tar.gz" evidence && ls -la "$OUTD"
