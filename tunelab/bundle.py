@@ -185,6 +185,7 @@ _KEYS = {
     "requests": ("workload", "load_kind", "load_value", "repeat", "request_index"),
     "measurements": ("workload", "load_kind", "load_value", "repeat"),
     "boot_phases": ("phase",),
+    "window_diagnoses": ("workload", "load_kind", "load_value", "repeat", "bottleneck"),
 }
 
 

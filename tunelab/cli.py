@@ -653,6 +653,11 @@ def report(
     print_comparison(comp, title=title)
     _print_failed(failed, sweep)
     _print_notes(notes)
+    from tunelab.reports.report import bottleneck_findings, bottlenecks_markdown
+
+    findings = bottleneck_findings(Path(dbp), sweep)  # one line per window with a finding (tunelab.diagnosis)
+    if len(findings):
+        console.print(bottlenecks_markdown(findings), markup=False, highlight=False, soft_wrap=True)
     for p in plot_paths:
         console.print(f"plot: {p}", highlight=False, soft_wrap=True)
 

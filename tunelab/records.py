@@ -51,6 +51,7 @@ __all__ = [
     "Sweep",
     "Trial",
     "WindowAggregate",
+    "WindowDiagnosis",
     "arrow_schema",
     "columns",
     "frame",
@@ -330,6 +331,10 @@ class Measurement(WindowAggregate):
     host_cpu_mhz: Float | None = _f("Mean CPU frequency at the window's end, MHz; None: not readable (011).")
     server_cpus: Text | None = _f("The server's CPUs (plan cpu_affinity.server, e.g. '0-7'); None: not pinned (011).")
     load_cpus: Text | None = _f("The load generator's CPUs (plan cpu_affinity.load); None: not pinned (011).")
+    server_process_cpu: JsonText | None = _f("CPU of the server's processes in the window by role: {api_server | "
+                                             "engine_core | worker | other: {cpu, busiest_thread, processes}}, cores "
+                                             "(CPU s / wall s; tasks.host_load.server_process_cpu); None: not "
+                                             "sampled (016).")
 
 
 # -- requests ------------------------------------------------------------------------------------------------
@@ -427,9 +432,36 @@ class QualityCheck(Record):
     detail: Text | None = _f("What was checked, and the failing rows.")
 
 
+class WindowDiagnosis(Record):
+    """One bottleneck check of one measured window (``window_diagnoses``), from ``tunelab.diagnosis`` (checks,
+    thresholds) via ``tasks.diagnose.window_diagnoses``: one row per window and bottleneck, flagged or not (016)."""
+
+    TABLE: ClassVar[str] = "window_diagnoses"
+    BUNDLE: ClassVar[str] = "window_diagnoses"
+
+    trial_id: Text = Field(description="The trial's id.")
+    workload: Text = Field(description="The plan's workload name.")
+    load_kind: Text = Field(description="concurrency | rate.")
+    load_value: Float = Field(description="Target concurrency, or requests/s.")
+    repeat: Int32 = Field(description="Repeat number of the window (0-based).")
+    bottleneck: Text = Field(description="api_server | kv_cache | prefill_interference | client | gpu_floor "
+                                         "(diagnosis.BOTTLENECKS).")
+    flagged: Bool | None = _f("The evidence crosses the check's thresholds; False: it does not; None: evidence "
+                              "missing (no GPU, /metrics not read, processes not sampled).")
+    metric: Text | None = _f("The deciding figure's name, e.g. api_server_busiest_thread (cores), preemptions, "
+                             "itl_p99_over_p50, client_cpu_frac, tpot_over_floor.")
+    value: Float | None = _f("The deciding figure's value, in its unit.")
+    threshold: Float | None = _f("The threshold it is compared with (diagnosis constants).")
+    summary: Text | None = _f("One line of evidence figures, for reports.")
+    evidence: JsonText | None = _f("Every figure the check used, {name: value}, JSON.")
+    remedy: Text | None = _f("What to try (diagnosis.REMEDIES).")
+    sources: Text | None = _f("Where the figures come from (vLLM metric names, /proc, NVML, client stamps).")
+
+
 #: bundle table name -> record, in bundle order (``bundle.BUNDLE_TABLES``).
 RECORDS: dict[str, type[Record]] = {
-    r.BUNDLE: r for r in (Trial, Sweep, BootPhase, Measurement, Request, ServerMetric, GpuSample, QualityCheck)
+    r.BUNDLE: r for r in (Trial, Sweep, BootPhase, Measurement, Request, ServerMetric, GpuSample, QualityCheck,
+                          WindowDiagnosis)
 }
 
 

@@ -772,6 +772,7 @@ def _report(plan: Plan, sweep_id: str, db_path: Path, results_dir: Path, run: _S
     try:
         comp = R.comparison_frame(report_db, sweep_id)
         quality = R.quality_summary(report_db, sweep_id)
+        findings = R.bottleneck_findings(report_db, sweep_id)  # bottlenecks per window (tunelab.diagnosis)
         plot_paths: list[Path] = []
         if plots:
             try:
@@ -786,7 +787,7 @@ def _report(plan: Plan, sweep_id: str, db_path: Path, results_dir: Path, run: _S
             report_db.close()
     settings = {t.config_key: R.settings_text(t.engine_args, t.env) for t in plan.trials()}
     md = R.sweep_markdown(comp, sweep_id, statuses_, quality, plots=plot_paths, interleave=plan.interleave,
-                          config_settings=settings)
+                          config_settings=settings, findings=findings)
     try:
         from prefect.artifacts import create_markdown_artifact, create_table_artifact
 

@@ -28,6 +28,7 @@ from tunelab.bundle import write_bundle
 from tunelab.markdown import shorten
 from tunelab.tasks.engine import BootFailed, EngineServer, group_members
 from tunelab.tasks.gpu import GpuSampler, check_clean, host_load_avg, placement_problem, server_placement
+from tunelab.tasks.diagnose import window_diagnoses
 from tunelab.tasks.measure import measure_server, progress_logger
 from tunelab.plan import Plan, Trial
 from tunelab.runtime import Runtime
@@ -329,7 +330,8 @@ def measure_task(server: EngineServer, plan: Plan, gpu_index: int | None, on_win
     try:
         res = measure_server(server.base_url, server.api_key, server.served_model_name, plan,
                              progress=progress, deadline_s=deadline, load_processes=plan.load_processes,
-                             server_log=server.log_path, on_window=on_window)
+                             server_log=server.log_path, on_window=on_window,
+                             server_pid=getattr(getattr(server, "proc", None), "pid", None))
     except Exception as e:  # the trial records it; the reason leads the log (see _failed_task)
         return _failed_task(e, f"measurement failed: {type(e).__name__}: {e or repr(e)}")
     finally:
@@ -439,6 +441,15 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: Tr
                 res, gpu = _task_value(measure_task(server, plan, gpu_index, on_window=keep_windows))
                 tables.update(requests=res.requests, measurements=res.measurements,
                               server_metrics=res.server_metrics, gpu_samples=gpu)
+                # Which bottleneck holds each window back, from its evidence (tunelab.diagnosis). A diagnosis that
+                # fails costs its table, not the trial's measurements.
+                try:
+                    tables["window_diagnoses"] = window_diagnoses(
+                        res.measurements, res.requests, res.server_metrics, gpu, model=trial.model,
+                        gpu_name=row.gpu_name, gpu_index=gpu_index,
+                        gpus=int(trial.engine_args.get("tensor-parallel-size") or 1))
+                except Exception as e:  # noqa: BLE001
+                    logger.warning("bottleneck diagnosis failed: %s: %s", type(e).__name__, e)
                 row.status = "ok"
                 if res.notes:
                     # Not a failure: what the measurement noticed about its windows (see tasks.measure). Logged

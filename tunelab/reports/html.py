@@ -81,7 +81,8 @@ def sweep_html(db_path: Path, sweep_id: str, all_quality: bool = False) -> str:
     from tunelab import __version__
     from tunelab.markdown import markdown_table
     from tunelab.reports.plots import latency_throughput_plot, version_plot
-    from tunelab.reports.report import comparison_frame, quality_summary, settings_text, sweep_markdown
+    from tunelab.reports.report import (bottleneck_findings, comparison_frame, quality_summary, settings_text,
+                                        sweep_markdown)
 
     con = duckdb.connect(str(db_path), read_only=True)
     try:
@@ -105,7 +106,7 @@ def sweep_html(db_path: Path, sweep_id: str, all_quality: bool = False) -> str:
         plots = [p for p in (latency_throughput_plot(db_path, sweep_id, Path(tmp)),
                              version_plot(db_path, Path(tmp))) if p is not None]
         text = sweep_markdown(comp, sweep_id, statuses, quality_summary(db_path, sweep_id), plots=None,
-                              config_settings=settings)
+                              config_settings=settings, findings=bottleneck_findings(db_path, sweep_id))
         failed = trials[trials["status"] != "ok"]
         if len(failed):
             text += "\n\n## Failed trials (whole reasons)\n\n" + "\n".join(markdown_table([{

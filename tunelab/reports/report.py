@@ -20,6 +20,8 @@ from tunelab.markdown import markdown_table, shorten
 __all__ = [
     "VERDICT_ORDER",
     "ab_markdown",
+    "bottleneck_findings",
+    "bottlenecks_markdown",
     "comparison_frame",
     "left_out_lines",
     "comparison_markdown",
@@ -367,6 +369,35 @@ def sweep_quality_markdown(q: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def bottleneck_findings(db_path: Path | duckdb.DuckDBPyConnection, sweep_id: str) -> pd.DataFrame:
+    """The flagged bottleneck findings of a sweep's windows (view ``window_findings``, table ``window_diagnoses``;
+    checks in ``tunelab.diagnosis``): columns config_label, replicate, workload, load_kind, load_value, repeat,
+    bottleneck, metric, value, threshold, summary, remedy; one row per window and finding. Empty for a warehouse
+    older than schema version 16. Opens the DuckDB file read-only, or reads an open connection."""
+    with _reader(db_path) as con:
+        try:
+            return con.execute(
+                """SELECT config_label, replicate, workload, load_kind, load_value, repeat, bottleneck, metric, value,
+                          threshold, summary, remedy
+                   FROM window_findings WHERE sweep_id = ?""", [sweep_id]).fetchdf()
+        except duckdb.CatalogException:
+            return pd.DataFrame(columns=["config_label", "replicate", "workload", "load_kind", "load_value", "repeat",
+                                         "bottleneck", "metric", "value", "threshold", "summary", "remedy"])
+
+
+def bottlenecks_markdown(findings: pd.DataFrame) -> str:
+    """Markdown of :func:`bottleneck_findings`: one line per window with a finding (config, boot, workload, load,
+    repeat: bottleneck, its evidence figures, the remedy to try), or a line saying no window had one."""
+    lines = ["## Bottlenecks (docs/measurement.md, \"Bottleneck diagnosis\")", ""]
+    if findings is None or not len(findings):
+        return "\n".join(lines + ["No window showed a bottleneck the checks know (api_server, kv_cache, "
+                                   "prefill_interference, client, gpu_floor)."])
+    for r in findings.itertuples(index=False):
+        where = f"{r.config_label} r{r.replicate} {r.workload} {load_label(r.load_kind, r.load_value)} #{int(r.repeat) + 1}"
+        lines.append(f"- **{r.bottleneck}** {where}: {r.summary}. Try: {r.remedy}")
+    return "\n".join(lines)
+
+
 def png_data_uri(path: Path | str) -> str:
     """A PNG file as a ``data:image/png;base64,...`` URI: an image that travels inside a markdown artifact or an
     HTML file (the Prefect UI cannot open a ``file://`` link to the sweep host's disk)."""
@@ -377,10 +408,11 @@ def png_data_uri(path: Path | str) -> str:
 
 def sweep_markdown(df: pd.DataFrame, sweep_id: str, statuses: list[dict] | None, quality: dict[str, Any] | None,
                    plots: list[Path] | None = None, interleave: str | None = None,
-                   config_settings: dict[str, str] | None = None) -> str:
+                   config_settings: dict[str, str] | None = None, findings: pd.DataFrame | None = None) -> str:
     """The sweep report (a Prefect markdown artifact): trials with device, status, boot time, compile cache
     and verdict, in the order they ran; the config keys with their full settings (``config_settings``:
-    config_key -> :func:`settings_text`); the quality summary; the comparison tables; the plots embedded as
+    config_key -> :func:`settings_text`); the quality summary; the bottlenecks found (``findings``:
+    :func:`bottleneck_findings`, one line per window and finding); the comparison tables; the plots embedded as
     data-URI images (they show in the Prefect UI and in any copy of the text), each with its path on the
     sweep host."""
     lines = [f"# tunelab sweep `{sweep_id}`", ""]
@@ -405,6 +437,8 @@ def sweep_markdown(df: pd.DataFrame, sweep_id: str, statuses: list[dict] | None,
         lines.append("")
     if quality is not None:
         lines += [sweep_quality_markdown(quality), ""]
+    if findings is not None:
+        lines += [bottlenecks_markdown(findings), ""]
     body = comparison_markdown(df, sweep_id).split("\n", 2)[2]  # without its title
     if df.attrs.get("left_out"):
         body = "\n".join(f"- {x}" for x in left_out_lines(df.attrs["left_out"])) + "\n\n" + body

@@ -12,6 +12,9 @@ of noise; what cannot be removed but is measured in the same window can serve as
   it starts later inherit it) and again once it is ready (anything started before the first call).
 * :func:`pinned_thread` pins the calling thread for a block: the measurement's event loop, and the load
   processes it spawns, which inherit it.
+* :class:`ServerProcSample` / :func:`server_process_cpu`: the CPU time of each process (and its busiest thread) of
+  the server's tree over a window, keyed by role (:func:`process_role`: the API server, the engine core, workers),
+  as cores (CPU seconds / wall seconds): the evidence of an API-server-bound window (``tunelab.diagnosis``).
 * :class:`HostSample` / :func:`covariates`: ``/proc/stat`` and ``/proc/<pid>/stat`` before and after a window
   give the CPU time used by processes that are not tunelab's (this process and its descendants, the server
   included, and the children it has reaped), as a fraction of the host's CPU time; the steal fraction
@@ -39,7 +42,8 @@ from typing import Iterator
 
 from tunelab.plan import format_cpus, parse_cpus
 
-__all__ = ["parse_cpus", "format_cpus", "pin_tree", "pinned_thread", "descendants", "HostSample", "covariates"]
+__all__ = ["parse_cpus", "format_cpus", "pin_tree", "pinned_thread", "descendants", "HostSample", "covariates",
+           "ServerProcSample", "process_role", "server_process_cpu"]
 
 _PROC = Path("/proc")
 _SYS_CPU = Path("/sys/devices/system/cpu")
@@ -190,3 +194,103 @@ def covariates(before: HostSample | None, after: HostSample | None = None) -> di
     out["host_other_cpu_frac"] = min(1.0, max(0.0, other / d_total))
     out["host_steal_frac"] = max(0.0, (after.steal - before.steal) / d_total)
     return out
+
+
+def _clk_tck() -> int:
+    try:
+        return os.sysconf("SC_CLK_TCK")
+    except (ValueError, OSError, AttributeError):
+        return 100
+
+
+def process_role(pid: int, root: int) -> str:
+    """Role of a process of the server's tree, from its name (``/proc/<pid>/comm``, which vLLM sets with
+    setproctitle, e.g. ``VLLM::EngineCore``) and command line:
+
+    * ``api_server``: the root (``vllm serve`` itself, which runs the API server), whatever its command line;
+    * ``engine_core``: 'EngineCore' in either (vLLM V1's engine-core process: scheduler + model executor);
+    * ``worker``: 'Worker' in either (a GPU worker of a tensor-parallel engine);
+    * ``api_server`` too: 'APIServer' in either (the API server processes of ``--api-server-count`` > 1);
+    * ``other``: anything else (the resource tracker, compile workers, ...).
+    """
+    try:
+        comm = (_PROC / str(pid) / "comm").read_text().strip()
+    except OSError:
+        comm = ""
+    try:
+        cmd = (_PROC / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        cmd = ""
+    text = f"{comm} {cmd}"
+    if pid == root:
+        return "api_server"
+    if "EngineCore" in text:
+        return "engine_core"
+    if "Worker" in text:
+        return "worker"
+    if "APIServer" in text:
+        return "api_server"
+    return "other"
+
+
+@dataclass(frozen=True)
+class ServerProcSample:
+    """CPU ticks (utime + stime) of every process of a server's tree and of each of their threads at one moment:
+    ``procs``: {pid: (role, ticks)}, ``threads``: {(pid, tid): ticks}, ``wall``: ``time.monotonic()``."""
+
+    procs: dict
+    threads: dict
+    wall: float
+
+    @classmethod
+    def read(cls, root: int | None) -> "ServerProcSample | None":
+        """Now, for ``root`` and its descendants; None when ``root`` is None or not readable (not Linux, gone)."""
+        import time
+
+        if root is None or _stat_fields(root) is None:
+            return None
+        procs, threads = {}, {}
+        for p in descendants(root):
+            f = _stat_fields(p)
+            if f is None:
+                continue
+            procs[p] = (process_role(p, root), int(f[11]) + int(f[12]))
+            try:
+                tids = [t.name for t in (_PROC / str(p) / "task").iterdir()]
+            except OSError:
+                tids = []
+            for tid in tids:
+                try:
+                    raw = (_PROC / str(p) / "task" / tid / "stat").read_text()
+                except OSError:
+                    continue
+                tf = raw[raw.rfind(")") + 2:].split()
+                threads[(p, int(tid))] = int(tf[11]) + int(tf[12])
+        return cls(procs=procs, threads=threads, wall=time.monotonic())
+
+
+def server_process_cpu(before: ServerProcSample | None, after: ServerProcSample | None) -> dict | None:
+    """CPU of the server's processes over a window, by role (:func:`process_role`).
+
+    Returns:
+        ``{role: {"cpu": cores, "busiest_thread": cores, "processes": n}}``: ``cpu`` the CPU time of that role's
+        processes / wall time (1.0 = one core busy all the window; a process with several threads can pass 1),
+        ``busiest_thread`` the busiest single thread of that role (an event loop saturates at 1.0);
+        processes present at both readings only. None without two readings or with no wall time.
+    """
+    if before is None or after is None or after.wall <= before.wall:
+        return None
+    hz, wall = _clk_tck(), after.wall - before.wall
+    out: dict[str, dict[str, float]] = {}
+    for pid, (role, ticks) in after.procs.items():
+        if pid not in before.procs:
+            continue
+        r = out.setdefault(role, {"cpu": 0.0, "busiest_thread": 0.0, "processes": 0})
+        r["cpu"] += max(0, ticks - before.procs[pid][1]) / hz / wall
+        r["processes"] += 1
+    for (pid, tid), ticks in after.threads.items():
+        if pid in before.procs and pid in after.procs and (pid, tid) in before.threads:
+            role = after.procs[pid][0]
+            busy = max(0, ticks - before.threads[(pid, tid)]) / hz / wall
+            out[role]["busiest_thread"] = max(out[role]["busiest_thread"], busy)
+    return {k: {kk: round(vv, 4) for kk, vv in v.items()} for k, v in out.items()}

@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import logging
 import os
 import random
@@ -54,6 +55,7 @@ from tunelab.tasks import bootlog
 from tunelab.tasks import host_load
 from tunelab.tasks import metrics as M
 from tunelab.tasks import server_metrics as SM
+from tunelab.tasks.diagnose import GaugePeaks
 from tunelab.tasks.loadgen import PromptBuilder, make_client, run_level, run_sessions
 from tunelab.load_profiles import RATE_WARMUP_S, LoadProfile
 from tunelab.plan import Plan, Workload, requests_for_level
@@ -390,6 +392,7 @@ async def _measure(
     load_processes: int = 1,
     server_log: str | os.PathLike | None = None,
     on_window: Callable[[MeasureResult], None] | None = None,
+    server_pid: int | None = None,
 ) -> MeasureResult:
     levels = plan.load_profiles()
     n_windows = len(plan.workloads) * len(levels) * plan.repeats
@@ -474,6 +477,9 @@ async def _measure(
                     before = await _scrape(client)
                     log.mark()
                     host0 = host_load.HostSample.read()
+                    procs0 = host_load.ServerProcSample.read(server_pid)  # the server's CPU by role (diagnosis)
+                    gauges = GaugePeaks(client)  # KV usage and waiting requests during the window
+                    gauges.start()
                     if getattr(w.profile, "has_sessions", False):
                         res = await _run_sessions_window(client, w.adapter or model, w, lv, reqs, tick, common)
                     else:
@@ -482,6 +488,8 @@ async def _measure(
                                               on_done=tick, processes=load_processes, **common)
                     text = log.since_mark()
                     host = host_load.covariates(host0)  # other processes' CPU, steal, frequency in the window
+                    proc_cpu = host_load.server_process_cpu(procs0, host_load.ServerProcSample.read(server_pid))
+                    await gauges.stop()
                     after = await _scrape(client)
                     clines = None if text is None else bootlog.compile_lines(text)
                     ident = R.measurement_key(w.name, lv.kind, lv.value, rep)
@@ -506,6 +514,7 @@ async def _measure(
                                       "loop_lag_p99_s": res.loop_lag_p99_s,
                                       "same_read_itl_frac": res.same_read_itl_frac(),
                                       "load_processes": res.processes, **warm,
+                                      "server_process_cpu": json.dumps(proc_cpu, sort_keys=True) if proc_cpu else None,
                                       "compile_during_window": None if clines is None else bool(clines),
                                       "compile_log_lines": "\n".join(clines[:COMPILE_LINES_KEPT]) if clines else None})
                     req_rows.extend(derived)
@@ -518,6 +527,7 @@ async def _measure(
                                      f"{_client_advice(res, lv.target_concurrency)}")
                     if before is not None and after is not None:
                         sm_rows.extend(SM.window_rows(before, after, ident))
+                        sm_rows.extend(gauges.rows(ident))
                     else:
                         notes.append(f"{label}: /metrics could not be scraped")
                     if on_window is not None:
@@ -631,6 +641,7 @@ def measure_server(
     load_processes: int = 1,
     server_log: str | os.PathLike | None = None,
     on_window: Callable[[MeasureResult], None] | None = None,
+    server_pid: int | None = None,
 ) -> MeasureResult:
     """Run warm-up + measurement against a ready server (blocking).
 
@@ -647,6 +658,8 @@ def measure_server(
         on_window: called after each measured window (its /metrics scraped, before the next one starts) with
             the :class:`MeasureResult` of the windows so far; the trial flow writes them to disk there. What it
             raises ends the measurement.
+        server_pid: the server's root process (``vllm serve``): its tree's CPU by role is read around each
+            window (``measurements.server_process_cpu``, for ``tunelab.diagnosis``); None: not read.
 
     Returns:
         :class:`MeasureResult` (requests, measurements, server_metrics frames; notes).
@@ -657,7 +670,7 @@ def measure_server(
     """
 
     def run(cb: Callable[[str, int, int], None] | None) -> MeasureResult:
-        coro = _measure(base_url, api_key, model, plan, cb, load_processes, server_log, on_window)
+        coro = _measure(base_url, api_key, model, plan, cb, load_processes, server_log, on_window, server_pid)
         if deadline_s:
             coro = asyncio.wait_for(coro, timeout=deadline_s)
         # The load on its own CPUs (the plan's cpu_affinity.load): this thread's event loop and the load
