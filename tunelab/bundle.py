@@ -186,6 +186,7 @@ _KEYS = {
     "measurements": ("workload", "load_kind", "load_value", "repeat"),
     "boot_phases": ("phase",),
     "window_diagnoses": ("workload", "load_kind", "load_value", "repeat", "bottleneck"),
+    "sla_searches": ("workload",),
 }
 
 

@@ -300,7 +300,7 @@ def run(
     import pandas as pd
 
     print_comparison(pd.DataFrame(summary.comparison), title=f"sweep {summary.sweep_id}",
-                     left_out=summary.left_out)
+                     left_out=summary.left_out, sla_lines=summary.sla_search)
     bad = [t for t in summary.trials if t["status"] != "ok"]
     _print_notes([(t["config"], t.get("replicate"), t.get("measurement_notes")) for t in summary.trials])
     console.print(f"warehouse: {summary.db}  bundles: {summary.results}", highlight=False, soft_wrap=True)

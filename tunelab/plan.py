@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, f
 from tunelab.load_profiles import (ConcurrencyProfile, LoadProfile, RateProfile, TraceProfile, WindowSpec,
                                    profiles_from_levels)
 from tunelab.quality_thresholds import QualityThresholds
+from tunelab.sla_search import SlaSearchSpec
 from tunelab.workloads import WORKLOAD_TYPES, WorkloadType
 
 __all__ = [
@@ -414,6 +415,11 @@ class Plan(BaseModel):
     slo: SLO = Field(default_factory=SLO)
     quality: QualityThresholds = Field(default_factory=QualityThresholds)
 
+    sla_search: SlaSearchSpec | None = Field(
+        None, description="On each booted server, after the plan's windows: search the highest load (concurrency "
+                          "or rate) at which the plan's slo holds (tunelab.sla_search, docs/sla_search.md), e.g. "
+                          "{load: concurrency, start: 1, max: 256, resolution: 0.1}.")
+
     @field_validator("runtime", mode="before")
     @classmethod
     def _runtime_scalar(cls, v):
@@ -484,7 +490,31 @@ class Plan(BaseModel):
         if len(set(names)) != len(names):
             raise ValueError(f"workload names must be unique, got {names}")
         self._check_ab()
+        self._check_sla_search()
         return self
+
+    def _check_sla_search(self) -> None:
+        """``sla_search`` judges the plan's ``slo:`` bounds (at least one latency bound), and its load fits the
+        workloads (a multi-turn workload needs concurrency) and the window limits at its highest level."""
+        spec = self.sla_search
+        if spec is None:
+            return
+        limits = spec.limits(**self.slo.model_dump())
+        if len(limits) < 2:  # the error rate alone
+            raise ValueError("sla_search: needs a latency bound in the plan's slo: to search under, e.g. slo: "
+                             "{ttft_s: 0.5, tpot_s: 0.05} (each read at sla_search.percentile, default p99)")
+        for i, w in enumerate(self.workloads):
+            if spec.load == "rate" and getattr(w.profile, "has_sessions", False):
+                raise ValueError(f"sla_search.load: workloads[{i}] ({w.name}) is multi-turn, which runs at a "
+                                 "concurrency (sessions in flight); use sla_search: {load: concurrency}")
+            top = (ConcurrencyProfile(concurrency=int(spec.max)) if spec.load == "concurrency"
+                   else RateProfile(rate_per_s=spec.max, burstiness=self.burstiness))
+            n = requests_for_level(self, w, top)
+            if n > MAX_WINDOW_REQUESTS or n * w.prompt_tokens > MAX_WINDOW_PROMPT_TOKENS:
+                raise ValueError(f"sla_search.max: the window of {w.name} at {top.label} holds {n:,} requests of "
+                                 f"{w.prompt_tokens:,} prompt tokens, more than a window may hold (at most "
+                                 f"{MAX_WINDOW_REQUESTS:,} requests, {MAX_WINDOW_PROMPT_TOKENS:,} prompt tokens); "
+                                 "lower sla_search.max or requests_per_concurrency")
 
     def _check_ab(self) -> None:
         """``replicates: auto`` needs ``ab`` and exactly two trials per boot round; ``ab`` names what exists."""

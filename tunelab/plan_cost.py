@@ -139,6 +139,10 @@ def plan_cost(plan: Plan, devices: dict[str, str] | None = None) -> PlanCost:
     if getattr(plan, "replicates", None) == "auto":
         how += ("; replicates: auto: every boot the A/B's budget allows, an upper bound (the sweep stops when the "
                 "A/B is decided)")
+    sla = getattr(plan, "sla_search", None)
+    if sla is not None:
+        how += (f"; sla_search not included: up to {sla.max_levels()} levels x {sla.max_windows_per_level} windows "
+                "per workload and trial on top (docs/sla_search.md; typically about half of that)")
     cost = PlanCost(boots=len(trials), windows=per_trial_windows * len(trials), measured_requests=measured,
                     warmup_requests=warm, largest_window_requests=biggest_n,
                     largest_window_prompt_tokens=biggest_tok, boot_s=boot_s, requests_s=req_s, how=how)

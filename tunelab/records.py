@@ -48,6 +48,7 @@ __all__ = [
     "RecordError",
     "Request",
     "ServerMetric",
+    "SlaSearch",
     "Sweep",
     "Trial",
     "WindowAggregate",
@@ -458,10 +459,45 @@ class WindowDiagnosis(Record):
     sources: Text | None = _f("Where the figures come from (vLLM metric names, /proc, NVML, client stamps).")
 
 
+class SlaSearch(Record):
+    """The SLA search of one trial and workload (``sla_searches``): the highest load at which the plan's ``slo:``
+    held on this server, from ``tunelab.sla_search.search`` via ``tasks.sla_search`` (plan ``sla_search:``; 017).
+    Its windows are ordinary ``measurements`` rows at their load levels."""
+
+    TABLE: ClassVar[str] = "sla_searches"
+    BUNDLE: ClassVar[str] = "sla_searches"
+
+    trial_id: Text = Field(description="The trial's id.")
+    workload: Text = Field(description="The plan's workload name.")
+    load_kind: Text = Field(description="concurrency | rate: what was searched.")
+    verdict: Text = Field(description="found (max_load passed, first_fail failed, within the resolution) | "
+                                      "met_at_max (the spec's max passed) | none (the lowest level failed).")
+    max_load: Float | None = _f("Highest level counted as meeting the SLO (concurrency or requests/s); None: none.")
+    max_load_shown: Bool | None = _f("max_load's upper bounds were under every limit (True), or the level stayed "
+                                     "undecided at the window cap and its point estimate was under (False).")
+    first_fail: Float | None = _f("Lowest level counted as failing the SLO; None: met_at_max.")
+    nearest_load: Float | None = _f("verdict none: the level tried closest to its limits (largest SLO ratio "
+                                    "smallest).")
+    goodput_per_s: Float | None = _f("Mean goodput of max_load's windows, requests/s meeting every slo: bound.")
+    request_throughput_per_s: Float | None = _f("Mean completed requests/s of max_load's windows.")
+    output_tokens_per_s: Float | None = _f("Mean output tokens/s of max_load's windows.")
+    knee_load: Float | None = _f("Knee of the latency-throughput curve of the levels tried (Kneedle: max of scaled "
+                                 "throughput - scaled SLO ratio; docs/sla_search.md); None: under 3 levels.")
+    knee_request_throughput_per_s: Float | None = _f("Mean completed requests/s at the knee.")
+    limits: JsonText | None = _f("The metrics judged and their limits, {ttft_p99_s: 0.5, error_rate: 0.01}, JSON.")
+    spec: JsonText | None = _f("The plan's sla_search (start, max, growth, resolution, windows, percentile, "
+                               "confidence), JSON.")
+    levels: JsonText | None = _f("Every level in the order tried: level, windows, verdict (pass | fail | "
+                                 "undecided), counted_as, mean throughputs, per metric centre/low/high; JSON list.")
+    levels_tried: Int32 | None = _f("Levels tried.")
+    windows: Int32 | None = _f("Measured windows of the search.")
+    summary: Text | None = _f("One line, as the sweep report prints it.")
+
+
 #: bundle table name -> record, in bundle order (``bundle.BUNDLE_TABLES``).
 RECORDS: dict[str, type[Record]] = {
     r.BUNDLE: r for r in (Trial, Sweep, BootPhase, Measurement, Request, ServerMetric, GpuSample, QualityCheck,
-                          WindowDiagnosis)
+                          WindowDiagnosis, SlaSearch)
 }
 
 

@@ -140,6 +140,10 @@ class FakeTiming:
     tokens_per_chunk: int = 1
     usage_delay_s: float = 0.0
     new_size_stall_s: float = 0.0
+    #: A server that slows with load (uvicorn stack only): each request's first token is due this many seconds
+    #: later per other request in flight when it arrived (TTFT = ttft_s + ttft_per_in_flight_s x (in flight - 1)),
+    #: so latency rises with concurrency and an SLO on TTFT holds up to a known concurrency (the SLA search).
+    ttft_per_in_flight_s: float = 0.0
 
 
 def jit_log_line(size: int) -> str:
@@ -207,7 +211,8 @@ def make_app(timing: FakeTiming, model: str = "fake-model", log_file: str | None
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
 
-    async def stream(send: Any, req: dict, chat: bool, t_recv: float, recv_at_read: bool, shift0: float) -> None:
+    async def stream(send: Any, req: dict, chat: bool, t_recv: float, recv_at_read: bool, shift0: float,
+                     load_s: float = 0.0) -> None:
         if chat:
             prompt = " ".join(str(m.get("content", "")) for m in req.get("messages") or [])
         else:
@@ -249,7 +254,7 @@ def make_app(timing: FakeTiming, model: str = "fake-model", log_file: str | None
         think_k, think_field = reasoning_marker(prompt) if chat else (0, "content")
         while sent < n_tokens:
             while True:  # re-check after a sleep: a stall that began meanwhile moves the chunk later
-                due = t_recv + timing.ttft_s + sent * timing.itl_s + (stalls.shift_s - shift0)
+                due = t_recv + timing.ttft_s + load_s + sent * timing.itl_s + (stalls.shift_s - shift0)
                 delay = due - perf()
                 if delay <= 0:
                     break
@@ -312,7 +317,8 @@ def make_app(timing: FakeTiming, model: str = "fake-model", log_file: str | None
             shift0 = stalls.shift_s  # taken before: the request that makes a new size is in the slow batch
             stalls.arrived(state["in_flight"])
             try:
-                await stream(send, req, path.endswith("chat/completions"), t_recv, "fake_recv" in scope, shift0)
+                await stream(send, req, path.endswith("chat/completions"), t_recv, "fake_recv" in scope, shift0,
+                             timing.ttft_per_in_flight_s * (state["in_flight"] - 1))
             finally:
                 state["in_flight"] -= 1
         elif path == "/health":
@@ -362,6 +368,8 @@ class FakeServerProcess:
         server = server or os.environ.get("TUNELAB_FAKE_SERVER", "uvicorn")
         if server not in ("uvicorn", "raw"):
             raise ValueError(f"server must be 'uvicorn' or 'raw', got {server!r}")
+        if server == "raw" and timing.ttft_per_in_flight_s:
+            raise ValueError("ttft_per_in_flight_s is implemented by the uvicorn fake only; use server='uvicorn'")
         self.server = server
         self.cpus = cpus
         self.log_file = None if log_file is None else str(log_file)
@@ -390,7 +398,8 @@ class FakeServerProcess:
                 "--ttft-s", repr(self.timing.ttft_s), "--itl-s", repr(self.timing.itl_s),
                 "--tokens-per-chunk", str(self.timing.tokens_per_chunk), "--server", self.server,
                 "--usage-delay-s", repr(self.timing.usage_delay_s),
-                "--new-size-stall-s", repr(self.timing.new_size_stall_s)]
+                "--new-size-stall-s", repr(self.timing.new_size_stall_s),
+                "--ttft-per-in-flight-s", repr(self.timing.ttft_per_in_flight_s)]
         if self.log_file:
             argv += ["--log-file", self.log_file]
         import tempfile
@@ -489,9 +498,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--server", choices=("uvicorn", "raw"), default="uvicorn")
     ap.add_argument("--usage-delay-s", type=float, default=0.0)
     ap.add_argument("--new-size-stall-s", type=float, default=0.0)
+    ap.add_argument("--ttft-per-in-flight-s", type=float, default=0.0)
     ap.add_argument("--log-file", default=None)
     a = ap.parse_args(argv)
-    timing = FakeTiming(a.ttft_s, a.itl_s, a.tokens_per_chunk, a.usage_delay_s, a.new_size_stall_s)
+    timing = FakeTiming(a.ttft_s, a.itl_s, a.tokens_per_chunk, a.usage_delay_s, a.new_size_stall_s,
+                        a.ttft_per_in_flight_s)
     if a.server == "raw":
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from raw_timed_server import serve_raw

@@ -165,6 +165,10 @@ class SweepSummary:
     #: ``replicates: auto``: what the A/B decided (``flows.ab_auto.ABOutcome``); None for other plans.
     ab: Any = None
 
+    #: ``sla_search:`` plans: one line per trial and workload, the max load under the SLO
+    #: (``reports.report.sla_search_lines``).
+    sla_search: list[str] = dataclasses.field(default_factory=list)
+
 
 def trial_run_name(trial: Trial, devices: Sequence[Device]) -> str:
     """Flow run name of a trial in the UI: config label, config key, runtime, replicate and device(s),
@@ -805,4 +809,5 @@ def _report(plan: Plan, sweep_id: str, db_path: Path, results_dir: Path, run: _S
     return SweepSummary(sweep_id=sweep_id, db=str(db_path), results=str(results_dir), trials=statuses_,
                         comparison=comp.to_dict("records"), left_out=comp.attrs.get("left_out", []),
                         quality=counts, report_markdown=md,
-                        timings=run.timings, plots=[str(p) for p in plot_paths], not_loaded=not_loaded)
+                        timings=run.timings, plots=[str(p) for p in plot_paths], not_loaded=not_loaded,
+                        sla_search=comp.attrs.get("sla_search", []))

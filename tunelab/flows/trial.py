@@ -341,6 +341,40 @@ def measure_task(server: EngineServer, plan: Plan, gpu_index: int | None, on_win
     return res, gpu
 
 
+@task(name="sla-search", cache_policy=NO_CACHE)
+def sla_search_task(server: EngineServer, plan: Plan, gpu_index: int | None, measured: Any, on_window=None):
+    """The plan's ``sla_search`` on the running server, after its own windows (``measured``, a MeasureResult):
+    ``tasks.sla_search.run_sla_search``, sampling the GPU meanwhile. Returns (every window, the plan's and the
+    search's, as one MeasureResult; the search's GPU samples; the ``sla_searches`` frame). Each search window
+    has its own deadline (its profile's, plus slack)."""
+    from tunelab.tasks.measure import MeasureResult
+    from tunelab.tasks.sla_search import run_sla_search
+
+    logger = get_run_logger()
+    sampler = GpuSampler(gpu_index) if gpu_index is not None else None
+    if sampler:
+        sampler.__enter__()
+    try:
+        found, sla = run_sla_search(server.base_url, server.api_key, server.served_model_name, plan,
+                                    measured=measured, progress=progress_logger(logger, min_interval_s=2.0),
+                                    load_processes=plan.load_processes, server_log=server.log_path,
+                                    server_pid=getattr(getattr(server, "proc", None), "pid", None),
+                                    on_window=on_window, log=logger.info)
+    except Exception as e:  # the trial records it; the reason leads the log (see _failed_task)
+        return _failed_task(e, f"SLA search failed: {type(e).__name__}: {e or repr(e)}")
+    finally:
+        if sampler:
+            sampler.__exit__(None, None, None)
+    gpu = R.frame(R.GpuSample, pd.DataFrame(sampler.rows if sampler else []), without=("trial_id",))
+
+    def cat(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+        return pd.concat([f for f in (a, b) if len(f)] or [a], ignore_index=True)
+
+    every = MeasureResult(cat(measured.requests, found.requests), cat(measured.measurements, found.measurements),
+                          cat(measured.server_metrics, found.server_metrics), list(measured.notes) + found.notes)
+    return every, gpu, sla
+
+
 @task(name="teardown", cache_policy=NO_CACHE)
 def teardown_task(server: EngineServer) -> dict[str, Any]:
     """Stop the process group (SIGTERM, grace, SIGKILL), wait for the port; timings in seconds."""
@@ -439,6 +473,15 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: Tr
                 if wrong:
                     raise _WrongDevice(wrong)
                 res, gpu = _task_value(measure_task(server, plan, gpu_index, on_window=keep_windows))
+                if plan.sla_search is not None:  # the highest load meeting the slo, on this server (017)
+                    # The plan's windows stay in the bundle if the search fails (the trial is then 'failed').
+                    tables.update(requests=res.requests, measurements=res.measurements,
+                                  server_metrics=res.server_metrics, gpu_samples=gpu)
+                    res, sla_gpu, tables["sla_searches"] = _task_value(
+                        sla_search_task(server, plan, gpu_index, res, on_window=keep_windows))
+                    gpu = pd.concat([f for f in (gpu, sla_gpu) if len(f)] or [gpu], ignore_index=True)
+                else:  # the table in every measured bundle, empty without a search
+                    tables["sla_searches"] = pd.DataFrame(columns=list(R.columns(R.SlaSearch))[1:])
                 tables.update(requests=res.requests, measurements=res.measurements,
                               server_metrics=res.server_metrics, gpu_samples=gpu)
                 # Which bottleneck holds each window back, from its evidence (tunelab.diagnosis). A diagnosis that

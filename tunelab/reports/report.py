@@ -23,6 +23,8 @@ __all__ = [
     "bottleneck_findings",
     "bottlenecks_markdown",
     "comparison_frame",
+    "sla_search_lines",
+    "sla_search_markdown",
     "left_out_lines",
     "comparison_markdown",
     "has_spec_decode",
@@ -85,7 +87,29 @@ def comparison_frame(db_path: Path | duckdb.DuckDBPyConnection, sweep_id: str,
             WHERE t.sweep_id = ? AND t.status = 'ok' AND coalesce(t.quality_verdict, 'unvalidated') NOT IN ('pass', 'warn')
             GROUP BY ALL ORDER BY 1, 2""", [sweep_id]).fetchall()
     df.attrs["left_out"] = [{"config": c, "replicate": r, "verdict": v, "failed_checks": f} for c, r, v, f in left]
+    with _reader(db_path) as con:
+        df.attrs["sla_search"] = sla_search_lines(con, sweep_id)
     return df
+
+
+def sla_search_lines(db_path: Path | duckdb.DuckDBPyConnection, sweep_id: str) -> list[str]:
+    """One line per trial and workload with an SLA search (``sla_searches``, plan ``sla_search:``): config, boot,
+    runtime, workload, then the search's summary (max load under the SLO, goodput and throughput there, the
+    knee; or no load meets the SLO and the nearest level). Empty for a warehouse older than schema version 17
+    or a sweep without searches. Opens the DuckDB file read-only, or reads an open connection."""
+    with _reader(db_path) as con:
+        try:
+            rows = con.execute(
+                """SELECT config_label, replicate, runtime_name, workload, summary FROM sla_search_results
+                   WHERE sweep_id = ? ORDER BY config_label, runtime_name, replicate, workload""", [sweep_id]).fetchall()
+        except duckdb.CatalogException:
+            return []
+    return [f"{c} (r{r}, {rt}) {w}: {s}" for c, r, rt, w, s in rows]
+
+
+def sla_search_markdown(lines: list[str]) -> str:
+    """Markdown of :func:`sla_search_lines` (docs/sla_search.md says how the search decides)."""
+    return "\n".join(["## Max load under the SLO (sla_search; docs/sla_search.md)", ""] + [f"- {x}" for x in lines])
 
 
 def _config_cell(r: pd.Series) -> str:
@@ -224,10 +248,18 @@ def left_out_lines(left_out: list[dict]) -> list[str]:
             "`tunelab report --all-quality` includes it" for x in left_out]
 
 
-def print_comparison(df: pd.DataFrame, title: str = "comparison", left_out: list[dict] | None = None) -> None:
-    """Print the comparison as a rich table, then the trials left out by their quality verdict."""
+def print_comparison(df: pd.DataFrame, title: str = "comparison", left_out: list[dict] | None = None,
+                     sla_lines: list[str] | None = None) -> None:
+    """Print one line per config's SLA search (``sla_lines``, default ``df.attrs["sla_search"]``:
+    :func:`sla_search_lines`), the trials left out by their quality verdict, then the comparison as a rich table."""
     from rich.console import Console
     from rich.table import Table
+
+    sla_lines = df.attrs.get("sla_search", []) if sla_lines is None else sla_lines
+    if sla_lines:
+        Console(width=200).print("max load under the SLO (sla_search):", highlight=False)
+        for line in sla_lines:
+            Console(width=200).print(f"  {line}", highlight=False, soft_wrap=True)
 
     left_out = df.attrs.get("left_out", []) if left_out is None else left_out
     for line in left_out_lines(left_out):
@@ -439,6 +471,8 @@ def sweep_markdown(df: pd.DataFrame, sweep_id: str, statuses: list[dict] | None,
         lines += [sweep_quality_markdown(quality), ""]
     if findings is not None:
         lines += [bottlenecks_markdown(findings), ""]
+    if df.attrs.get("sla_search"):
+        lines += [sla_search_markdown(df.attrs["sla_search"]), ""]
     body = comparison_markdown(df, sweep_id).split("\n", 2)[2]  # without its title
     if df.attrs.get("left_out"):
         body = "\n".join(f"- {x}" for x in left_out_lines(df.attrs["left_out"])) + "\n\n" + body

@@ -393,6 +393,7 @@ async def _measure(
     server_log: str | os.PathLike | None = None,
     on_window: Callable[[MeasureResult], None] | None = None,
     server_pid: int | None = None,
+    first_repeat: int = 0,
 ) -> MeasureResult:
     levels = plan.load_profiles()
     n_windows = len(plan.workloads) * len(levels) * plan.repeats
@@ -448,10 +449,10 @@ async def _measure(
                         logging.getLogger("tunelab.measure").info(
                             "%s %s warm-up: the server compiled (%d log lines), as a warm-up is for", w.name,
                             lv.label, len(wlines))
-                for rep in range(plan.repeats):
+                for rep in range(first_repeat, first_repeat + plan.repeats):
                     s = _seed(plan.seed, w.name, lv.seed_key, rep)
                     k_window += 1
-                    label = f"{w.name} {lv.label} repeat {rep + 1}/{plan.repeats}"
+                    label = f"{w.name} {lv.label} repeat {rep + 1}/{first_repeat + plan.repeats}"
                     wfields = dict(window_index=k_window, windows_total=n_windows)
                     if duration_s is None:
                         n_req = requests_for_level(plan, w, lv)
@@ -642,6 +643,7 @@ def measure_server(
     server_log: str | os.PathLike | None = None,
     on_window: Callable[[MeasureResult], None] | None = None,
     server_pid: int | None = None,
+    first_repeat: int = 0,
 ) -> MeasureResult:
     """Run warm-up + measurement against a ready server (blocking).
 
@@ -660,6 +662,9 @@ def measure_server(
             raises ends the measurement.
         server_pid: the server's root process (``vllm serve``): its tree's CPU by role is read around each
             window (``measurements.server_process_cpu``, for ``tunelab.diagnosis``); None: not read.
+        first_repeat: repeat number of the first window at each level (the windows are ``first_repeat`` ..
+            ``first_repeat + plan.repeats - 1``): the SLA search's later windows at a level already measured
+            (``tasks.sla_search``).
 
     Returns:
         :class:`MeasureResult` (requests, measurements, server_metrics frames; notes).
@@ -670,7 +675,8 @@ def measure_server(
     """
 
     def run(cb: Callable[[str, int, int], None] | None) -> MeasureResult:
-        coro = _measure(base_url, api_key, model, plan, cb, load_processes, server_log, on_window, server_pid)
+        coro = _measure(base_url, api_key, model, plan, cb, load_processes, server_log, on_window, server_pid,
+                        first_repeat)
         if deadline_s:
             coro = asyncio.wait_for(coro, timeout=deadline_s)
         # The load on its own CPUs (the plan's cpu_affinity.load): this thread's event loop and the load
