@@ -194,6 +194,16 @@ def plan_check(
     levels = [lp.label for lp in p.load_profiles()]
     console.print(f"workloads: {', '.join(w.name for w in p.workloads)}; load levels: {', '.join(levels)}; "
                   f"repeats {p.repeats}, warm-up {p.warmup_requests} requests")
+    if p.search is not None:  # the trials above are the default only; the search boots more (docs/tuning.md)
+        from tunelab.search import grid_size
+
+        g = grid_size(p.search.space)
+        b = p.search.budget
+        console.print(f"search: {p.search.objective.direction} {p.search.objective.metric} at "
+                      f"{' '.join(p.search_cell())}; the default above, then configs TPE suggests from a space of "
+                      f"{'continuous size' if g is None else f'{g} configs'}; budget: "
+                      f"{', '.join(f'{k} {v:g}' for k, v in b.model_dump().items() if v is not None)} (the cost below "
+                      "counts the default's boot only)", highlight=False, soft_wrap=True)
     # The plan is valid; can it run on THIS machine? (A GPU plan checked on a laptop is still a valid plan.)
     from tunelab.plan import runtime_checks
 
@@ -660,6 +670,38 @@ def report(
         console.print(bottlenecks_markdown(findings), markup=False, highlight=False, soft_wrap=True)
     for p in plot_paths:
         console.print(f"plot: {p}", highlight=False, soft_wrap=True)
+
+
+@app.command("tuning-report")
+def tuning_report_cmd(
+    sweep: Optional[str] = typer.Argument(None, help="Sweep id of a search (default: the latest sweep with one)."),
+    db: Optional[Path] = typer.Option(None, help="DuckDB file."),
+    plots: Optional[Path] = typer.Option(None, "--plots", help="Also write the configs-and-frontier PNG here."),
+    markdown_out: Optional[Path] = typer.Option(None, "--markdown", help="Also write the report as markdown here."),
+) -> None:
+    """The tuning report of a `search:` sweep: configs tried, the throughput/latency frontier, the best config under
+    the SLO with its verdict against the default, bottlenecks, GPU-minutes, boots vs the grid, the deploy command."""
+    import duckdb
+
+    from tunelab.reports.tuning import tuning_report
+
+    dbp = db or paths.db_path()
+    if not Path(dbp).exists():
+        _fail(f"no warehouse at {dbp}: run a sweep first (tunelab run PLAN)")
+    try:
+        rep = tuning_report(Path(dbp), sweep, plots_dir=plots)
+    except duckdb.IOException as e:
+        _fail(f"cannot open {dbp}: {e}. Another process writes to it (a running sweep or load); try again when it ends")
+    except ValueError as e:
+        _fail(str(e))
+    for line in rep.lines:
+        console.print(line, highlight=False, soft_wrap=True, markup=False)
+    if markdown_out is not None:
+        Path(markdown_out).parent.mkdir(parents=True, exist_ok=True)
+        Path(markdown_out).write_text(rep.markdown)
+        err.print(f"markdown: {markdown_out}", highlight=False, soft_wrap=True)
+    if rep.plot is not None:
+        console.print(f"plot: {rep.plot}", highlight=False, soft_wrap=True)
 
 
 @app.command("compare")

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, f
 from tunelab.load_profiles import (ConcurrencyProfile, LoadProfile, RateProfile, TraceProfile, WindowSpec,
                                    profiles_from_levels)
 from tunelab.quality_thresholds import QualityThresholds
+from tunelab.search import SearchSpec
 from tunelab.sla_search import SlaSearchSpec
 from tunelab.workloads import WORKLOAD_TYPES, WorkloadType
 
@@ -414,6 +415,9 @@ class Plan(BaseModel):
     eager_diagnosis: bool = Field(False, description="Re-boot a config that failed to boot with only --enforce-eager added.")
     slo: SLO = Field(default_factory=SLO)
     quality: QualityThresholds = Field(default_factory=QualityThresholds)
+    search: SearchSpec | None = Field(
+        None, description="Search over engine args and env with boots as the cost (tunelab.search, flows.search, "
+                          "docs/tuning.md): space, objective under the plan's slo, budget.")
 
     sla_search: SlaSearchSpec | None = Field(
         None, description="On each booted server, after the plan's windows: search the highest load (concurrency "
@@ -436,6 +440,19 @@ class Plan(BaseModel):
 
     _flags_ok = field_validator("engine_args")(classmethod(lambda cls, v: _check_engine_args(v)))
     _env_ok = field_validator("env")(classmethod(lambda cls, v: _check_env(v)))
+
+    @field_validator("search")
+    @classmethod
+    def _search_names_ok(cls, v: SearchSpec | None) -> SearchSpec | None:
+        # The space's names are checked (and flag names normalised) as the plan's own engine_args / env.
+        if v is None:
+            return v
+        try:
+            args = _check_engine_args(v.space.engine_args)
+            _check_env(v.space.env)
+        except ValueError as e:
+            raise ValueError(f"space: {e}") from None
+        return v.model_copy(update={"space": v.space.model_copy(update={"engine_args": args})})
 
     # The level lists are checked by their profiles (tunelab.load_profiles): range, finiteness, distinct levels.
     @field_validator("concurrency")
@@ -490,6 +507,7 @@ class Plan(BaseModel):
         if len(set(names)) != len(names):
             raise ValueError(f"workload names must be unique, got {names}")
         self._check_ab()
+        self._check_search()
         self._check_sla_search()
         return self
 
@@ -515,6 +533,54 @@ class Plan(BaseModel):
                                  f"{w.prompt_tokens:,} prompt tokens, more than a window may hold (at most "
                                  f"{MAX_WINDOW_REQUESTS:,} requests, {MAX_WINDOW_PROMPT_TOKENS:,} prompt tokens); "
                                  "lower sla_search.max or requests_per_concurrency")
+
+    def _check_search(self) -> None:
+        """``search:`` varies one base config on one runtime, one boot per config: no matrix axes, variants,
+        replicates or several runtimes beside it; its objective names a workload and a load level of the plan."""
+        if self.search is None:
+            return
+        if self.replicates != 1:
+            raise ValueError("search: one boot per config (replicates: 1); the search's budget decides the boots")
+        if self.variants or len(self.runtime_names()) > 1 or self.axes():
+            raise ValueError("search: the base config is one config on one runtime: give engine_args / env as "
+                             "scalars (no matrix lists), no variants and one runtime; put what varies in search.space")
+        obj = self.search.objective
+        wl = [w.name for w in self.workloads]
+        if obj.workload is not None and obj.workload not in wl:
+            raise ValueError(f"search.objective.workload: {obj.workload!r} is not a workload of the plan; use one of {wl}")
+        labels = [p.label for p in self.load_profiles()]
+        if obj.load is not None and obj.load not in labels:
+            raise ValueError(f"search.objective.load: {obj.load!r} is not a load level of the plan; use one of {labels}")
+        longest = max(w.prompt_tokens + w.output_tokens for w in self.workloads)
+        mml = self.search.space.engine_args.get("max-model-len")
+        low = min((x for x in mml if isinstance(x, int)), default=None) if isinstance(mml, list) else \
+            (int(mml.low) if mml is not None else None)
+        if low is not None and low < longest:
+            raise ValueError(f"search.space.engine_args.max-model-len: {low} is below the plan's longest request "
+                             f"(prompt + output = {longest} tokens): every request would be rejected there")
+
+    def search_cell(self) -> tuple[str, str]:
+        """(workload, load label) of the search's objective: as given, else the plan's first workload and its
+        last (highest) load level."""
+        assert self.search is not None
+        obj = self.search.objective
+        return obj.workload or self.workloads[0].name, obj.load or self.load_profiles()[-1].label
+
+    def name_check_trials(self) -> list["Trial"]:
+        """The trials whose engine-arg and env names are checked against the runtimes' facts: the plan's trials
+        and, with ``search:``, one per runtime setting every name of the search space."""
+        out = self.trials()
+        if self.search is not None:
+            sp = self.search.space
+
+            def first(v: Any) -> Any:
+                return v[0] if isinstance(v, list) else v.low
+
+            for t in list(out):
+                args = {**t.engine_args, **{k: first(v) for k, v in sp.engine_args.items()}}
+                env = {**t.env, **{k: _env_str(first(v)) for k, v in sp.env.items()}}
+                out.append(t.model_copy(update={"engine_args": args, "env": env, "name": "search space"}))
+        return out
 
     def _check_ab(self) -> None:
         """``replicates: auto`` needs ``ab`` and exactly two trials per boot round; ``ab`` names what exists."""
@@ -881,7 +947,7 @@ def unknown_env_warnings(plan: "Plan", runtimes: dict) -> list[str]:
     """
     known_by, out = _facts(runtimes, "vllm_env_names", "VLLM_* variable names")
     affected: dict[tuple[str, str], list[str]] = {}
-    for t in plan.trials():
+    for t in plan.name_check_trials():
         known = known_by.get(t.runtime)
         if known is None:
             continue
@@ -928,7 +994,7 @@ def unknown_engine_args(plan: "Plan", runtimes: dict) -> tuple[list[str], list[s
     if not judged:
         return [], read_warnings
     unknown_in: dict[str, list[str]] = {}
-    for t in plan.trials():
+    for t in plan.name_check_trials():
         known = judged.get(t.runtime)
         if known is None:
             continue
@@ -945,7 +1011,9 @@ def unknown_engine_args(plan: "Plan", runtimes: dict) -> tuple[list[str], list[s
             close = difflib.get_close_matches(flag, pool, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else "; see `vllm serve --help=all` for the names"
             vers = ", ".join(f"{n} (vLLM {runtimes[n].vllm_version or '?'})" for n in judged)
-            errors.append(f"engine_args: {flag!r} is not a `vllm serve` option of runtime(s) {vers}{hint}")
+            where = ("search.space.engine_args" if plan.search is not None and flag in plan.search.space.engine_args
+                     and flag not in plan.engine_args else "engine_args")
+            errors.append(f"{where}: {flag!r} is not a `vllm serve` option of runtime(s) {vers}{hint}")
         else:
             for n in rts:
                 warnings.append(f"engine arg {flag!r}: unknown to vLLM {runtimes[n].vllm_version or '?'} of runtime "

@@ -151,6 +151,14 @@ class Sweep(Record):
     ab_gpu_minutes: Float | None = _f("Device-minutes of the A/B's trial wall time (009).")
     ab_verdicts: JsonText | None = _f("Per deciding cell: workload, load, metric, call, rel_change, ci_low, ci_high "
                                       "(always-valid interval), mde, n_pairs, alpha, method; JSON list (009).")
+    search_objective: JsonText | None = _f("search: {metric, direction, workload, load, slo, slo_percentile} of the "
+                                           "plan's objective (tunelab.search; 018).")
+    search_space: JsonText | None = _f("search: the plan's search.space, JSON (018).")
+    search_stop_reason: Text | None = _f("search: budget_boots | budget_gpu_minutes | space_exhausted (018).")
+    search_boots: Int32 | None = _f("search: boots used, the default's and the memory walk-downs' included (018).")
+    search_grid_size: Int64 | None = _f("search: configs in the full grid of the space; None when continuous (018).")
+    search_gpu_minutes: Float | None = _f("search: device-minutes of its trials (slot taken -> trial end) (018).")
+    search_best_config_key: Text | None = _f("search: config_key of the best config meeting the SLO; None: none (018).")
 
 
 # -- trials --------------------------------------------------------------------------------------------------
@@ -222,6 +230,17 @@ class Trial(Record):
                                         "device): it says nothing about the config (012).")
     workloads: JsonText | None = _f("The plan's workloads as measured: JSON list of {name, type, parameters, "
                                     "file_sha256} (tunelab.workloads; sha256 of a dataset or trace file read; 014).")
+    search_role: Text | None = _f("search: default (the plan's base config) | search (a TPE suggestion) | "
+                                  "walk_down (a smaller footprint after a memory failure) (flows.search; 018).")
+    search_trial: Int32 | None = _f("search: the optuna trial number of the suggestion; None for the default (018).")
+    search_state: Text | None = _f("search: complete | infeasible (SLO not met) | pruned | fail (018).")
+    search_value: Float | None = _f("search: the objective at its cell, mean over the boot's windows (018).")
+    search_slo_violation: Float | None = _f("search: largest relative excess of a window percentile over an SLO "
+                                            "bound, mean of windows; <= 0: the SLO held (018).")
+    search_walk_down: Text | None = _f("search: what the memory walk-down lowered, e.g. 'max-num-seqs 256 -> 128' "
+                                       "(018).")
+    search_walked_from: Text | None = _f("search: config_key of the config whose memory failure this boot walked "
+                                         "down from (018).")
 
 
 # -- boot phases ---------------------------------------------------------------------------------------------

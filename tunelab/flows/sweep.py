@@ -164,6 +164,9 @@ class SweepSummary:
     not_loaded: dict[str, Any] | None = None
     #: ``replicates: auto``: what the A/B decided (``flows.ab_auto.ABOutcome``); None for other plans.
     ab: Any = None
+    #: ``search:`` plans: what the search did (``tunelab.search.SearchOutcome``) and its tuning report (markdown).
+    search: Any = None
+    tuning_markdown: str | None = None
 
     #: ``sla_search:`` plans: one line per trial and workload, the max load under the SLO
     #: (``reports.report.sla_search_lines``).
@@ -708,11 +711,17 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
     run = _SweepTrials(plan=plan, runtimes=runtimes, sweep_id=sweep_id, jobs=jobs, slot_names=slot_names,
                        base_ctx=base_ctx, use_slots=use_slots, flow_run_id=flow_run_id,
                        progress_id=_progress_artifact(plan, sweep_id, len(trials), logger), logger=logger)
+    search = None
     try:
         if plan.replicates == "auto":  # pairs of A and B until decided or out of budget (flows/ab_auto.py)
             from tunelab.flows.ab_auto import run_auto_ab
 
             ab = run_auto_ab(run, pools, inv.reason, plan, logger, validate=lambda b, p: validate_task(b, p))
+        elif plan.search is not None:  # one boot per config TPE suggests, until the budget is spent (flows/search.py)
+            from tunelab.flows.search import run_search_sweep
+
+            ab = None
+            search = run_search_sweep(run, pools, inv.reason, plan, logger, validate=lambda b, p: validate_task(b, p))
         else:
             ab = None
             run.run(pools, inv.reason)
@@ -732,6 +741,10 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
         from tunelab.flows.ab_auto import record_outcome
 
         record_outcome(sweep, ab, run.bundles)
+    if search is not None:  # the search's summary goes with the sweep's row too
+        from tunelab.flows.search import record_search
+
+        record_search(sweep, plan, search, run.bundles)
     progress.emit("load")
     outcome = load_task(db_path, results_dir, lock_timeout_s)
     progress.emit("report")
@@ -742,7 +755,37 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
         summary.ab = ab
         for line in outcome_lines(ab):
             logger.info(line)
+    if search is not None:
+        _search_report(plan, search, summary, report_db=db_path if summary.not_loaded is None else None,
+                       plots=plots, logger=logger)
     return summary
+
+
+def _search_report(plan: Plan, search: Any, summary: SweepSummary, report_db: Path | None, plots: bool,
+                   logger: Any) -> None:
+    """A ``search:`` sweep's end: its lines, and the tuning report (``reports.tuning``) in the log and as a Prefect
+    markdown artifact; never fails the sweep (the results are in the warehouse: `tunelab tuning-report`)."""
+    from tunelab.flows.search import search_lines
+
+    summary.search = search
+    for line in search_lines(plan, search):
+        logger.info(line)
+    if report_db is None:
+        return
+    try:
+        from tunelab.reports.tuning import tuning_report
+
+        rep = tuning_report(report_db, summary.sweep_id,
+                            plots_dir=Path(summary.results) / summary.sweep_id / "plots" if plots else None)
+        summary.tuning_markdown = rep.markdown
+        for line in rep.lines:
+            logger.info(line)
+        from prefect.artifacts import create_markdown_artifact
+
+        create_markdown_artifact(rep.markdown, key=_artifact_key("tuning-report", plan.name),
+                                 description=f"tunelab search {summary.sweep_id}")
+    except Exception as e:  # a view; never lose a sweep over it
+        logger.warning("could not make the tuning report: %s", e)
 
 
 def _announce(plan: Plan, runtimes: dict[str, Runtime], n_trials: int) -> None:

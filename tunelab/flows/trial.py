@@ -14,7 +14,7 @@ import traceback
 from pathlib import Path
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import pandas as pd
 from prefect import flow, get_run_logger, task
@@ -415,6 +415,16 @@ def _boot_once(trial: Trial, runtime: Runtime, plan: Plan, log_path: Path, trial
     )
 
 
+#: trial_id -> a check called with the trial's measurements so far after each measured window; True stops the
+#: measurement (the trial ends ``failed`` with failure_class ``pruned``, keeping its windows). ``flows.search``
+#: registers one per boot to prune a config whose first windows are clearly worse than the best so far.
+WINDOW_CHECKS: dict[str, Callable[[pd.DataFrame], bool]] = {}
+
+
+class MeasurementStopped(Exception):
+    """Raised after a window when the trial's ``WINDOW_CHECKS`` entry says stop (a pruned search config)."""
+
+
 @flow(name="trial", flow_run_name="{trial_id}", log_prints=True, validate_parameters=False)
 def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: TrialContext | Mapping[str, Any]) -> Path:
     """Run one trial end to end and write its bundle. Returns the bundle folder.
@@ -447,6 +457,10 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: Tr
     def keep_windows(res) -> None:
         measured.update(requests=res.requests, measurements=res.measurements, server_metrics=res.server_metrics)
         _keep_windows(ctx, row, measured, len(res.measurements), trial_id, logger)
+        check = WINDOW_CHECKS.get(trial_id)  # a search (flows.search) may stop a clearly worse config here
+        if check is not None and check(res.measurements):
+            raise MeasurementStopped(f"pruned by the search after {len(res.measurements)} window(s): its objective "
+                                     "so far is clearly worse than the best config's (docs/tuning.md)")
 
     events = progress.current_trial(trial_id)  # events of this thread belong to this trial until the end
     events.__enter__()
@@ -504,6 +518,12 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: Tr
 
                     for g in group_notes([(trial.label, trial.replicate, row.measurement_notes)]):
                         logger.warning("measurement note (%d window(s)): %s", g.windows, g.example)
+            except MeasurementStopped as e:  # the search pruned it: the windows so far stay in the bundle
+                row.status = "failed"
+                row.failure_class = "pruned"
+                row.failure_reason = str(e)
+                tables.update(measured)
+                logger.info("%s", e)
             except _WrongDevice as e:
                 row.status = "boot_failed"
                 row.failure_class = "wrong_device"

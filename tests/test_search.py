@@ -1,0 +1,380 @@
+"""A plan's ``search:`` (tunelab.search, flows.search) and its tuning report (reports.tuning), without a server: the
+search loop runs against a simulated objective (a fake ``boot`` returning synthetic measurement windows), the
+report against a synthetic warehouse."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+from pydantic import ValidationError
+
+from tunelab.plan import Plan, unknown_engine_args
+from tunelab.search import (BootOutcome, PruneRule, SearchSpace, distributions, grid_size, objective_value,
+                            prune_decision, run_search, walk_down)
+
+
+def _plan(search: dict | None = None, **kw) -> Plan:
+    data = {"name": "s", "model": "models/tiny", "workloads": [{"name": "chat", "prompt_tokens": 32,
+                                                               "output_tokens": 16, "num_requests": 4}],
+            "concurrency": [1, 4], "slo": {"ttft_s": 0.2}, **kw}
+    if search is not None:
+        data["search"] = search
+    return Plan.model_validate(data)
+
+
+SEARCH = {"space": {"engine_args": {"max_num_seqs": [8, 16, 32, 64, 128, 256],
+                                    "max-num-batched-tokens": [512, 1024, 2048, 4096, 8192]},
+                    "env": {"VLLM_X": [0, 1]}},
+          "objective": {"maximize": "output_tokens_per_s", "load": "c=4"},
+          "budget": {"boots": 25}}
+
+
+# -- validation ----------------------------------------------------------------------------------------------------
+def test_a_valid_search_plan_normalises_names_and_expands_to_its_default():
+    p = _plan(SEARCH)
+    assert set(p.search.space.engine_args) == {"max-num-seqs", "max-num-batched-tokens"}
+    assert len(p.trials()) == 1 and p.trials()[0].label == "default"
+    assert p.search_cell() == ("chat", "c=4")
+    assert grid_size(p.search.space) == 60
+    assert set(distributions(p.search.space)) == {"max-num-seqs", "max-num-batched-tokens", "env.VLLM_X"}
+
+
+@pytest.mark.parametrize("search, words", [
+    ({**SEARCH, "space": {}}, "search space is empty"),
+    ({**SEARCH, "space": {"engine_args": {"max-num-seqs": []}}}, "empty list"),
+    ({**SEARCH, "budget": {"boots": 0}}, "boots: 0"),
+    ({**SEARCH, "budget": {"gpu_minutes": 0}}, "gpu_minutes: 0"),
+    ({**SEARCH, "budget": {}}, "give boots and/or gpu_minutes"),
+    ({**SEARCH, "space": {"engine_args": {"port": [1, 2]}}}, "set by tunelab"),
+    ({**SEARCH, "space": {"engine_args": {"max-num-seqs": {"low": 8, "high": 4}}}}, "must be below high"),
+    ({**SEARCH, "objective": {"maximize": "ttft_p50_s"}}, "not a throughput"),
+    ({**SEARCH, "objective": {"maximize": "output_tokens_per_s", "load": "c=64"}}, "not a load level"),
+])
+def test_bad_search_sections_are_clear_errors_naming_the_field(search, words):
+    with pytest.raises(ValidationError) as e:
+        _plan(search)
+    assert "search" in str(e.value) and words in str(e.value)
+
+
+def test_search_with_a_matrix_beside_it_is_refused():
+    with pytest.raises(ValidationError, match="no matrix lists"):
+        _plan(SEARCH, engine_args={"enforce-eager": [True, False]})
+
+
+def test_an_unknown_engine_arg_of_the_space_is_an_error_naming_the_search_field():
+    rt = SimpleNamespace(serve_flags=lambda: frozenset({"max-num-seqs", "max-num-batched-tokens", "enforce-eager",
+                                                        "max-model-len", "gpu-memory-utilization"}),
+                         vllm_version="0.0.1", vllm_env_names=lambda: None)
+    ok = _plan(SEARCH)
+    assert unknown_engine_args(ok, {"cpu": rt}) == ([], [])
+    bad = _plan({**SEARCH, "space": {"engine_args": {"max-num-seq": [8, 16]}}})
+    errors, _ = unknown_engine_args(bad, {"cpu": rt})
+    (msg,) = errors
+    assert msg.startswith("search.space.engine_args: 'max-num-seq'") and "did you mean 'max-num-seqs'" in msg
+
+
+# -- a simulated objective -----------------------------------------------------------------------------------------
+G = {8: .3, 16: .45, 32: .6, 64: .8, 128: 1.0, 256: 1.2}  # 256 is fastest but breaks the TTFT SLO
+H = {512: .5, 1024: .7, 2048: .85, 4096: 1.0, 8192: .95}
+
+
+def _windows(tput: float, ttft: float, n: int, load: float = 4.0) -> list[pd.DataFrame]:
+    rows = [{"workload": "chat", "load_kind": "concurrency", "load_value": load, "repeat": r,
+             "output_tokens_per_s": tput, "ttft_p90_s": ttft} for r in range(n)]
+    return [pd.DataFrame(rows[:k + 1]) for k in range(n)]
+
+
+def _sim(args: dict, env: dict) -> tuple[float, float]:
+    seqs, mbt = int(args.get("max-num-seqs", 64)), int(args.get("max-num-batched-tokens", 2048))
+    tput = 1000 * G[seqs] * H[mbt] * (1.1 if env.get("VLLM_X") == "1" else 1.0)
+    return tput, 0.001 * seqs  # TTFT p90: 0.256 s at 256 > the SLO's 0.2 s
+
+
+def _boot_sim(log: list):
+    def boot(req):
+        tput, ttft = _sim(req.engine_args, req.env)
+        windows = 0
+        meas = None
+        for meas in _windows(tput, ttft, 2):
+            windows += 1
+            if req.window_check(meas):
+                log.append((req.engine_args, req.env, windows))
+                return BootOutcome("failed", "pruned", meas, usable=False, gpu_minutes=1.0)
+        log.append((req.engine_args, req.env, windows))
+        return BootOutcome("ok", None, meas, usable=True, gpu_minutes=1.0)
+    return boot
+
+
+def _search(plan: Plan, boot):
+    w, lo = plan.search_cell()
+    return run_search(plan.search, base_args=dict(plan.trials()[0].engine_args), base_env=dict(plan.trials()[0].env),
+                      seed=plan.seed, workload=w, load=lo, slo=plan.slo.model_dump(), boot=boot)
+
+
+def test_the_search_finds_the_known_optimum_under_the_slo_in_fewer_boots_than_the_grid():
+    plan = _plan(SEARCH, engine_args={"max-num-seqs": 64})
+    log: list = []
+    out = _search(plan, _boot_sim(log))
+    best = out.best()
+    assert best is not None
+    assert (best.engine_args["max-num-seqs"], best.engine_args["max-num-batched-tokens"], best.env["VLLM_X"]) == \
+        (128, 4096, "1"), f"best found: {best}"
+    assert out.boots <= 25 < out.grid_size == 60
+    first = next(i for i, r in enumerate(out.records) if r.config_key == best.config_key)
+    assert first + 1 <= 20  # found at boot 16 of 60 with seed 0
+    # the faster config that breaks the SLO is never the best, and when tried it is recorded infeasible
+    assert all(r.state == "infeasible" for r in out.records if r.engine_args.get("max-num-seqs") == 256
+               and r.state != "pruned")
+    assert out.stop_reason == "budget_boots"
+
+
+def test_the_search_is_seeded_from_the_plan():
+    a = _search(_plan(SEARCH, seed=3), _boot_sim([]))
+    b = _search(_plan(SEARCH, seed=3), _boot_sim([]))
+    assert [r.config_key for r in a.records] == [r.config_key for r in b.records]
+
+
+def test_a_gpu_minutes_budget_stops_before_the_next_boot_would_exceed_it():
+    plan = _plan({**SEARCH, "budget": {"gpu_minutes": 4.5}})
+    out = _search(plan, _boot_sim([]))
+    assert out.boots == 4 and out.gpu_minutes == 4.0 and out.stop_reason == "budget_gpu_minutes"
+
+
+# -- pruning -------------------------------------------------------------------------------------------------------
+def test_pruning_stops_a_clearly_worse_config_after_its_first_window():
+    plan = _plan({"space": {"engine_args": {"max-num-seqs": [8, 128]}},
+                  "objective": {"maximize": "output_tokens_per_s", "load": "c=4"},
+                  "budget": {"boots": 3}, "prune": {"after_windows": 1, "margin": 0.25}},
+                 engine_args={"max-num-seqs": 64, "max-num-batched-tokens": 4096})
+    log: list = []
+    out = _search(plan, _boot_sim(log))
+    windows = {a["max-num-seqs"]: n for a, _, n in log}
+    assert windows == {64: 2, 8: 1, 128: 2}  # 8 gives 300 tokens/s against the default's 800: stopped at once
+    states = {r.engine_args["max-num-seqs"]: r.state for r in out.records}
+    assert states == {64: "complete", 8: "pruned", 128: "complete"}
+    from optuna.trial import TrialState
+
+    told = {t.params["max-num-seqs"]: t.state for t in out.study.trials}
+    assert told[8] == TrialState.PRUNED and told[128] == TrialState.COMPLETE
+
+
+def test_the_prune_rule():
+    rule = PruneRule(after_windows=2, margin=0.2)
+    assert not prune_decision([10.0], 100.0, rule, "maximize")  # one window: not yet
+    assert prune_decision([10.0, 12.0], 100.0, rule, "maximize")
+    assert not prune_decision([85.0, 90.0], 100.0, rule, "maximize")  # within the margin
+    assert not prune_decision([10.0, 12.0], None, rule, "maximize")  # no feasible best yet
+    assert prune_decision([1.3, 1.3], 1.0, rule, "minimize")
+    assert not prune_decision([10.0, 12.0], 100.0, PruneRule(enabled=False), "maximize")
+
+
+# -- memory walk-down ----------------------------------------------------------------------------------------------
+def test_a_memory_failure_walks_max_num_seqs_down_until_it_boots_and_keeps_the_failures():
+    plan = _plan({"space": {"engine_args": {"max-num-seqs": [256]}},
+                  "objective": {"maximize": "output_tokens_per_s", "load": "c=4"}, "budget": {"boots": 6}},
+                 engine_args={"max-num-seqs": 32, "max-num-batched-tokens": 4096})
+
+    def boot(req):
+        if req.engine_args["max-num-seqs"] > 100:  # CUDA graphs up to 256 / 128 sequences do not fit
+            return BootOutcome("boot_failed", "oom_graph_capture", None, usable=False, gpu_minutes=0.5)
+        tput, ttft = _sim(req.engine_args, req.env)
+        return BootOutcome("ok", None, _windows(tput, ttft, 2)[-1], gpu_minutes=1.0)
+
+    out = _search(plan, boot)
+    got = [(r.role, r.engine_args["max-num-seqs"], r.state, r.failure_class, r.walked) for r in out.records]
+    assert got == [("default", 32, "complete", None, None),
+                   ("search", 256, "fail", "oom_graph_capture", None),
+                   ("walk_down", 128, "fail", "oom_graph_capture", "max-num-seqs 256 -> 128"),
+                   ("walk_down", 64, "complete", None, "max-num-seqs 128 -> 64")]
+    assert out.records[3].walked_from == out.records[2].config_key
+    assert out.best().engine_args["max-num-seqs"] == 64 and out.boots == 4
+    from optuna.trial import TrialState
+
+    assert [t.state for t in out.study.trials] == [TrialState.FAIL]
+
+
+def test_walk_down_knobs_by_failure_class():
+    assert walk_down({"max-model-len": 4096}, "oom_kv_cache", 1000) == ({"max-model-len": 2048},
+                                                                        "max-model-len 4096 -> 2048")
+    assert walk_down({"max-model-len": 1024}, "oom_kv_cache", 1000)[0] == {"max-model-len": 1000}
+    assert walk_down({"max-model-len": 1000}, "oom_kv_cache", 1000)[0] == {"max-model-len": 1000, "max-num-seqs": 128}
+    assert walk_down({}, "insufficient_free_memory") == ({"gpu-memory-utilization": 0.85},
+                                                         "gpu-memory-utilization 0.9 -> 0.85")
+    assert walk_down({"gpu-memory-utilization": 0.5}, "oom_weights") is None
+    assert walk_down({"max-num-seqs": 1}, "oom_graph_capture")[0]["gpu-memory-utilization"] == 0.85
+    assert walk_down({}, "invalid_config") is None
+
+
+def test_objective_under_the_slo():
+    meas = pd.concat([_windows(1000, 0.1, 2)[-1], _windows(5, 9.0, 1, load=1.0)[-1]])
+    v = objective_value(meas, "output_tokens_per_s", "chat", "c=4", {"ttft_s": 0.2, "tpot_s": None}, 90)
+    assert v.value == 1000 and v.windows == 2 and v.feasible and v.violation == pytest.approx(-0.5)
+    v = objective_value(meas, "output_tokens_per_s", "chat", "c=4", {"ttft_s": 0.05}, 90)
+    assert not v.feasible and v.violation == pytest.approx(1.0)
+    assert objective_value(meas, "output_tokens_per_s", "chat", "c=8", {}, 90).value is None
+    assert grid_size(SearchSpace(engine_args={"gpu-memory-utilization": {"low": 0.8, "high": 0.95}})) is None
+    assert grid_size(SearchSpace(engine_args={"max-num-seqs": {"low": 8, "high": 64, "step": 8}})) == 8
+
+
+# -- the tuning report ---------------------------------------------------------------------------------------------
+def test_the_tuning_report_frontier_best_verdict_and_command(tmp_path):
+    from tunelab.reports.tuning import tuning_report
+    from tunelab.warehouse.loader import insert_trial_tables
+    from tunelab.warehouse.migrate import connect
+    from tunelab.warehouse.synthetic import synthetic_trial
+
+    con = connect(":memory:")
+    plan_yaml = "name: s\nmodel: models/tiny\nsearch:\n  space:\n    env: {VLLM_X: [0, 1]}\n"
+    obj = {"metric": "output_tokens_per_s", "direction": "maximize", "workload": "chat", "load": "c=4",
+           "slo": {"ttft_s": 0.12, "tpot_s": None, "e2el_s": None}, "slo_percentile": 90}
+    # config: (tokens/s, TTFT p90 s, role, state, engine args, env)
+    configs = {"D": (1000, 0.05, "default", "complete", {"max-num-seqs": 64}, {}),
+               "A": (1300, 0.08, "search", "complete", {"max-num-seqs": 128, "enforce-eager": False}, {"VLLM_X": "1"}),
+               "B": (1500, 0.15, "search", "infeasible", {"max-num-seqs": 256}, {"VLLM_X": "1"}),
+               "C": (1200, 0.10, "search", "complete", {"max-num-seqs": 96}, {"VLLM_X": "0"})}
+    for i, (key, (tput, ttft, role, state, args, env)) in enumerate(configs.items()):
+        st = synthetic_trial(sweep_id="sw", config_key=key, config_label=f"cfg{key}", loads=(("concurrency", 4.0),),
+                             base_output_tokens_per_s=tput,
+                             started_at=pd.Timestamp("2026-01-01", tz="UTC") + pd.Timedelta(minutes=i))
+        st.tables["measurements"]["ttft_p90_s"] = ttft
+        st.sweep.update(plan_yaml=plan_yaml, search_objective=json.dumps(obj), search_boots=4, search_grid_size=2,
+                        search_gpu_minutes=12.5, search_stop_reason="budget_boots", search_best_config_key="A")
+        trial = {**st.trial, "engine_args": json.dumps(args), "env": json.dumps({**env, "CUDA_VISIBLE_DEVICES": "0"}),
+                 "search_role": role, "search_trial": None if role == "default" else i, "search_state": state,
+                 "search_value": float(tput), "search_slo_violation": ttft / 0.12 - 1}
+        con.execute("BEGIN")
+        insert_trial_tables(con, st.trial["trial_id"], {"sweep": pd.DataFrame([st.sweep]),
+                                                        "trial": pd.DataFrame([trial]), **st.tables}, source="test")
+        con.execute("COMMIT")
+    rep = tuning_report(con, None, plots_dir=tmp_path)
+    assert list(rep.frontier["config_key"]) == ["D", "A", "B"]  # C is dominated by A (less tokens/s, more TTFT)
+    assert rep.best["config_key"] == "A" and rep.default["config_key"] == "D"
+    assert rep.command == "VLLM_X=1 vllm serve models/tiny --max-num-seqs 128"
+    assert rep.verdict.iloc[0]["verdict"] == "inconclusive"  # one boot a side: the report says how to confirm
+    text = "\n".join(rep.lines)
+    assert "4 boots against a full grid of 2 configs; 12.50 GPU-minutes" in text
+    assert "best under the SLO: cfgA [A]" in text and "replicates: auto" in text
+    assert "deploy: VLLM_X=1 vllm serve models/tiny --max-num-seqs 128" in text
+    assert rep.plot is not None and rep.plot.exists()
+    assert "## Frontier" in rep.markdown and "```bash" in rep.markdown
+    with pytest.raises(ValueError, match="no search"):
+        con.execute("UPDATE sweeps SET search_boots = NULL")
+        tuning_report(con, "sw")
+    con.close()
+
+
+# -- end to end on the FAKE server ---------------------------------------------------------------------------------
+def test_a_search_sweep_on_the_fake_server_records_every_boot_and_reports(tmp_path):
+    """The real `tunelab run` with the FAKE server (tests/fakes/fake_server_sweep_cli.py): the default and two
+    suggestions are three normal trials (bundles, quality gate, warehouse) with their search columns; the sweep's
+    row carries the search; `tunelab tuning-report` prints the deploy command."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import duckdb
+    import yaml
+
+    repo = Path(__file__).resolve().parent.parent
+    home = tmp_path / "home"
+    env = {**os.environ, "TUNELAB_HOME": str(home), "FAKE_ITL_S": "0.01", "PYTHONPATH": str(repo),
+           "PREFECT_HOME": str(tmp_path / "prefect")}
+    env.pop("PREFECT_API_URL", None)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump(dict(
+        name="srch", model="unused", workloads=[dict(name="w", prompt_tokens=16, output_tokens=8, num_requests=4)],
+        concurrency=[2], repeats=2, warmup_requests=1, slo={"ttft_s": 5.0},
+        search={"space": {"env": {"VLLM_FAKE_KNOB": [1, 2, 3]}}, "objective": {"maximize": "output_tokens_per_s"},
+                "budget": {"boots": 3}})))
+    r = subprocess.run([sys.executable, str(repo / "tests" / "fakes" / "fake_server_sweep_cli.py"), "run", str(plan)],
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    con = duckdb.connect(str(next(home.glob("*.duckdb"))), read_only=True)
+    try:
+        rows = con.execute("SELECT search_role, search_trial, search_state, status, quality_verdict, env FROM trials "
+                           "ORDER BY started_at").fetchall()
+        sw = con.execute("SELECT search_boots, search_grid_size, search_stop_reason, search_best_config_key, "
+                         "search_gpu_minutes FROM sweeps").fetchone()
+    finally:
+        con.close()
+    assert [x[0] for x in rows] == ["default", "search", "search"], rows
+    assert rows[0][1] is None and rows[1][1] is not None
+    assert all(x[3] == "ok" for x in rows), rows
+    assert sw[0] == 3 and sw[1] == 3 and sw[2] == "budget_boots" and sw[3] is not None and sw[4] > 0
+    rep = subprocess.run([sys.executable, "-c", "import sys; from tunelab.cli import app; sys.exit(app())",
+                          "tuning-report"], env=env, capture_output=True, text=True, timeout=300)
+    assert rep.returncode == 0, rep.stdout + rep.stderr
+    assert "3 boots against a full grid of 3 configs" in rep.stdout and "deploy: " in rep.stdout, rep.stdout
+    assert "vllm serve unused" in rep.stdout
+
+
+def test_the_trial_flow_stops_measuring_when_the_search_prunes_and_keeps_the_windows(tmp_path, monkeypatch):
+    """flows.trial.WINDOW_CHECKS: a check that says stop after the first window ends the trial 'failed' with
+    failure class 'pruned', its one window kept in the bundle (the real trial flow against the FAKE server)."""
+    import datetime as dt
+    import logging
+    import shutil
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent / "fakes"))
+    from timed_openai_server import FakeServerProcess, FakeTiming
+
+    import tunelab.flows.trial as T
+    import tunelab.tasks.measure as MS
+    from tunelab import records as R
+    from tunelab.bundle import read_bundle
+    from tunelab.plan import Trial, Workload
+    from tunelab.runtime import Runtime
+
+    fixtures = Path(__file__).parent / "fixtures"
+
+    class Engine:
+        def __init__(self, fake, log_path):
+            self.fake, self.log_path, self.proc = fake, Path(log_path), None
+            self.base_url, self.api_key, self.served_model_name = fake.base_url, "k", "fake-model"
+
+        def start(self):
+            shutil.copy(fixtures / "bootlogs" / "cpu_0.32.0_cold.log", self.log_path)
+
+        def wait_ready(self):
+            return SimpleNamespace(boot_s=0.2, health_s=0.1, port=0)
+
+        def stop(self):
+            return SimpleNamespace(total_s=0.01, clean=True, detail="")
+
+        def redacted_command(self):
+            return "vllm serve fake-model --api-key ***"
+
+    async def no_scrape(client):
+        return None
+
+    with FakeServerProcess(FakeTiming(ttft_s=0.005, itl_s=0.002, tokens_per_chunk=1), model="fake-model") as fake:
+        monkeypatch.setattr(MS, "_scrape", no_scrape)
+        monkeypatch.setattr(T, "get_run_logger", lambda: logging.getLogger("test_search"))
+        monkeypatch.setattr(T, "_boot_once", lambda *a, **k: Engine(fake, a[3]))
+        for name in ("clean_gpu_task", "boot_task", "measure_task", "teardown_task"):
+            monkeypatch.setattr(T, name, getattr(T, name).fn)
+        plan = Plan(name="prune", model="unused", seed=7, repeats=3, warmup_requests=1, concurrency=[2],
+                    workloads=[Workload(name="w", prompt_tokens=24, output_tokens=4, num_requests=4)])
+        trial = Trial(runtime="rt", model="unused", model_id="unused", engine_args={}, env={})
+        runtime = Runtime(name="rt", device="cpu", python=sys.executable, versions={"vllm": "0.32.0"})
+        started = dt.datetime.now(dt.timezone.utc)
+        sweep = R.Sweep(sweep_id=R.sweep_id(started, plan.name), plan_name=plan.name, host="h", started_at=started)
+        (tmp_path / "logs").mkdir()
+        ctx = T.TrialContext(sweep=sweep, results_dir=str(tmp_path / "results"), logs_dir=str(tmp_path / "logs"))
+        trial_id = R.trial_id(sweep.sweep_id, trial.config_key, runtime.name, 0)
+        seen: list[int] = []
+        T.WINDOW_CHECKS[trial_id] = lambda m: seen.append(len(m)) or len(m) >= 1
+        try:
+            bundle = T.run_trial.fn(trial, trial_id, plan, runtime, ctx)
+        finally:
+            T.WINDOW_CHECKS.pop(trial_id, None)
+    tables = read_bundle(bundle)
+    row = tables["trial"].iloc[0]
+    assert (row["status"], row["failure_class"]) == ("failed", "pruned"), row["failure_reason"]
+    assert seen == [1] and len(tables["measurements"]) == 1

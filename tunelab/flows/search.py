@@ -1,0 +1,164 @@
+"""A plan with ``search:``: boot the plan's default config, then the configs optuna's TPE sampler suggests, one boot
+at a time, until the budget is spent (``tunelab.search.run_search`` decides; this module boots).
+
+The sweep (``flows.sweep``) hands its trial runner to :func:`run_search_sweep` instead of running its trials. The
+plan's trial list is its one base config (the default); every config the search asks for becomes one more job of
+the sweep's runner, run by the sweep's own ``run_one`` (device locks, slots, the trial subflow, its bundle and
+status), validated by the sweep's quality gate at once (a boot counts only when it is ``ok`` and passes or warns),
+and recorded with its search columns (``trials.search_*``, migration 018). A config is pruned through
+``flows.trial.WINDOW_CHECKS``: after each measured window the search's rule may stop the measurement.
+
+At the end :func:`record_search` puts the search's summary into the sweep's record (``sweeps.search_*``) and into
+every bundle, so the warehouse's rows carry it; ``reports.tuning`` reads them (``tunelab tuning-report``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from tunelab import records
+from tunelab.bundle import read_bundle, update_bundle_table
+from tunelab.plan import Plan, config_key
+from tunelab.search import BootOutcome, SearchBoot, SearchOutcome, SearchRecord, run_search
+
+__all__ = ["run_search_sweep", "record_search", "search_lines"]
+
+
+def _minutes(timing: dict, devices: int) -> float:
+    start, end = timing.get("slot_at") or timing.get("queued_at"), timing.get("end_at")
+    return 0.0 if start is None or end is None else max(0.0, end - start) * max(devices, 1) / 60.0
+
+
+def run_search_sweep(run: Any, pools: dict, no_gpu_reason: str, plan: Plan, logger: Any,
+                     validate: Any = None) -> SearchOutcome:
+    """Run the plan's search on the sweep's trial runner.
+
+    Args:
+        run: the sweep's ``_SweepTrials``; its one job is the plan's default config (a template for the others).
+        pools: device pools by name (``gpu``, ``cpu``). no_gpu_reason: why no GPU was selected.
+        plan: the plan with ``search:``.
+        logger: the sweep's logger.
+        validate: ``validate(bundle, plan) -> verdict`` (the sweep's quality gate).
+
+    Returns:
+        :class:`tunelab.search.SearchOutcome`; every boot's bundle and status are in ``run`` (one job each).
+    """
+    from tunelab.flows.devices import run_on_devices
+    from tunelab.flows.trial import WINDOW_CHECKS
+
+    assert plan.search is not None
+    template = run.jobs[0]
+    base = template.trial
+    workload, load = plan.search_cell()
+    logger.info("search: %s %s at %s %s under SLO %s; budget %s; space: %s", plan.search.objective.direction,
+                plan.search.objective.metric, workload, load,
+                {k: v for k, v in plan.slo.model_dump().items() if v is not None} or "none",
+                ", ".join(f"{k} {v:g}" for k, v in plan.search.budget.model_dump().items() if v is not None),
+                json.dumps(plan.search.space.model_dump(exclude_defaults=True), default=str))
+
+    def boot(req: SearchBoot) -> BootOutcome:
+        if req.role == "default":
+            job = template
+        else:
+            # The label shows the space's names and whatever a walk-down changed beside them.
+            axes = list(plan.search.space.engine_args) + list(plan.search.space.env)
+            axes += [k for k, v in req.engine_args.items() if k not in axes and base.engine_args.get(k) != v]
+            t = base.model_copy(update={"engine_args": req.engine_args, "env": req.env, "name": None,
+                                        "axes": tuple(axes)})
+            with run.lock:
+                job = dataclasses.replace(template, index=len(run.jobs), trial=t)
+                run.jobs.append(job)
+                run.statuses.append(None)
+                run.bundles.append(None)
+                run.timings.append(dict(trial_index=job.index))
+        trial_id = run.trial_id_of(job)
+        if req.walked:
+            logger.info("search: memory walk-down: %s", req.walked)
+        WINDOW_CHECKS[trial_id] = req.window_check
+        try:
+            if job.pool == "gpu" and not pools["gpu"]:
+                run.on_skip(job, f"runtime {job.trial.runtime!r} needs a GPU; {no_gpu_reason or 'none selected'}")
+            else:
+                run_on_devices([job], lambda j: j.need, pools[job.pool], run.run_one, on_skip=run.on_skip,
+                               on_interrupt=run.on_interrupt, usable=run.usable)
+        finally:
+            WINDOW_CHECKS.pop(trial_id, None)
+        bundle, st = run.bundles[job.index], run.statuses[job.index] or {}
+        if bundle is not None and st.get("status") == "ok" and validate is not None:
+            try:
+                st["verdict"] = validate(bundle, plan)
+            except Exception as e:  # the boot then does not count; the sweep validates again at its end
+                logger.error("validation of %s could not run: %s", bundle, e)
+        meas = read_bundle(bundle, verify=False).get("measurements") if bundle is not None else None
+        return BootOutcome(status=st.get("status") or "failed", failure_class=st.get("failure_class"),
+                           measurements=meas, usable=st.get("verdict") in ("pass", "warn"),
+                           gpu_minutes=_minutes(run.timings[job.index], job.need), trial_id=trial_id)
+
+    longest = max(w.prompt_tokens + w.output_tokens for w in plan.workloads)
+    out = run_search(plan.search, base_args=dict(base.engine_args), base_env=dict(base.env), seed=plan.seed,
+                     workload=workload, load=load, slo=plan.slo.model_dump(), boot=boot, min_model_len=longest,
+                     key=lambda a, e: config_key(plan.model_id(), a, e), log=logger.info)
+    by_id = {r.trial_id: r for r in out.records}
+    for j in run.jobs:  # each boot's search columns into its bundle's trial row
+        b = run.bundles[j.index]
+        rec = by_id.get(run.trial_id_of(j))
+        if b is not None and rec is not None:
+            _record_trial(b, rec, logger)
+    return out
+
+
+def _record_trial(bundle: Path, rec: SearchRecord, logger: Any) -> None:
+    try:
+        tdf = read_bundle(bundle, verify=False)["trial"].copy()
+        tdf["search_role"] = rec.role
+        tdf["search_trial"] = rec.number
+        tdf["search_state"] = rec.state
+        tdf["search_value"] = rec.value
+        tdf["search_slo_violation"] = rec.violation if rec.violation is None or math.isfinite(rec.violation) else None
+        tdf["search_walk_down"] = rec.walked
+        tdf["search_walked_from"] = rec.walked_from
+        update_bundle_table(bundle, "trial", records.frame(records.Trial, tdf))
+    except Exception as e:  # the bundle keeps its measurements; only its search columns are missing
+        logger.warning("could not record the search columns of %s: %s", bundle, e)
+
+
+def record_search(sweep: records.Sweep, plan: Plan, outcome: SearchOutcome, bundles: list[Path | None]) -> None:
+    """The search's summary into the sweep's record and into the ``sweep`` table of every bundle of the sweep (the
+    loader upserts the sweep row from them)."""
+    assert plan.search is not None
+    workload, load = plan.search_cell()
+    obj = plan.search.objective
+    sweep.update(search_objective=json.dumps({"metric": obj.metric, "direction": obj.direction, "workload": workload,
+                                              "load": load, "slo": plan.slo.model_dump(),
+                                              "slo_percentile": obj.slo_percentile}, sort_keys=True),
+                 search_space=json.dumps(plan.search.space.model_dump(exclude_defaults=True), sort_keys=True,
+                                         default=str),
+                 search_stop_reason=outcome.stop_reason, search_boots=outcome.boots,
+                 search_grid_size=outcome.grid_size, search_gpu_minutes=outcome.gpu_minutes,
+                 search_best_config_key=outcome.best_key)
+    row = records.frame(records.Sweep, pd.DataFrame([records.to_row(records.Sweep, sweep)]))
+    for b in bundles:
+        if b is not None:
+            update_bundle_table(b, "sweep", row)
+
+
+def search_lines(plan: Plan, outcome: SearchOutcome) -> list[str]:
+    """The search as the lines printed at the end of the sweep."""
+    assert plan.search is not None
+    obj = plan.search.objective
+    grid = "continuous space" if outcome.grid_size is None else f"grid of {outcome.grid_size} configs"
+    best = outcome.best()
+    lines = [f"search: {outcome.boots} boots ({grid}), {outcome.gpu_minutes:.2f} GPU-minutes; stopped: "
+             f"{outcome.stop_reason}"]
+    if best is None:
+        lines.append("search: no config met the SLO with a usable boot")
+    else:
+        lines.append(f"search: best {obj.metric} = {best.value:.4g} ({best.role}, config {best.config_key}); "
+                     "`tunelab tuning-report` shows the frontier, the verdict against the default and the command")
+    return lines

@@ -1,0 +1,295 @@
+"""The tuning report of a ``search:`` sweep (``tunelab tuning-report [SWEEP]``; also the end of such a sweep).
+
+From the warehouse (``sweeps.search_*`` and ``trials.search_*``, migration 018, and the boots' measurements):
+
+- every config tried, with its objective value, SLO verdict and search state (pruned, failed for memory and walked
+  down, ...);
+- the **frontier**: the Pareto set of throughput against latency at the objective's cell over the usable boots
+  (status ok, quality pass or warn): no other config has both more throughput and less latency. Throughput is the
+  objective's metric when it is a ``*_per_s`` column, else ``output_tokens_per_s``; latency is the objective's
+  metric when it is a latency, else the first SLO bound's column at the SLO percentile (``ttft_p90_s`` ...), else
+  ``e2el_p90_s``;
+- the **best config under the SLO** with its verdict against the default (the plan's base config), from
+  ``warehouse.compare.compare`` (boot-level log-ratio interval; one boot per side gives ``inconclusive`` with its
+  point estimate, and the report says how to confirm it: a ``replicates: auto`` A/B);
+- the bottleneck diagnosis of both (``window_diagnoses``, read only where that table exists): the checks flagged
+  in their windows at the objective's cell;
+- GPU-minutes spent, boots used against the full grid, and the ``vllm serve`` command line of the best config;
+- a PNG of the configs and the frontier, in ``reports.plots``' style.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pandas as pd
+import yaml
+
+from tunelab.load_profiles import load_label
+from tunelab.markdown import markdown_table
+
+__all__ = ["TuningReport", "frontier", "serve_command", "tuning_report"]
+
+
+@dataclass
+class TuningReport:
+    """What :func:`tuning_report` found: ``configs`` (one row per boot), ``frontier`` (its Pareto rows), the best
+    config's row (None: no config met the SLO), its ``verdict`` rows against the default, the diagnosis rows, the
+    deploy ``command``, the ``plot`` path, and the report as terminal ``lines`` and ``markdown``."""
+
+    sweep_id: str
+    configs: pd.DataFrame
+    frontier: pd.DataFrame
+    best: dict[str, Any] | None
+    default: dict[str, Any] | None
+    verdict: pd.DataFrame | None
+    diagnosis: pd.DataFrame | None
+    command: str | None
+    plot: Path | None
+    lines: list[str] = field(default_factory=list)
+    markdown: str = ""
+
+
+def frontier(df: pd.DataFrame, throughput: str, latency: str) -> pd.DataFrame:
+    """The Pareto rows of ``df``: no other row has ``throughput`` >= and ``latency`` <= with one strictly better.
+    Rows with a missing value are left out. Sorted by throughput."""
+    d = df.dropna(subset=[throughput, latency])
+    keep = []
+    for i, r in d.iterrows():
+        dominated = ((d[throughput] >= r[throughput]) & (d[latency] <= r[latency])
+                     & ((d[throughput] > r[throughput]) | (d[latency] < r[latency]))).any()
+        if not dominated:
+            keep.append(i)
+    return d.loc[keep].sort_values(throughput)
+
+
+def serve_command(model: str, engine_args: dict[str, Any], env: dict[str, str]) -> str:
+    """``VAR=value ... vllm serve MODEL --flag value ...`` (flags sorted; ``true`` -> the bare flag; ``false`` and
+    ``null`` left out, as tunelab launches them), shell-quoted."""
+    parts = [f"{k}={shlex.quote(str(v))}" for k, v in sorted(env.items())]
+    parts += ["vllm", "serve", shlex.quote(str(model))]
+    for k, v in sorted(engine_args.items()):
+        if v is None or v is False:
+            continue
+        parts.append(f"--{k}")
+        if v is not True:
+            parts.append(shlex.quote(str(v)))
+    return " ".join(parts)
+
+
+def _con(db: Path | str | duckdb.DuckDBPyConnection) -> tuple[duckdb.DuckDBPyConnection, bool]:
+    if isinstance(db, duckdb.DuckDBPyConnection):
+        return db, False
+    return duckdb.connect(str(db), read_only=True), True
+
+
+def _has_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    return bool(con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [name]).fetchone()[0])
+
+
+def _at_load(df: pd.DataFrame, label: str) -> pd.Series:
+    """Rows of ``df`` (``load_kind``, ``load_value``) at the load level ``label``."""
+    return pd.Series([load_label(k, v) == label for k, v in zip(df["load_kind"], df["load_value"])], index=df.index,
+                     dtype=bool)
+
+
+def _axes(obj: dict) -> tuple[str, str]:
+    metric, q = obj["metric"], obj.get("slo_percentile", 90)
+    thr = metric if metric.endswith("_per_s") else "output_tokens_per_s"
+    if not metric.endswith("_per_s"):
+        return thr, metric
+    for k in ("ttft_s", "tpot_s", "e2el_s"):
+        if (obj.get("slo") or {}).get(k) is not None:
+            return thr, f"{k.removesuffix('_s')}_p{q}_s"
+    return thr, f"e2el_p{q}_s"
+
+
+def tuning_report(db: Path | str | duckdb.DuckDBPyConnection, sweep_id: str | None = None,
+                  plots_dir: Path | None = None) -> TuningReport:
+    """The tuning report of a search sweep (default: the latest sweep with ``search_boots``).
+
+    Raises:
+        ValueError: no such sweep, or the sweep has no search.
+    """
+    con, close = _con(db)
+    try:
+        return _report(con, sweep_id, plots_dir)
+    finally:
+        if close:
+            con.close()
+
+
+def _report(con: duckdb.DuckDBPyConnection, sweep_id: str | None, plots_dir: Path | None) -> TuningReport:
+    if sweep_id is None:
+        row = con.execute("SELECT sweep_id FROM sweeps WHERE search_boots IS NOT NULL ORDER BY started_at DESC "
+                          "LIMIT 1").fetchone()
+        if row is None:
+            raise ValueError("no sweep with a search in the warehouse (a plan with `search:` makes one)")
+        sweep_id = row[0]
+    sw = con.execute("SELECT * FROM sweeps WHERE sweep_id = ?", [sweep_id]).df()
+    if sw.empty:
+        raise ValueError(f"sweep {sweep_id!r} is not in the warehouse")
+    s = sw.iloc[0]
+    if pd.isna(s["search_boots"]):
+        raise ValueError(f"sweep {sweep_id!r} has no search (its plan has no `search:`)")
+    obj = json.loads(s["search_objective"])
+    thr, lat = _axes(obj)
+    trials = con.execute(
+        "SELECT trial_id, config_key, config_label, status, failure_class, quality_verdict, search_role, "
+        "search_trial, search_state, search_value, search_slo_violation, search_walk_down, engine_args, env, model "
+        "FROM trials WHERE sweep_id = ? AND search_role IS NOT NULL ORDER BY started_at, trial_id", [sweep_id]).df()
+    meas = con.execute(f"SELECT m.trial_id, m.workload, m.load_kind, m.load_value, m.{thr} AS thr, m.{lat} AS lat "
+                       "FROM measurements m JOIN trials t USING (trial_id) WHERE t.sweep_id = ?", [sweep_id]).df()
+    if not meas.empty:
+        meas = meas[(meas["workload"] == obj["workload"]) & _at_load(meas, obj["load"])]
+    cell = meas.groupby("trial_id")[["thr", "lat"]].mean() if not meas.empty else pd.DataFrame(columns=["thr", "lat"])
+    cfg = trials.join(cell.rename(columns={"thr": thr, "lat": lat}), on="trial_id")
+    cfg["usable"] = (cfg["status"] == "ok") & cfg["quality_verdict"].isin(["pass", "warn"])
+    cfg["slo_met"] = cfg["search_slo_violation"].map(lambda v: None if pd.isna(v) else bool(v <= 0))
+    front = frontier(cfg[cfg["usable"]], thr, lat)
+    best_key = s.get("search_best_config_key")
+    best_rows = cfg[(cfg["config_key"] == best_key) & cfg["usable"]] if isinstance(best_key, str) else cfg.iloc[:0]
+    best = best_rows.iloc[0].to_dict() if not best_rows.empty else None
+    def_rows = cfg[cfg["search_role"] == "default"]
+    default = def_rows.iloc[0].to_dict() if not def_rows.empty else None
+
+    verdict = None
+    if best is not None and default is not None and best["trial_id"] != default["trial_id"]:
+        from tunelab.warehouse.compare import compare
+
+        try:
+            v = compare(con, {"trial_id": [default["trial_id"]]}, {"trial_id": [best["trial_id"]]}, obj["metric"],
+                        history=True)
+            verdict = v[(v["workload"] == obj["workload"]) & _at_load(v, obj["load"])]
+        except Exception as e:  # a view: say why there is none
+            verdict = pd.DataFrame([{"verdict": "not computed", "reason": f"{type(e).__name__}: {e}"}])
+
+    diagnosis = None
+    ids = [r["trial_id"] for r in (default, best) if r is not None]
+    if ids and _has_table(con, "window_diagnoses"):
+        d = con.execute("SELECT * FROM window_diagnoses WHERE trial_id IN (SELECT unnest(?))", [ids]).df()
+        if not d.empty:
+            d = d[(d["workload"] == obj["workload"]) & _at_load(d, obj["load"])]
+            role = {default["trial_id"]: "default"} if default else {}
+            if best:
+                role[best["trial_id"]] = "best" if best["trial_id"] not in role else "default = best"
+            d = d.assign(config=d["trial_id"].map(role), flagged_n=d["flagged"].fillna(False).astype(int))
+            diagnosis = (d.groupby(["config", "bottleneck"], as_index=False)
+                         .agg(windows_flagged=("flagged_n", "sum"), windows=("flagged_n", "size")))
+
+    command = None
+    if best is not None:
+        plan = yaml.safe_load(s.get("plan_yaml") or "") or {}
+        names = set((plan.get("env") or {})) | set(((plan.get("search") or {}).get("space") or {}).get("env") or {})
+        env = {k: v for k, v in json.loads(best["env"] or "{}").items() if k in names}
+        command = serve_command(plan.get("model") or best["model"], json.loads(best["engine_args"] or "{}"), env)
+
+    plot = _plot(cfg, front, best, default, thr, lat, sweep_id, obj, plots_dir) if plots_dir is not None else None
+    rep = TuningReport(sweep_id, cfg, front, best, default, verdict, diagnosis, command, plot)
+    _render(rep, s, obj, thr, lat)
+    return rep
+
+
+def _md(df: pd.DataFrame) -> str:
+    return "\n".join(markdown_table(df))
+
+
+def _fmt(v: Any, spec: str = ".4g") -> str:
+    return "-" if v is None or (isinstance(v, float) and pd.isna(v)) else format(v, spec)
+
+
+def _render(rep: TuningReport, s: pd.Series, obj: dict, thr: str, lat: str) -> None:
+    grid = "a continuous space (no finite grid)" if pd.isna(s["search_grid_size"]) else \
+        f"a full grid of {int(s['search_grid_size'])} configs"
+    head = (f"tuning report, sweep {rep.sweep_id}: {obj['direction']} {obj['metric']} at {obj['workload']} "
+            f"{obj['load']} under SLO {({k: v for k, v in (obj.get('slo') or {}).items() if v is not None}) or 'none'} "
+            f"(p{obj.get('slo_percentile', 90)} of each window)")
+    spent = (f"{int(s['search_boots'])} boots against {grid}; {_fmt(s['search_gpu_minutes'], '.2f')} GPU-minutes; "
+             f"stopped: {s['search_stop_reason']}")
+    lines = [head, spent]
+    if rep.best is None:
+        lines.append("best under the SLO: none (no usable boot met it)")
+    else:
+        lines.append(f"best under the SLO: {rep.best['config_label']} [{rep.best['config_key']}] "
+                     f"{obj['metric']} = {_fmt(rep.best['search_value'])}")
+    if rep.default is not None:
+        lines.append(f"default: {rep.default['config_label']} [{rep.default['config_key']}] "
+                     f"{obj['metric']} = {_fmt(rep.default['search_value'])} ({rep.default['search_state']})")
+    if rep.verdict is not None and not rep.verdict.empty:
+        v = rep.verdict.iloc[0]
+        if "rel_diff" in rep.verdict.columns:
+            lines.append(f"verdict, best against the default: {v['verdict']} {_fmt(v['rel_diff'], '+.1%')} "
+                         f"[{_fmt(v['rel_ci_low'], '+.1%')}, {_fmt(v['rel_ci_high'], '+.1%')}] "
+                         f"({int(v['baseline_boots'])} vs {int(v['candidate_boots'])} boot(s))")
+            if v["verdict"] == "inconclusive":
+                lines.append("  one boot per config cannot tell a difference from boot-to-boot noise: confirm it "
+                             "with a `replicates: auto` A/B of the two configs (docs/tuning.md)")
+        else:
+            lines.append(f"verdict, best against the default: {v['verdict']} ({v.get('reason')})")
+    elif rep.best is not None and rep.default is not None and rep.best["trial_id"] == rep.default["trial_id"]:
+        lines.append("verdict: the default is the best config found")
+    if rep.diagnosis is not None and not rep.diagnosis.empty:
+        for cfg_name, g in rep.diagnosis.groupby("config"):
+            hit = [f"{r.bottleneck} ({r.windows_flagged}/{r.windows} windows)" for r in g.itertuples()
+                   if r.windows_flagged]
+            lines.append(f"bottleneck ({cfg_name}): {', '.join(hit) or 'none flagged'}")
+    lines.append(f"frontier ({thr} against {lat}): " + (", ".join(
+        f"{r.config_label} ({_fmt(getattr(r, thr))}, {_fmt(getattr(r, lat) * 1000, '.1f')} ms)"
+        for r in rep.frontier.itertuples()) or "no usable boot"))
+    if rep.command:
+        lines.append(f"deploy: {rep.command}")
+    rep.lines = lines
+
+    show = rep.configs[["config_label", "config_key", "search_role", "search_trial", "search_state", "status",
+                        "failure_class", "quality_verdict", "search_value", thr, lat, "search_slo_violation",
+                        "search_walk_down"]].copy()
+    show["frontier"] = show["config_key"].isin(rep.frontier["config_key"])
+    md = [f"# Tuning report: {rep.sweep_id}", "", head, "", spent, ""]
+    md += ["## Best config under the SLO", ""] + [f"- {x}" for x in lines[2:] if not x.startswith(("deploy", "  "))]
+    if rep.command:
+        md += ["", "Deploy it with:", "", "```bash", rep.command, "```"]
+    if rep.verdict is not None and not rep.verdict.empty and "rel_diff" in rep.verdict.columns:
+        md += ["", "## Verdict against the default", "", _md(rep.verdict[
+            ["metric", "baseline_mean", "candidate_mean", "rel_diff", "rel_ci_low", "rel_ci_high", "verdict",
+             "reason"]])]
+    if rep.diagnosis is not None and not rep.diagnosis.empty:
+        md += ["", "## Bottleneck diagnosis (window_diagnoses)", "", _md(rep.diagnosis)]
+    md += ["", "## Frontier", "", _md(rep.frontier[["config_label", "config_key", thr, lat]])
+           if not rep.frontier.empty else "no usable boot"]
+    md += ["", "## Configs tried", "", _md(show)]
+    if rep.plot is not None:
+        md += ["", f"![configs and frontier]({rep.plot})"]
+    rep.markdown = "\n".join(md) + "\n"
+
+
+def _plot(cfg: pd.DataFrame, front: pd.DataFrame, best: dict | None, default: dict | None, thr: str, lat: str,
+          sweep_id: str, obj: dict, out_dir: Path) -> Path | None:
+    from tunelab.reports.plots import _legend_outside, _plt, _safe, _save
+
+    d = cfg.dropna(subset=[thr, lat])
+    if d.empty:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for state, g in d.groupby("search_state"):
+        ax.scatter(g[thr], g[lat] * 1000, s=22, alpha=0.7, label=f"{state} ({len(g)})")
+    if not front.empty:
+        ax.plot(front[thr], front[lat] * 1000, color="black", lw=1, marker="o", mfc="none", label="frontier")
+    for row, mark, name in ((default, "s", "default"), (best, "*", "best under SLO")):
+        if row is not None and not pd.isna(row.get(thr)) and not pd.isna(row.get(lat)):
+            ax.scatter([row[thr]], [row[lat] * 1000], marker=mark, s=160, edgecolor="black", facecolor="gold"
+                       if mark == "*" else "white", zorder=5, label=f"{name}: {row['config_label']}")
+    bound = (obj.get("slo") or {}).get(lat.split("_")[0] + "_s")
+    if bound is not None:
+        ax.axhline(bound * 1000, color="red", ls="--", lw=1, label=f"SLO {lat.split('_')[0]} {bound * 1000:g} ms")
+    ax.set_xlabel(f"{thr} (mean of windows) at {obj['workload']} {obj['load']}")
+    ax.set_ylabel(f"{lat.removesuffix('_s').replace('_', ' ').upper()} (ms)")
+    ax.grid(alpha=0.3)
+    _legend_outside(ax)
+    fig.suptitle(f"search {sweep_id}: configs tried and their frontier", fontsize=9)
+    return _save(fig, out_dir, f"tuning_{_safe(sweep_id)}.png")

@@ -1,0 +1,605 @@
+"""Search over engine args and env with boots as the cost (a plan's ``search:`` section): the pure pieces.
+
+A plan with ``search:`` names a space (engine args and env names -> a list of values or a ``{low, high, step|log}``
+range), an objective (``maximize``/``minimize`` a ``measurements`` column at one workload and load level, under
+the plan's ``slo:``) and a budget (``boots`` and/or ``gpu_minutes``). :func:`run_search` asks optuna's
+``TPESampler`` (seeded from the plan's ``seed``) for a config, boots it through a callback (the sweep's trial
+runner in ``flows.search``; a simulated objective in the tests), tells optuna the result and goes on until the
+budget is spent. One optuna trial = one boot of one config. docs/tuning.md says how and why.
+
+- **Objective** (:func:`objective_value`): the mean over the boot's windows of the metric at the objective's cell.
+  The SLO is a constraint, not a penalty: a window meets it when each bound of ``slo:`` holds at the
+  ``slo_percentile`` (``ttft_p90_s <= slo.ttft_s`` ...); the boot's violation (largest ``observed / bound - 1``
+  over the bounds, mean of windows) goes to optuna as a constraint (``TPESampler(constraints_func=...)``), so TPE
+  learns where the feasible region is, and only feasible configs can be "best".
+- **Pruning** (:func:`prune_decision`): after each measured window of the objective cell the flow reports the
+  running mean (``trial.report``); once ``prune.after_windows`` windows are in, a config whose mean is worse than
+  the best feasible value so far by more than ``prune.margin`` (relative) is stopped and told as ``PRUNED``.
+- **Memory walk-down** (:func:`walk_down`): a boot that failed for memory is information, as in vLLM's
+  ``benchmarks/auto_tune/auto_tune.sh``: the same config is booted again with ``--gpu-memory-utilization``,
+  ``--max-model-len`` or ``--max-num-seqs`` lowered (which one depends on the failure class), up to
+  ``walk_down.max_steps`` times; the failed boot stays in the record and optuna is told the suggestion failed.
+  Every walk-down boot counts against the budget.
+
+Domain layer: imports only pydantic, optuna, pandas, the standard library and ``load_profiles`` (never ``plan``,
+which imports this module).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal
+
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = [
+    "MEMORY_FAILURES",
+    "BootOutcome",
+    "ObjectiveValue",
+    "SearchBoot",
+    "SearchBudget",
+    "SearchObjective",
+    "SearchOutcome",
+    "SearchRange",
+    "SearchRecord",
+    "SearchSpace",
+    "SearchSpec",
+    "config_of",
+    "distributions",
+    "grid_size",
+    "objective_value",
+    "prune_decision",
+    "run_search",
+    "walk_down",
+]
+
+Scalar = str | int | float | bool | None
+
+#: Boot failure classes (tasks.bootlog) that a smaller memory footprint can cure: the walk-down tries them again.
+MEMORY_FAILURES = ("oom_kv_cache", "oom_graph_capture", "insufficient_free_memory", "oom_weights")
+
+
+class SearchRange(BaseModel):
+    """A numeric range of one search dimension: ``{low, high}`` with ``step`` (a grid) or ``log: true`` (sampled
+    on the log scale); integers when ``low``, ``high`` (and ``step``) are integers."""
+
+    model_config = ConfigDict(extra="forbid")
+    low: int | float = Field(description="Lowest value (included).")
+    high: int | float = Field(description="Highest value (included).")
+    step: int | float | None = Field(None, gt=0, description="Grid step from low; None: continuous (or every integer).")
+    log: bool = Field(False, description="Sample on the log scale (low > 0; not with step).")
+
+    @model_validator(mode="after")
+    def _ok(self) -> "SearchRange":
+        for k in ("low", "high", "step"):
+            v = getattr(self, k)
+            if isinstance(v, bool) or (isinstance(v, float) and not math.isfinite(v)):
+                raise ValueError(f"{k}: a finite number, got {v!r}")
+        if self.low >= self.high:
+            raise ValueError(f"low ({self.low}) must be below high ({self.high})")
+        if self.log and self.step is not None:
+            raise ValueError("give step or log, not both")
+        if self.log and self.low <= 0:
+            raise ValueError(f"log: true needs low > 0, got {self.low}")
+        return self
+
+    @property
+    def integer(self) -> bool:
+        """True when every value is an integer."""
+        return all(isinstance(v, int) for v in (self.low, self.high, self.step if self.step is not None else 1))
+
+
+SpaceValue = SearchRange | list[Scalar]
+
+
+class SearchSpace(BaseModel):
+    """What the search varies: engine args and env names -> a list of values or a range. Names are checked as the
+    plan's ``engine_args``/``env`` (Plan's validator; against the runtimes' facts in ``plan check`` and ``run``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    engine_args: dict[str, SpaceValue] = Field(default_factory=dict, description="vllm serve flags to search.")
+    env: dict[str, SpaceValue] = Field(default_factory=dict, description="Environment variables to search.")
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> "SearchSpace":
+        if not self.engine_args and not self.env:
+            raise ValueError("the search space is empty: give at least one engine arg or env var to vary, e.g. "
+                             "space: {engine_args: {max-num-seqs: [64, 128, 256]}}")
+        for kind, d in (("engine_args", self.engine_args), ("env", self.env)):
+            for k, v in d.items():
+                if isinstance(v, list) and not v:
+                    raise ValueError(f"{kind}.{k}: an empty list; give at least one value")
+        return self
+
+
+class SearchObjective(BaseModel):
+    """What the search optimises: ``maximize`` a throughput (``*_per_s``) or ``minimize`` a latency column of
+    ``measurements`` at one workload and one load level, under the plan's ``slo:`` checked at ``slo_percentile``."""
+
+    model_config = ConfigDict(extra="forbid")
+    maximize: str | None = Field(None, description="A *_per_s column, e.g. output_tokens_per_s or goodput_per_s.")
+    minimize: str | None = Field(None, description="A latency column, e.g. tpot_p90_s.")
+    workload: str | None = Field(None, description="The workload; default: the plan's first.")
+    load: str | None = Field(None, description="The load level by label (c=32, '2 req/s'); default: the plan's last.")
+    slo_percentile: Literal[50, 90, 95, 99] = Field(
+        90, description="Percentile of each window at which the plan's SLO bounds are checked.")
+
+    @model_validator(mode="after")
+    def _one(self) -> "SearchObjective":
+        if (self.maximize is None) == (self.minimize is None):
+            raise ValueError("give exactly one of maximize (a *_per_s column) or minimize (a latency column), e.g. "
+                             "objective: {maximize: output_tokens_per_s, load: c=32}")
+        m = self.metric
+        if self.maximize is not None and not m.endswith("_per_s"):
+            raise ValueError(f"maximize: {m!r} is not a throughput (*_per_s) column; minimize a latency instead")
+        if self.minimize is not None and not m.endswith("_s"):
+            raise ValueError(f"minimize: {m!r} is not a latency (*_s) column")
+        return self
+
+    @property
+    def metric(self) -> str:
+        """The measurements column optimised."""
+        return self.maximize or self.minimize  # type: ignore[return-value]
+
+    @property
+    def direction(self) -> Literal["maximize", "minimize"]:
+        """optuna's direction."""
+        return "maximize" if self.maximize is not None else "minimize"
+
+
+class SearchBudget(BaseModel):
+    """What the search may spend: boots (every boot: the default, the search's configs and walk-down boots)
+    and/or GPU-minutes (device-minutes of trial wall time, slot taken -> trial ended, x devices)."""
+
+    model_config = ConfigDict(extra="forbid")
+    boots: int | None = Field(None, strict=True, description="Most boots, the default's included (>= 2).")
+    gpu_minutes: float | None = Field(None, allow_inf_nan=False, description="Most device-minutes of the trials.")
+
+    @model_validator(mode="after")
+    def _some(self) -> "SearchBudget":
+        if self.boots is None and self.gpu_minutes is None:
+            raise ValueError("give boots and/or gpu_minutes, e.g. budget: {boots: 12, gpu_minutes: 60}")
+        if self.boots is not None and self.boots < 2:
+            raise ValueError(f"boots: {self.boots} leaves no boot for the search (the plan's default config takes "
+                             "the first); give at least 2")
+        if self.gpu_minutes is not None and self.gpu_minutes <= 0:
+            raise ValueError(f"gpu_minutes: {self.gpu_minutes} is no budget; give a positive number of minutes")
+        return self
+
+
+class PruneRule(BaseModel):
+    """Stop a config early: after ``after_windows`` windows of the objective cell, when their mean is worse than
+    the best feasible value so far by more than ``margin`` (relative)."""
+
+    model_config = ConfigDict(extra="forbid")
+    enabled: bool = True
+    after_windows: int = Field(1, strict=True, ge=1, description="Windows of the objective cell before judging.")
+    margin: float = Field(0.25, gt=0, lt=1, description="Worse than the best by more than this (relative).")
+
+
+class WalkDown(BaseModel):
+    """Re-boot a config that failed for memory with a smaller footprint (:func:`walk_down`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    enabled: bool = True
+    max_steps: int = Field(3, strict=True, ge=1, le=10, description="Most walk-down boots per suggested config.")
+
+
+class SearchSpec(BaseModel):
+    """A plan's ``search:`` section (docs/tuning.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+    space: SearchSpace
+    objective: SearchObjective
+    budget: SearchBudget
+    prune: PruneRule = Field(default_factory=PruneRule)
+    walk_down: WalkDown = Field(default_factory=WalkDown)
+
+
+# -- space -> optuna ---------------------------------------------------------------------------------------------
+def _pname(kind: str, name: str) -> str:
+    return name if kind == "engine_args" else f"env.{name}"
+
+
+def distributions(space: SearchSpace) -> dict[str, Any]:
+    """optuna distributions of the space: a list -> ``CategoricalDistribution``; an integer range ->
+    ``IntDistribution``; a float range -> ``FloatDistribution`` (``step`` or ``log`` as given). Env names are
+    prefixed ``env.``."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    out: dict[str, Any] = {}
+    for kind in ("engine_args", "env"):
+        for name, v in sorted(getattr(space, kind).items()):
+            if isinstance(v, list):
+                out[_pname(kind, name)] = CategoricalDistribution(v)
+            elif v.integer:
+                out[_pname(kind, name)] = IntDistribution(int(v.low), int(v.high), log=v.log,
+                                                          step=int(v.step) if v.step is not None else 1)
+            else:
+                out[_pname(kind, name)] = FloatDistribution(float(v.low), float(v.high), log=v.log,
+                                                            step=float(v.step) if v.step is not None else None)
+    return out
+
+
+def grid_size(space: SearchSpace) -> int | None:
+    """Configs in the full grid of the space; None when a dimension is continuous (a float range without step)."""
+    n = 1
+    for kind in ("engine_args", "env"):
+        for v in getattr(space, kind).values():
+            if isinstance(v, list):
+                n *= len(v)
+            elif v.integer:
+                n *= (int(v.high) - int(v.low)) // int(v.step or 1) + 1
+            elif v.step is not None:
+                n *= int(math.floor((v.high - v.low) / v.step + 1e-9)) + 1
+            else:
+                return None
+    return n
+
+
+def config_of(params: dict[str, Any], base_args: dict[str, Scalar], base_env: dict[str, str]
+              ) -> tuple[dict[str, Scalar], dict[str, str]]:
+    """(engine_args, env) of a suggestion: the plan's base config with the params set (``env.X`` -> env var X;
+    a boolean env value as ``1``/``0``; a None env value unsets it)."""
+    args, env = dict(base_args), dict(base_env)
+    for k, v in params.items():
+        if k.startswith("env."):
+            name = k[4:]
+            if v is None:
+                env.pop(name, None)
+            else:
+                env[name] = ("1" if v else "0") if isinstance(v, bool) else str(v)
+        else:
+            args[k] = v
+    return args, env
+
+
+# -- objective under the SLO -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ObjectiveValue:
+    """One boot's value at the objective cell: ``value`` (mean over windows, None when no window), ``windows``,
+    ``violation`` (largest relative excess over an SLO bound, mean over windows; <= 0: the SLO holds)."""
+
+    value: float | None
+    windows: int
+    violation: float
+
+    @property
+    def feasible(self) -> bool:
+        return self.value is not None and self.violation <= 0
+
+
+def _load_labels(m: pd.DataFrame) -> list[str]:
+    from tunelab.load_profiles import load_label
+
+    return [load_label(k, v) for k, v in zip(m["load_kind"], m["load_value"])]
+
+
+def cell_rows(measurements: pd.DataFrame | None, workload: str, load: str) -> pd.DataFrame:
+    """The windows of ``measurements`` at ``workload`` and load level ``load`` (a label), in measured order."""
+    if measurements is None or measurements.empty:
+        return pd.DataFrame()
+    m = measurements[measurements["workload"] == workload]
+    if m.empty:
+        return m
+    return m[[lab == load for lab in _load_labels(m)]]
+
+
+def objective_value(measurements: pd.DataFrame | None, metric: str, workload: str, load: str,
+                    slo: dict[str, float | None], percentile: int = 90) -> ObjectiveValue:
+    """The objective of one boot (see the module docstring).
+
+    Args:
+        measurements: the boot's ``measurements`` rows (a bundle's table).
+        metric, workload, load: the objective's column and cell.
+        slo: ``{ttft_s, tpot_s, e2el_s}`` bounds in seconds (None: no bound).
+        percentile: the percentile column at which each bound is checked.
+    """
+    rows = cell_rows(measurements, workload, load)
+    if rows.empty or metric not in rows.columns:
+        return ObjectiveValue(None, 0, math.inf)
+    vals = pd.to_numeric(rows[metric], errors="coerce").dropna()
+    if vals.empty:
+        return ObjectiveValue(None, 0, math.inf)
+    excess: list[pd.Series] = []
+    for name, bound in slo.items():
+        if bound is None:
+            continue
+        col = f"{name.removesuffix('_s')}_p{percentile}_s"
+        obs = pd.to_numeric(rows[col], errors="coerce") if col in rows.columns else pd.Series([math.inf] * len(rows))
+        excess.append(obs.fillna(math.inf) / bound - 1.0)
+    violation = float(pd.concat(excess, axis=1).max(axis=1).mean()) if excess else -1.0
+    return ObjectiveValue(float(vals.mean()), int(len(vals)), violation if math.isfinite(violation) else 1e9)
+
+
+def prune_decision(values: list[float], best: float | None, rule: PruneRule,
+                   direction: Literal["maximize", "minimize"]) -> bool:
+    """Whether a config whose objective-cell windows so far gave ``values`` is clearly worse than ``best`` (the best
+    feasible value so far; None: nothing to compare with, never prune)."""
+    if not rule.enabled or best is None or len(values) < rule.after_windows or not values:
+        return False
+    mean = sum(values) / len(values)
+    if direction == "maximize":
+        return mean < best * (1.0 - rule.margin)
+    return mean > best * (1.0 + rule.margin)
+
+
+# -- memory walk-down --------------------------------------------------------------------------------------------
+#: vLLM's defaults when a plan does not set the flag (vLLM 0.2x: EngineArgs).
+_DEFAULT_GMU = 0.9
+_DEFAULT_MAX_NUM_SEQS = 256
+_MIN_GMU = 0.5
+
+
+def walk_down(engine_args: dict[str, Scalar], failure_class: str | None, min_model_len: int = 0
+              ) -> tuple[dict[str, Scalar], str] | None:
+    """The next, smaller config to boot after a memory failure, or None (not a memory failure, or nothing left
+    to lower).
+
+    Which knob, by failure class (``tasks.bootlog``):
+
+    - ``oom_kv_cache`` (no memory for the KV cache, or it cannot hold one ``max-model-len`` sequence): halve
+      ``max-model-len`` when the plan sets one (never below ``min_model_len``, the longest request of the plan),
+      else halve ``max-num-seqs`` (from vLLM's default 256 when unset);
+    - ``oom_graph_capture``: halve ``max-num-seqs`` (CUDA graphs are captured up to it), then
+      ``gpu-memory-utilization`` - 0.05;
+    - ``insufficient_free_memory`` / ``oom_weights``: ``gpu-memory-utilization`` - 0.05 (not below 0.5), as
+      auto_tune.sh walks it down from 0.98.
+
+    Returns:
+        (engine_args, what changed in words).
+    """
+    if failure_class not in MEMORY_FAILURES:
+        return None
+    args = dict(engine_args)
+
+    def lower_seqs() -> str | None:
+        cur = args.get("max-num-seqs")
+        cur_i = int(cur) if isinstance(cur, (int, float)) and not isinstance(cur, bool) else _DEFAULT_MAX_NUM_SEQS
+        if cur_i <= 1:
+            return None
+        args["max-num-seqs"] = max(1, cur_i // 2)
+        return f"max-num-seqs {cur_i} -> {args['max-num-seqs']}"
+
+    def lower_len() -> str | None:
+        cur = args.get("max-model-len")
+        if not isinstance(cur, int) or isinstance(cur, bool):
+            return None
+        new = max(cur // 2, min_model_len)
+        if new >= cur:
+            return None
+        args["max-model-len"] = new
+        return f"max-model-len {cur} -> {new}"
+
+    def lower_gmu() -> str | None:
+        cur = args.get("gpu-memory-utilization")
+        cur_f = float(cur) if isinstance(cur, (int, float)) and not isinstance(cur, bool) else _DEFAULT_GMU
+        new = round(cur_f - 0.05, 2)
+        if new < _MIN_GMU:
+            return None
+        args["gpu-memory-utilization"] = new
+        return f"gpu-memory-utilization {cur_f:g} -> {new:g}"
+
+    order = {"oom_kv_cache": (lower_len, lower_seqs), "oom_graph_capture": (lower_seqs, lower_gmu),
+             "insufficient_free_memory": (lower_gmu,), "oom_weights": (lower_gmu,)}[failure_class]
+    for step in order:
+        what = step()
+        if what:
+            return args, what
+    return None
+
+
+# -- the loop ----------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SearchBoot:
+    """One boot the loop asks for: the config, its role (``default``, ``search``, ``walk_down``), the optuna
+    trial number (None for the default), what the walk-down changed, and ``window_check``: call it with the
+    boot's measurements so far after each window; True means stop measuring (pruned)."""
+
+    engine_args: dict[str, Scalar]
+    env: dict[str, str]
+    role: str
+    number: int | None
+    walked: str | None
+    window_check: Callable[[pd.DataFrame], bool]
+
+
+@dataclass
+class BootOutcome:
+    """What a boot gave back: ``status`` (``ok``, ``boot_failed``, ...), ``failure_class`` (``pruned`` when
+    ``window_check`` stopped it), its measurements, whether its quality verdict lets it count (``usable``), its
+    device-minutes, and the trial id it was recorded under."""
+
+    status: str
+    failure_class: str | None = None
+    measurements: pd.DataFrame | None = None
+    usable: bool = True
+    gpu_minutes: float = 0.0
+    trial_id: str | None = None
+
+
+@dataclass
+class SearchRecord:
+    """One boot of the search, as recorded (``trials.search_*``, migration 018)."""
+
+    role: str
+    number: int | None
+    engine_args: dict[str, Scalar]
+    env: dict[str, str]
+    config_key: str
+    state: str  # complete | infeasible | pruned | fail
+    value: float | None = None
+    violation: float | None = None
+    failure_class: str | None = None
+    walked: str | None = None
+    walked_from: str | None = None
+    gpu_minutes: float = 0.0
+    trial_id: str | None = None
+
+
+@dataclass
+class SearchOutcome:
+    """The search: every boot's record, the best feasible config's key (None: none met the SLO), why it stopped,
+    boots, GPU-minutes, and the grid size of the space (None: continuous)."""
+
+    records: list[SearchRecord] = field(default_factory=list)
+    best_key: str | None = None
+    stop_reason: str = "budget_boots"
+    boots: int = 0
+    gpu_minutes: float = 0.0
+    grid_size: int | None = None
+    study: Any = None  # the optuna study (its trials' states: what optuna was told)
+
+    def best(self) -> SearchRecord | None:
+        return next((r for r in self.records if r.config_key == self.best_key and r.state == "complete"), None)
+
+
+def _key(args: dict, env: dict) -> str:
+    canon = {k: v for k, v in args.items() if v is not None and v is not False}
+    blob = json.dumps({"a": canon, "e": env}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+#: Suggestions in a row that repeat a config already booted, after which the search stops (``space_exhausted``).
+MAX_REPEATS = 30
+
+
+def run_search(spec: SearchSpec, *, base_args: dict[str, Scalar], base_env: dict[str, str], seed: int,
+               workload: str, load: str, slo: dict[str, float | None], boot: Callable[[SearchBoot], BootOutcome],
+               min_model_len: int = 0, key: Callable[[dict, dict], str] | None = None,
+               log: Callable[[str], Any] = lambda s: None) -> SearchOutcome:
+    """Boot the plan's default config, then the configs TPE suggests, until the budget is spent.
+
+    Args:
+        spec: the plan's ``search:``.
+        base_args, base_env: the plan's base config (the default; the space's values replace its settings).
+        seed: the TPE sampler's seed (the plan's ``seed``).
+        workload, load: the objective's cell (resolved by the plan). slo: the plan's SLO bounds.
+        boot: boots one config and returns its :class:`BootOutcome` (the sweep's trial runner, or a simulation).
+        min_model_len: the plan's longest request (the walk-down keeps ``max-model-len`` at or above it).
+        key: config key of (engine_args, env) (``plan.config_key`` bound to the model); default: a hash of both.
+        log: one line per event.
+    """
+    import optuna
+    from optuna.trial import TrialState
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    key = key or _key
+    obj, budget, direction = spec.objective, spec.budget, spec.objective.direction
+    dists = distributions(spec.space)
+    with warnings.catch_warnings():  # constraints_func is marked experimental in optuna 4
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(5, max(2, (budget.boots or 10) // 4)),
+                                             constraints_func=lambda ft: [ft.user_attrs.get("violation", 0.0)])
+    study = optuna.create_study(direction=direction, sampler=sampler)
+    out = SearchOutcome(grid_size=grid_size(spec.space), study=study)
+    seen: dict[str, SearchRecord] = {}
+    best: list[float | None] = [None]
+
+    def better(a: float, b: float | None) -> bool:
+        return b is None or (a > b if direction == "maximize" else a < b)
+
+    def budget_left() -> str | None:
+        if budget.boots is not None and out.boots + 1 > budget.boots:
+            return "budget_boots"
+        if budget.gpu_minutes is not None and out.boots:
+            per_boot = out.gpu_minutes / out.boots
+            if out.gpu_minutes + per_boot > budget.gpu_minutes:
+                return "budget_gpu_minutes"
+        return None
+
+    def one(args: dict, env: dict, role: str, number: int | None, walked: str | None, walked_from: str | None,
+            optuna_trial: Any) -> SearchRecord:
+        window_vals: list[float] = []
+
+        def check(meas: pd.DataFrame) -> bool:
+            rows = cell_rows(meas, workload, load)
+            vals = pd.to_numeric(rows[obj.metric], errors="coerce").dropna().tolist() if not rows.empty else []
+            if len(vals) > len(window_vals):
+                window_vals[:] = vals
+                if optuna_trial is not None:
+                    optuna_trial.report(sum(vals) / len(vals), len(vals))
+                return prune_decision(vals, best[0], spec.prune, direction)
+            return False
+
+        res = boot(SearchBoot(args, env, role, number, walked, check))
+        out.boots += 1
+        out.gpu_minutes += res.gpu_minutes
+        rec = SearchRecord(role=role, number=number, engine_args=args, env=env, config_key=key(args, env),
+                           state="fail", failure_class=res.failure_class, walked=walked, walked_from=walked_from,
+                           gpu_minutes=res.gpu_minutes, trial_id=res.trial_id)
+        if res.failure_class == "pruned":
+            ov = objective_value(res.measurements, obj.metric, workload, load, slo, obj.slo_percentile)
+            rec.state, rec.value, rec.violation = "pruned", ov.value, ov.violation
+        elif res.status == "ok" and res.usable:
+            ov = objective_value(res.measurements, obj.metric, workload, load, slo, obj.slo_percentile)
+            if ov.value is not None:
+                rec.value, rec.violation = ov.value, ov.violation
+                rec.state = "complete" if ov.feasible else "infeasible"
+                if ov.feasible and better(ov.value, best[0]):
+                    best[0] = ov.value
+                    out.best_key = rec.config_key
+        out.records.append(rec)
+        seen[rec.config_key] = rec
+        log(f"search boot {out.boots} ({role}{'' if number is None else f' #{number}'}): {rec.state}"
+            f"{'' if rec.value is None else f' {obj.metric}={rec.value:.4g}'}"
+            f"{'' if rec.violation is None or rec.violation <= 0 else f' (SLO exceeded by {rec.violation:.0%})'}"
+            f"{'' if not res.failure_class else f' [{res.failure_class}]'}{'' if not walked else f' walk-down: {walked}'}")
+        return rec
+
+    # The plan's default config first: the reference of the verdict and the first bar for pruning.
+    one(dict(base_args), dict(base_env), "default", None, None, None, None)
+    repeats = 0
+    while True:
+        stop = budget_left()
+        if stop:
+            out.stop_reason = stop
+            break
+        if out.grid_size is not None and len({r.config_key for r in out.records if r.role != "walk_down"}) \
+                >= out.grid_size + 1:
+            out.stop_reason = "space_exhausted"
+            break
+        ot = study.ask(dists)
+        args, env = config_of(ot.params, base_args, base_env)
+        k = key(args, env)
+        if k in seen:  # already booted: tell optuna what it gave, at no boot
+            repeats += 1
+            prev = seen[k]
+            _tell(study, ot, prev, TrialState)
+            if repeats >= MAX_REPEATS:
+                out.stop_reason = "space_exhausted"
+                break
+            continue
+        repeats = 0
+        rec = one(args, env, "search", ot.number, None, None, ot)
+        _tell(study, ot, rec, TrialState)
+        # A boot that failed for memory is information: walk its footprint down until it boots.
+        cur, steps = rec, 0
+        while (cur.state == "fail" and spec.walk_down.enabled and steps < spec.walk_down.max_steps
+               and budget_left() is None):
+            nxt = walk_down(cur.engine_args, cur.failure_class, min_model_len)
+            if nxt is None:
+                break
+            wargs, what = nxt
+            if key(wargs, env) in seen:
+                break
+            steps += 1
+            cur = one(wargs, env, "walk_down", ot.number, what, cur.config_key, None)
+    return out
+
+
+def _tell(study: Any, ot: Any, rec: SearchRecord, TrialState: Any) -> None:
+    """Tell optuna a boot's result: complete/infeasible -> its value (with its SLO violation as the constraint),
+    pruned -> PRUNED, a failed boot -> FAIL."""
+    if rec.state in ("complete", "infeasible") and rec.value is not None:
+        ot.set_user_attr("violation", float(rec.violation or 0.0))
+        study.tell(ot, rec.value)
+    elif rec.state == "pruned":
+        study.tell(ot, state=TrialState.PRUNED)
+    else:
+        study.tell(ot, state=TrialState.FAIL)
