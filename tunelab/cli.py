@@ -185,6 +185,7 @@ def plan_check(
         p = load_plan(plan)
     except PlanError as e:
         _fail(str(e))
+    p, design = _precision_design(p)
     t = Table(title=f"{plan}: {len(p.trials())} trial(s)")
     for c in ("#", "runtime", "config_key", "replicate", "config", "serve args"):
         t.add_column(c)
@@ -230,6 +231,21 @@ def plan_check(
         console.print("runnable here: runtimes and model found")
 
 
+def _precision_design(p):
+    """A plan with ``precision:``: its design from this environment's warehouse (``tunelab.design_plan``), printed
+    (the counts, the predicted half-width, the GPU-minutes; a pilot says why), and the plan with those counts."""
+    from tunelab.design_plan import resolve_precision
+
+    p, design = resolve_precision(p)
+    if design is not None:
+        for line in design.lines():
+            if line.startswith("warning: "):
+                err.print(f"[yellow]warning:[/] {line[len('warning: '):]}", highlight=False, soft_wrap=True)
+            else:
+                console.print(line, highlight=False, soft_wrap=True)
+    return p, design
+
+
 def _readiness(p) -> tuple[dict, list[str]]:
     """The plan's runtimes found on this machine (name -> Runtime), and what keeps the valid plan from running
     here (missing runtime or model folder)."""
@@ -262,6 +278,7 @@ def run(
         p = load_plan(plan)
     except PlanError as e:
         _fail(str(e))
+    p, _design = _precision_design(p)  # the run's opening lines say the design a precision chose
     from tunelab import prefect_env
 
     prefect_env.configure()
@@ -311,6 +328,10 @@ def run(
 
     print_comparison(pd.DataFrame(summary.comparison), title=f"sweep {summary.sweep_id}",
                      left_out=summary.left_out, sla_lines=summary.sla_search)
+    for line in summary.ab_lines:  # what this design could detect, per A/B cell (issue 14 item 7)
+        console.print(line, highlight=False, soft_wrap=True)
+    for line in summary.precision_warnings:
+        err.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
     bad = [t for t in summary.trials if t["status"] != "ok"]
     _print_notes([(t["config"], t.get("replicate"), t.get("measurement_notes")) for t in summary.trials])
     console.print(f"warehouse: {summary.db}  bundles: {summary.results}", highlight=False, soft_wrap=True)

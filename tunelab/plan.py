@@ -46,6 +46,7 @@ __all__ = [
     "format_cpus",
     "ABBudget",
     "ABPlan",
+    "PrecisionSpec",
     "MAX_AUTO_PAIRS",
     "Plan",
     "Trial",
@@ -314,6 +315,40 @@ class ABBudget(BaseModel):
         return self
 
 
+class PrecisionSpec(BaseModel):
+    """A precision instead of counts (``precision:`` in a plan; issue 14 item 3): tunelab reads each config's
+    noise model from the warehouse (``warehouse.noise``) and chooses windows per boot (``repeats``) and boots per
+    config (``replicates``) for the least GPU time (``stats.design.optimal_design``); a config with no history
+    starts with a pilot (``stats.design.pilot_design``). ``tunelab.design_plan`` does it; ``plan check`` and the
+    sweep's opening lines print the design chosen."""
+
+    model_config = ConfigDict(extra="forbid")
+    metric: str = Field("output_tokens_per_s", description="The measurements column whose A/B interval must "
+                                                            "reach the half-width, e.g. output_tokens_per_s, tpot_p50_s.")
+    half_width: float = Field(gt=0, lt=1, allow_inf_nan=False,
+                              description="Target half-width of the 95 % interval of candidate/baseline - 1 "
+                                          "(relative: 0.03 = +-3 %).")
+    loads: list[str] | None = Field(None, description="Load levels that must reach it, by label (c=32, '2 req/s'); "
+                                                      "default: every level of the plan.")
+    workloads: list[str] | None = Field(None, description="Workloads that must reach it; default: all of the plan's.")
+    max_boots: int = Field(40, strict=True, ge=2, le=200, description="Most boots per config the design may ask for.")
+    max_windows: int = Field(20, strict=True, ge=1, le=200, description="Most windows (repeats) per boot.")
+
+    _metric_ok = field_validator("metric")(classmethod(lambda cls, v: _check_metric(v, "metric")))
+
+
+def _check_metric(m: str, field: str) -> str:
+    """A throughput (``*_per_s``) or latency column of measurements, else ValueError naming ``field``."""
+    from tunelab import records as R
+
+    allowed = [c for c in R.columns(R.WindowAggregate) if c.endswith("_per_s") or c in R.LATENCY_COLUMNS]
+    if m not in allowed:
+        close = difflib.get_close_matches(m, allowed, n=1)
+        raise ValueError(f"{field}: {m!r} is not a throughput (*_per_s) or latency column of measurements"
+                         f"{f'; did you mean {close[0]!r}?' if close else ''} (allowed: {', '.join(allowed)})")
+    return m
+
+
 class ABPlan(BaseModel):
     """The A/B that decides a ``replicates: auto`` sweep (``ab:`` in a plan): the plan's two configs (its matrix,
     variants or runtimes must give exactly two trials per boot round), the cells that decide (metrics x load
@@ -397,6 +432,9 @@ class Plan(BaseModel):
         1, description="Boots per config (the unit of noise for A/B verdicts), or 'auto': boot A and B in "
                        "interleaved pairs until the A/B declared in `ab` is decided or its budget is spent.")
     ab: ABPlan | None = Field(None, description="The A/B of a `replicates: auto` plan (see ABPlan).")
+    precision: PrecisionSpec | None = Field(
+        None, description="A precision instead of counts: tunelab chooses replicates and repeats from the "
+                          "warehouse's noise model (see PrecisionSpec); excludes explicit replicates / repeats.")
     interleave: Literal["round_robin", "shuffle"] = Field(
         "round_robin", description="Order of boots: A B A B (round_robin) or a seeded shuffle."
     )
@@ -418,7 +456,6 @@ class Plan(BaseModel):
     search: SearchSpec | None = Field(
         None, description="Search over engine args and env with boots as the cost (tunelab.search, flows.search, "
                           "docs/tuning.md): space, objective under the plan's slo, budget.")
-
     sla_search: SlaSearchSpec | None = Field(
         None, description="On each booted server, after the plan's windows: search the highest load (concurrency "
                           "or rate) at which the plan's slo holds (tunelab.sla_search, docs/sla_search.md), e.g. "
@@ -508,6 +545,7 @@ class Plan(BaseModel):
             raise ValueError(f"workload names must be unique, got {names}")
         self._check_ab()
         self._check_search()
+        self._check_precision()
         self._check_sla_search()
         return self
 
@@ -533,6 +571,29 @@ class Plan(BaseModel):
                                  f"{w.prompt_tokens:,} prompt tokens, more than a window may hold (at most "
                                  f"{MAX_WINDOW_REQUESTS:,} requests, {MAX_WINDOW_PROMPT_TOKENS:,} prompt tokens); "
                                  "lower sla_search.max or requests_per_concurrency")
+
+    def _check_precision(self) -> None:
+        """``precision`` replaces the counts: it excludes an explicit ``replicates`` / ``repeats`` (and
+        ``replicates: auto``, which stops by its own rule) and names only load levels and workloads that exist."""
+        if self.precision is None:
+            return
+        given = [f for f in ("replicates", "repeats") if f in self.model_fields_set]
+        if self.replicates == "auto":
+            raise ValueError("precision: replicates: auto stops by its own sequential rule; use `ab: {margin, "
+                             "budget}` for it, or remove replicates: auto to let precision choose the counts")
+        if given:
+            raise ValueError(f"precision: tunelab chooses boots per config (replicates) and windows per boot "
+                             f"(repeats) from the noise model; remove {' and '.join(given)} "
+                             f"({', '.join(f'{f}: {getattr(self, f)}' for f in given)}), or remove precision to "
+                             "give the counts yourself")
+        labels = [p.label for p in self.load_profiles()]
+        for i, lab in enumerate(self.precision.loads or []):
+            if lab not in labels:
+                raise ValueError(f"precision.loads[{i}]: {lab!r} is not a load level of the plan; use one of {labels}")
+        wl = [w.name for w in self.workloads]
+        for i, name in enumerate(self.precision.workloads or []):
+            if name not in wl:
+                raise ValueError(f"precision.workloads[{i}]: {name!r} is not a workload of the plan; use one of {wl}")
 
     def _check_search(self) -> None:
         """``search:`` varies one base config on one runtime, one boot per config: no matrix axes, variants,

@@ -8,7 +8,8 @@ for ``ab.order: abba``). Pair by pair:
 2. validate their bundles (the quality gate): a pair counts only when both trials are ``ok`` and pass or warn;
 3. per deciding cell (workload x load level x metric of ``ab``) take each boot's value (the mean of its windows,
    :func:`boot_value`) and call ``tunelab.stats.sequential.sequential_ab`` on the usable pairs, at
-   ``alpha / cells`` (Bonferroni: the error rate then holds over every cell and every look);
+   ``alpha / cells`` (Bonferroni: the error rate then holds over every cell and every look), with the two
+   configs' boot SD from the warehouse's noise model as ``prior_sd`` where they have history (:func:`ab_priors`);
 4. stop when every cell is decided, or when the next pair would exceed the budget (boots, or GPU-minutes at the
    mean cost of a pair so far), or after :data:`MAX_UNUSABLE_PAIRS` unusable pairs in a row.
 
@@ -33,8 +34,8 @@ from tunelab.load_profiles import load_label
 from tunelab.plan import Plan
 from tunelab.stats.sequential import sequential_ab
 
-__all__ = ["ABCell", "ABOutcome", "MAX_UNUSABLE_PAIRS", "boot_value", "ab_cells", "run_auto_ab", "record_outcome",
-           "outcome_lines"]
+__all__ = ["ABCell", "ABOutcome", "MAX_UNUSABLE_PAIRS", "boot_value", "ab_cells", "ab_priors", "run_auto_ab",
+           "record_outcome", "outcome_lines"]
 
 #: Pairs in a row in which a side failed (boot, measurement or quality gate) after which the A/B stops: a config
 #: that does not run will not start running on the next boot.
@@ -115,8 +116,58 @@ def _minutes(timing: dict, devices: int) -> float:
     return 0.0 if start is None or end is None else max(0.0, end - start) * max(devices, 1) / 60.0
 
 
+def ab_priors(plan: Plan, db_path: str | Path | None, logger: Any = None) -> dict[ABCell, tuple[float, float]]:
+    """History for the sequential rule: per deciding cell, ``(prior_sd, prior_df)`` from the warehouse's noise model
+    (``warehouse.noise``) of the two configs, for ``sequential_ab(prior_sd=, prior_df=)``.
+
+    A boot's value here is the mean of its ``plan.repeats`` windows (:func:`boot_value`), so its log variance is
+    ``var_boot + var_window / repeats`` (the noise model's two components), pooled over the two configs on their
+    ``df_boot`` degrees of freedom: ``prior_sd`` is its square root, ``prior_df`` the summed df. A cell where
+    either config has fewer than 2 ok boots of history gets none (the rule then runs without history). A missing
+    or unreadable warehouse gives no priors, never an error."""
+    if plan.ab is None or db_path is None or not Path(db_path).exists():
+        return {}
+    a, b = plan.ab_pair()
+    cells = ab_cells(plan)
+    out: dict[ABCell, tuple[float, float]] = {}
+    try:
+        import duckdb
+
+        from tunelab.design_plan import config_noise
+
+        con = duckdb.connect(str(db_path), read_only=True)
+        try:
+            for metric in sorted({c.metric for c in cells}):
+                per = [config_noise(con, metric, t.runtime, t.config_key) for t in (a, b)]
+                for c in (c for c in cells if c.metric == metric):
+                    ss = df = 0.0
+                    for nm in per:
+                        at = pd.Series([load_label(k, v) == c.load for k, v in zip(nm["load_kind"], nm["load_value"])],
+                                       index=nm.index, dtype=bool)
+                        hit = nm[(nm["workload"] == c.workload) & at]
+                        if hit.empty or hit.iloc[0]["boots"] < 2 or not math.isfinite(hit.iloc[0]["var_boot"]):
+                            break
+                        r = hit.iloc[0]
+                        vw = float(r["var_window"]) if math.isfinite(r["var_window"]) else 0.0
+                        ss += float(r["df_boot"]) * (float(r["var_boot"]) + vw / plan.repeats)
+                        df += float(r["df_boot"])
+                    else:
+                        if df > 0:
+                            out[c] = (math.sqrt(ss / df), df)
+        finally:
+            con.close()
+    except Exception as e:  # history sharpens the rule; without it the rule is still valid
+        if logger is not None:
+            logger.warning("A/B history not read (the rule runs without it): %s", e)
+        return {}
+    if logger is not None and out:
+        logger.info("A/B history from the noise model: %s", "; ".join(
+            f"{c.name}: boot SD {sd:.1%} on {df:g} df" for c, (sd, df) in out.items()))
+    return out
+
+
 def run_auto_ab(run: Any, pools: dict, no_gpu_reason: str, plan: Plan, logger: Any,
-                validate: Any = None) -> ABOutcome:
+                validate: Any = None, priors: dict[ABCell, tuple[float, float]] | None = None) -> ABOutcome:
     """Run the sweep's trials (``run``: the sweep's ``_SweepTrials``) pair by pair until decided or out of budget.
 
     Args:
@@ -126,6 +177,8 @@ def run_auto_ab(run: Any, pools: dict, no_gpu_reason: str, plan: Plan, logger: A
         plan: the ``replicates: auto`` plan.
         logger: the sweep's logger.
         validate: ``validate(bundle, plan) -> verdict`` (the sweep's quality gate).
+        priors: per cell ``(prior_sd, prior_df)`` of history (:func:`ab_priors`), passed to ``sequential_ab``;
+            cells without one run without history.
 
     Returns:
         :class:`ABOutcome`; the trials that ran have their bundles and statuses in ``run``.
@@ -196,8 +249,11 @@ def run_auto_ab(run: Any, pools: dict, no_gpu_reason: str, plan: Plan, logger: A
         out.pairs += 1
         if out.pairs < plan.ab.min_pairs:
             continue
+        priors = priors or {}
         verdicts = {c: sequential_ab(values[c][0], values[c][1], higher_is_better=plan.ab.higher_is_better(c.metric),
-                                     alpha=alpha_cell, margin=plan.ab.margin) for c in cells}
+                                     alpha=alpha_cell, margin=plan.ab.margin,
+                                     prior_sd=priors[c][0] if c in priors else None,
+                                     prior_df=priors[c][1] if c in priors else None) for c in cells}
         out.verdicts = [{"workload": c.workload, "load": c.load, "metric": c.metric, "alpha": alpha_cell,
                          **asdict(v)} for c, v in verdicts.items()]
         logger.info("A/B after %d pair(s): %s", out.pairs, "; ".join(

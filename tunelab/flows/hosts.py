@@ -193,6 +193,18 @@ def multi_host_sweep(plan_path: str, store: str | None = None, db: str | None = 
     db_p = Path(db) if db else paths.db_path()
     sweep = _sweep_row(plan, plan_path, host_name())
     plan_yaml = Path(plan_path).read_text()
+    from tunelab.design_plan import resolve_precision
+
+    plan, design = resolve_precision(plan, db_p)
+    if design is not None:  # the hosts run the counts chosen here, not their own warehouses' design
+        import yaml
+
+        for line in design.lines():
+            logger.info(line)
+        doc = yaml.safe_load(plan_yaml)
+        doc.pop("precision", None)
+        doc.update(replicates=plan.replicates, repeats=plan.repeats)
+        plan_yaml = yaml.safe_dump(doc, sort_keys=False)
     sweep_d = records.to_row(records.Sweep, sweep, full=False)
     out = MultiHostSummary(sweep.sweep_id, db=str(db_p), store=str(store_p))
     for i, t in enumerate(plan.trials()):

@@ -164,10 +164,13 @@ class SweepSummary:
     not_loaded: dict[str, Any] | None = None
     #: ``replicates: auto``: what the A/B decided (``flows.ab_auto.ABOutcome``); None for other plans.
     ab: Any = None
+    #: Fixed designs with two or more configs: the A/B per cell with what it could detect (``design_plan.ab_lines``).
+    ab_lines: list[str] = dataclasses.field(default_factory=list)
     #: ``search:`` plans: what the search did (``tunelab.search.SearchOutcome``) and its tuning report (markdown).
     search: Any = None
     tuning_markdown: str | None = None
-
+    #: ``precision:`` plans: a line per cell whose interval did not reach the plan's half-width.
+    precision_warnings: list[str] = dataclasses.field(default_factory=list)
     #: ``sla_search:`` plans: one line per trial and workload, the max load under the SLO
     #: (``reports.report.sla_search_lines``).
     sla_search: list[str] = dataclasses.field(default_factory=list)
@@ -662,6 +665,10 @@ def _validate_all(plan: Plan, bundles: list[Path | None], statuses: list[TrialSt
 def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] | None, plots: bool,
            logger: Any, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> SweepSummary:
     plan = load_plan(plan_path)
+    # precision: instead of counts: the design from the warehouse's noise model (tunelab.design_plan).
+    from tunelab.design_plan import resolve_precision
+
+    plan, design = resolve_precision(plan, Path(db) if db else paths.db_path())
     runtimes = preflight(plan)
     # Optional checks against the cached runtime facts: warnings only, and a check that fails is one more
     # warning (runtime_checks never raises), never a failed sweep.
@@ -707,6 +714,9 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
                 ", ".join(f"{d.label} ({slot_names[d]})" for p in used_pools for d in pools[p]) or "no device",
                 plan.interleave, order)
 
+    if design is not None:
+        for line in design.lines():
+            (logger.warning if line.startswith("warning") else logger.info)(line)
     _announce(plan, runtimes, len(trials))
     run = _SweepTrials(plan=plan, runtimes=runtimes, sweep_id=sweep_id, jobs=jobs, slot_names=slot_names,
                        base_ctx=base_ctx, use_slots=use_slots, flow_run_id=flow_run_id,
@@ -714,9 +724,10 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
     search = None
     try:
         if plan.replicates == "auto":  # pairs of A and B until decided or out of budget (flows/ab_auto.py)
-            from tunelab.flows.ab_auto import run_auto_ab
+            from tunelab.flows.ab_auto import ab_priors, run_auto_ab
 
-            ab = run_auto_ab(run, pools, inv.reason, plan, logger, validate=lambda b, p: validate_task(b, p))
+            ab = run_auto_ab(run, pools, inv.reason, plan, logger, validate=lambda b, p: validate_task(b, p),
+                             priors=ab_priors(plan, db_path, logger))
         elif plan.search is not None:  # one boot per config TPE suggests, until the budget is spent (flows/search.py)
             from tunelab.flows.search import run_search_sweep
 
@@ -749,6 +760,7 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
     outcome = load_task(db_path, results_dir, lock_timeout_s)
     progress.emit("report")
     summary = _report(plan, sweep_id, db_path, results_dir, run, outcome, plots, logger)
+    _fixed_ab(plan, sweep_id, db_path, summary, design, logger)
     if ab is not None:
         from tunelab.flows.ab_auto import outcome_lines
 
@@ -786,6 +798,37 @@ def _search_report(plan: Plan, search: Any, summary: SweepSummary, report_db: Pa
                                  description=f"tunelab search {summary.sweep_id}")
     except Exception as e:  # a view; never lose a sweep over it
         logger.warning("could not make the tuning report: %s", e)
+
+
+def _fixed_ab(plan: Plan, sweep_id: str, db_path: Path, summary: SweepSummary, design: Any, logger: Any) -> None:
+    """What the sweep's design could detect (issue 14 item 7): the A/B of every other config against the first per
+    cell with its MDE (``design_plan.sweep_ab_rows``), and a warning per cell where a ``precision:`` was not
+    reached. Into ``summary.ab_lines`` / ``summary.precision_warnings`` and the log; never fails the sweep."""
+    if (summary.not_loaded is not None or plan.replicates == "auto" or getattr(plan, "search", None) is not None
+            or len(plan._round(0)) < 2):
+        return
+    try:
+        import duckdb
+
+        from tunelab.design_plan import ab_lines, precision_warnings, sweep_ab_rows
+
+        con = duckdb.connect(str(db_path), read_only=True)
+        try:
+            rows = sweep_ab_rows(con, plan, sweep_id)
+        finally:
+            con.close()
+        summary.ab_lines = ab_lines(rows)
+        summary.precision_warnings = precision_warnings(plan, rows, design)
+    except Exception as e:  # a view of the results; the sweep's data is loaded either way
+        logger.warning("could not compute the sweep's A/B: %s", e)
+        return
+    for line in summary.ab_lines:
+        logger.info(line)
+    for line in summary.precision_warnings:
+        logger.warning(line)
+    if summary.ab_lines:
+        summary.report_markdown += "\n\n## A/B (what this design could detect)\n\n" + "\n".join(
+            f"- {x}" for x in summary.ab_lines + summary.precision_warnings)
 
 
 def _announce(plan: Plan, runtimes: dict[str, Runtime], n_trials: int) -> None:

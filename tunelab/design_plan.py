@@ -1,0 +1,336 @@
+"""Design from the noise model (issue 14 item 3): a plan's ``precision:`` turned into counts, and the check of
+what a sweep reached against it (item 7).
+
+A plan with ``precision: {metric, half_width, loads, workloads}`` gives no ``replicates`` / ``repeats``. Before
+its trials are expanded (``plan check``, the sweep's start) :func:`design_for_plan` reads the noise model of the
+warehouse (``warehouse.noise.noise_model``: per runtime, config, workload and load level the log-scale variance
+between boots and between windows of a boot, and the seconds a boot and a window cost) for every config of the
+plan and every cell the precision names, and chooses with ``stats.design.optimal_design``:
+
+* per cell, the components of the plan's configs are combined conservatively: the largest ``var_boot`` and the
+  largest ``var_window`` among the configs (every pair of configs then reaches the target), the mean costs;
+* the cell that needs the most GPU time decides: its windows per boot become the plan's ``repeats`` and its
+  boots per config its ``replicates`` (one boot measures every cell, so the binding cell's design covers the
+  others);
+* a config with no usable history in some cell (fewer than 2 ok boots, or no repeat within a boot) has no
+  components: the whole plan runs ``stats.design.pilot_design`` (3 boots x 3 windows), which measures them,
+  and says so; the next sweep of the plan is designed from it.
+
+:func:`apply_design` returns the plan with those counts; :func:`resolve_precision` does both from a warehouse
+file. :func:`precision_warnings` compares what a sweep's A/B intervals reached with the target.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from tunelab.load_profiles import load_label
+from tunelab.plan import Plan
+from tunelab.stats.design import Design, optimal_design, pilot_design
+
+__all__ = ["CellNoise", "PlanDesign", "ab_lines", "apply_design", "config_noise", "design_for_plan",
+           "precision_warnings", "resolve_precision", "sweep_ab_rows"]
+
+
+@dataclass(frozen=True)
+class CellNoise:
+    """A config's noise in one cell of the precision: log-scale components, their df and the costs (s)."""
+
+    config: str
+    workload: str
+    load: str
+    var_boot: float
+    var_window: float
+    df_boot: float
+    boot_s: float
+    window_s: float
+    boots: int
+
+
+@dataclass
+class PlanDesign:
+    """What :func:`design_for_plan` chose.
+
+    Attributes:
+        design: the plan-wide design (``stats.design.Design``); ``pilot`` when some config has no history.
+        metric, half_width: the plan's precision.
+        cell: ``workload load`` of the binding cell (most GPU time), None for a pilot.
+        no_history: labels of the configs without usable history (the reason for a pilot).
+        cells: the per-config noise read from the warehouse.
+        configs: configs of the plan (an A/B pair's GPU time is ``2 x design.gpu_s_per_config``).
+    """
+
+    design: Design
+    metric: str
+    half_width: float
+    cell: str | None
+    no_history: list[str] = field(default_factory=list)
+    cells: list[CellNoise] = field(default_factory=list)
+    configs: int = 2
+
+    @property
+    def gpu_minutes(self) -> float:
+        """GPU-minutes of the whole plan at this design (every config, every boot)."""
+        return self.configs * self.design.gpu_s_per_config / 60.0
+
+    def lines(self) -> list[str]:
+        """The design as lines for ``plan check`` and the sweep's opening (what, why, predicted half-width, cost)."""
+        d = self.design
+        target = f"{self.metric} +-{self.half_width:.1%}"
+        if d.pilot:
+            return [f"precision {target}: pilot, no history for {', '.join(self.no_history)} in the warehouse: "
+                    f"{d.boots_per_config} boots x {d.windows_per_boot} windows per config measure its noise "
+                    f"(about {self.gpu_minutes:.1f} GPU-minutes); the next sweep of this plan is designed from it"]
+        head = (f"precision {target} at {self.cell}: {d.boots_per_config} boots x {d.windows_per_boot} windows per "
+                f"config (replicates {d.boots_per_config}, repeats {d.windows_per_boot}), predicted +-{d.half_width:.1%}, "
+                f"about {self.gpu_minutes:.1f} GPU-minutes for {self.configs} configs "
+                f"({d.measuring_fraction:.0%} of it measuring); from the noise model")
+        out = [head]
+        for c in self.cells:
+            out.append(f"  {c.config} {c.workload} {c.load}: boot SD {math.sqrt(c.var_boot):.1%}, window SD "
+                       f"{math.sqrt(c.var_window):.1%} ({c.boots} boots), boot {c.boot_s:.0f} s, window {c.window_s:.1f} s")
+        if not d.reachable:
+            out.append(f"warning: {self.metric}: {d.note}")
+        return out
+
+    def warnings(self) -> list[str]:
+        """A warning when the target is out of reach within the limits (``design.reachable`` False, not a pilot)."""
+        d = self.design
+        if d.pilot or d.reachable:
+            return []
+        return [f"{self.metric} at {self.cell}: the plan's precision +-{self.half_width:.1%} cannot be reached: "
+                f"{d.note}"]
+
+
+def _precision_cells(plan: Plan) -> list[tuple[str, str, str, float]]:
+    """(workload, load label, load_kind, load_value) of the cells the precision names."""
+    assert plan.precision is not None
+    profiles = plan.load_profiles()
+    loads = plan.precision.loads or [p.label for p in profiles]
+    workloads = plan.precision.workloads or [w.name for w in plan.workloads]
+    out = []
+    for w in workloads:
+        for p in profiles:
+            if p.label in loads:
+                kind, value = _kind_value(p)
+                out.append((w, p.label, kind, value))
+    return out
+
+
+def _kind_value(profile: Any) -> tuple[str, float]:
+    """The (load_kind, load_value) a profile writes to ``measurements``."""
+    return str(profile.kind), float(profile.value)
+
+
+def config_noise(con: Any, metric: str, runtime: str, config_key: str) -> pd.DataFrame:
+    """The noise model rows of one config on one runtime (``warehouse.noise.noise_model``), one per (workload,
+    load level): where several GPUs have history, the one with the most boots. Empty without history."""
+    from tunelab.warehouse.noise import noise_model
+
+    nm = noise_model(con, metric, config_key=config_key)
+    nm = nm[nm["runtime_name"] == runtime]
+    if nm.empty:
+        return nm
+    return (nm.sort_values("boots", ascending=False)
+              .drop_duplicates(["workload", "load_kind", "load_value"]).reset_index(drop=True))
+
+
+def design_for_plan(plan: Plan, con: Any | None) -> PlanDesign:
+    """Choose the plan's design from the warehouse's noise model (``con`` None: no warehouse, a pilot).
+
+    Raises:
+        ValueError: the plan has no ``precision``.
+    """
+    if plan.precision is None:
+        raise ValueError("design_for_plan: the plan has no precision")
+    spec = plan.precision
+    trials = plan._round(0)
+    cells = _precision_cells(plan)
+    noise: dict[str, dict[tuple[str, str], CellNoise]] = {}
+    no_history: list[str] = []
+    for t in trials:
+        name = t.label if len(plan.runtime_names()) == 1 else f"{t.label} @ {t.runtime}"
+        nm = config_noise(con, spec.metric, t.runtime, t.config_key) if con is not None else pd.DataFrame()
+        mine: dict[tuple[str, str], CellNoise] = {}
+        for w, lab, kind, value in cells:
+            row = None
+            if not nm.empty:
+                hit = nm[(nm["workload"] == w) & (nm["load_kind"] == kind) & (nm["load_value"].astype(float) == value)]
+                row = hit.iloc[0] if len(hit) else None
+            ok = (row is not None and row["boots"] >= 2 and math.isfinite(row["var_boot"])
+                  and math.isfinite(row["var_window"]) and row["df_window"] > 0
+                  and math.isfinite(row["boot_s"]) and row["boot_s"] > 0 and row["window_s"] > 0)
+            if not ok:
+                break
+            mine[(w, lab)] = CellNoise(name, w, lab, float(row["var_boot"]), float(row["var_window"]),
+                                       float(row["df_boot"]), float(row["boot_s"]), float(row["window_s"]),
+                                       int(row["boots"]))
+        else:
+            noise[name] = mine
+            continue
+        no_history.append(name)
+    if no_history:
+        known = [c for m in noise.values() for c in m.values()]
+        boot_s = sum(c.boot_s for c in known) / len(known) if known else 90.0
+        window_s = sum(c.window_s for c in known) / len(known) if known else 10.0
+        return PlanDesign(pilot_design(boot_s, window_s), spec.metric, spec.half_width, None, no_history,
+                          known, len(trials))
+    best: tuple[Design, str] | None = None
+    for w, lab, _k, _v in cells:
+        per = [noise[n][(w, lab)] for n in noise]
+        d = optimal_design(max(c.var_boot for c in per), max(c.var_window for c in per),
+                           sum(c.boot_s for c in per) / len(per), sum(c.window_s for c in per) / len(per),
+                           spec.half_width, max_windows=spec.max_windows, max_boots=spec.max_boots)
+        # The binding cell: out of reach first, then the most GPU time.
+        key = (not d.reachable, d.gpu_s_per_config)
+        if best is None or key > (not best[0].reachable, best[0].gpu_s_per_config):
+            best = (d, f"{w} {lab}")
+    assert best is not None
+    cell = best[1]
+    return PlanDesign(best[0], spec.metric, spec.half_width, cell, [],
+                      [c for m in noise.values() for c in m.values() if f"{c.workload} {c.load}" == cell],
+                      len(trials))
+
+
+def apply_design(plan: Plan, design: PlanDesign) -> Plan:
+    """The plan with the design's counts (``replicates`` = boots per config, ``repeats`` = windows per boot)."""
+    d = design.design
+    return plan.model_copy(update={"replicates": d.boots_per_config, "repeats": d.windows_per_boot})
+
+
+def resolve_precision(plan: Plan, db_path: str | Path | None = None) -> tuple[Plan, PlanDesign | None]:
+    """For a plan with ``precision``: its design from the warehouse file ``db_path`` (default: this environment's)
+    and the plan with those counts; other plans are returned as they are, with None. A missing warehouse means no
+    history (a pilot); a warehouse that cannot be opened read-only (locked by a writer) is treated as no
+    history (the design's line then says pilot)."""
+    if plan.precision is None:
+        return plan, None
+    from tunelab import paths
+
+    db = Path(db_path) if db_path is not None else paths.db_path()
+    con = None
+    if db.exists():
+        try:
+            import duckdb
+
+            con = duckdb.connect(str(db), read_only=True)
+        except Exception:
+            con = None
+    try:
+        design = design_for_plan(plan, con)
+    finally:
+        if con is not None:
+            con.close()
+    return apply_design(plan, design), design
+
+
+def precision_warnings(plan: Plan, ab_rows: list[dict], design: PlanDesign | None = None) -> list[str]:
+    """Warnings when a sweep's A/B intervals did not reach the plan's precision (issue 14 item 7).
+
+    ``ab_rows``: the sweep's fixed-design A/B rows (``sweep_ab_rows``: ``warehouse.compare.compare`` rows plus
+    ``baseline``/``candidate`` labels). For each row of the precision's metric and cells, the reached half-width
+    is half the log interval's width (``exp(t se) - 1``); where it exceeds the target, one line names the metric,
+    the cell, the half-width reached and what it would take: the design ``stats.design.optimal_design`` gives from
+    the variance this A/B saw (``se_log``, its boots and windows), or that it is out of reach. A plan without
+    ``precision`` gives none."""
+    if plan.precision is None:
+        return []
+    spec = plan.precision
+    loads = set(spec.loads or [p.label for p in plan.load_profiles()])
+    workloads = set(spec.workloads or [w.name for w in plan.workloads])
+    out = []
+    for r in ab_rows:
+        if r.get("metric") != spec.metric or r.get("workload") not in workloads:
+            continue
+        lab = load_label(r["load_kind"], r["load_value"])
+        if lab not in loads:
+            continue
+        lo, hi = r.get("rel_ci_low"), r.get("rel_ci_high")
+        if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
+            reached, what = math.inf, "no interval (fewer than 2 boots per side)"
+        else:
+            reached = math.expm1((math.log1p(hi) - math.log1p(lo)) / 2)
+            what = f"+-{reached:.1%}"
+        if reached <= spec.half_width:
+            continue
+        boots = int(min(r.get("baseline_boots") or 0, r.get("candidate_boots") or 0))
+        windows = plan.repeats
+        take = "run it again: the noise model now has this sweep's boots and designs from them"
+        se = r.get("se_log")
+        if se is not None and math.isfinite(se) and boots >= 2:
+            var_boot_mean = se * se * boots / 2  # var of one boot's mean value: var_boot + var_window / windows
+            need = optimal_design(var_boot_mean, 1e-12, _cost(design, "boot_s", 90.0),
+                                  _cost(design, "window_s", 10.0) * windows, spec.half_width,
+                                  max_windows=1, max_boots=spec.max_boots)
+            take = (f"about {need.boots_per_config} boots per config at {windows} windows per boot"
+                    if need.reachable else f"more than {spec.max_boots} boots per config at this noise ({need.note})")
+        out.append(f"precision not reached: {spec.metric} at {r['workload']} {lab} "
+                   f"({r.get('candidate', 'candidate')} vs {r.get('baseline', 'baseline')}): the interval reached "
+                   f"{what}, the plan asks +-{spec.half_width:.1%}; it would take {take}")
+    return out
+
+
+def _cost(design: PlanDesign | None, attr: str, default: float) -> float:
+    if design is None or not design.cells:
+        return default
+    return sum(getattr(c, attr) for c in design.cells) / len(design.cells)
+
+
+def sweep_ab_rows(con: Any, plan: Plan, sweep_id: str, metrics: list[str] | None = None) -> list[dict]:
+    """The fixed-design A/B of a finished sweep: every other config of the plan against the first (per runtime),
+    per cell, with ``warehouse.compare.compare`` (log-scale t interval, variance borrowed from history and other
+    cells, ``mde_rel``: the effect this design could detect with 80 % power). ``metrics`` default:
+    ``output_tokens_per_s`` and the precision's metric. Rows are ``compare``'s plus ``baseline`` and ``candidate``
+    (labels). Plans with one config or ``replicates: auto`` (which decides its own A/B) give none."""
+    from tunelab.warehouse.compare import compare
+
+    if plan.replicates == "auto":
+        return []
+    metrics = list(metrics or ["output_tokens_per_s"])
+    if plan.precision is not None and plan.precision.metric not in metrics:
+        metrics.append(plan.precision.metric)
+    rnd = plan._round(0)
+    out: list[dict] = []
+    for rt in plan.runtime_names():
+        mine = [t for t in rnd if t.runtime == rt]
+        if len(mine) < 2:
+            continue
+        base = mine[0]
+        for cand in mine[1:]:
+            for m in metrics:
+                try:
+                    df = compare(con, {"sweep_id": sweep_id, "config_key": base.config_key, "runtime_name": rt},
+                                 {"sweep_id": sweep_id, "config_key": cand.config_key, "runtime_name": rt}, m)
+                except ValueError:
+                    continue
+                for r in df.to_dict("records"):
+                    out.append({**r, "baseline": base.label, "candidate": cand.label})
+    return out
+
+
+def ab_lines(rows: list[dict]) -> list[str]:
+    """The sweep's A/B as lines: per cell the verdict, the change with its 95 % interval and what this design could
+    detect (the MDE at 80 % power); a cell without an interval says why."""
+    out = []
+    for r in rows:
+        lab = load_label(r["load_kind"], r["load_value"])
+        head = (f"A/B {r['candidate']} vs {r['baseline']}: {r['workload']} {lab} {r['metric']}: "
+                f"{str(r['verdict']).replace('_', ' ')}")
+        lo, hi, mde = r.get("rel_ci_low"), r.get("rel_ci_high"), r.get("mde_rel")
+        if lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi):
+            head += f" {r['rel_diff']:+.1%} [{lo:+.1%}, {hi:+.1%}]"
+            head += (f"; detectable at this design ({r['baseline_boots']} vs {r['candidate_boots']} boots): "
+                     f"+-{mde:.1%}" if mde is not None and math.isfinite(mde) else "")
+        else:
+            head += f" ({r.get('reason', '')})"
+        left = {side: int(r.get(f"{side}_trials_excluded") or 0) for side in ("baseline", "candidate")}
+        if any(left.values()):
+            head += "; left out (quality gate or status): " + ", ".join(f"{n} {side} boot{'s' if n != 1 else ''}"
+                                                                         for side, n in left.items() if n)
+        out.append(head)
+    return out
