@@ -68,9 +68,13 @@ API_SERVER_CPU_FRAC = 0.9
 #: NVML utilisation is the share of time a kernel ran. Below half, the GPU waited for the host most of the
 #: window (on the H200 the host-bound c=1 windows read 45-61 %); an API server at a full core then holds it back.
 GPU_BUSY_PCT = 50.0
-#: vLLM allocates KV blocks until ``kv_cache_usage_perc`` is 1; at 0.95 the scheduler is at the point where the
-#: next long request waits or preempts (a block table rarely fills the last few percent exactly).
-KV_USAGE_FULL = 0.95
+#: A request waits for KV blocks when the free share of the cache is smaller than its own blocks, which with few
+#: large requests happens far below 1: on the H200 (``evidence/h200-2026-12-02-bottlenecks``, 512 KV blocks = 8,192
+#: tokens, requests of 2,048 + 128 tokens at c=64) three requests held the cache at a peak usage of 0.79 while 61
+#: waited, with no preemption, and output throughput fell to 968 tokens/s from 7,770 with the default cache. An
+#: earlier 0.95 missed that case. With requests waiting, usage >= 0.7 says the cache is what holds them; below it
+#: they wait for another reason (for example ``--max-num-seqs``).
+KV_USAGE_FULL = 0.7
 #: With steady decoding the ITL distribution is narrow (p99/p50 about 1.2-1.5 on the CPU runtime and the H200);
 #: a p99 three times the median means some steps took much longer than the rest.
 ITL_TAIL_RATIO = 3.0
@@ -203,7 +207,7 @@ def api_server_finding(process_cpu: Mapping[str, Mapping[str, float]] | None, gp
 
 # -- kv cache ------------------------------------------------------------------------------------------------
 def kv_cache_finding(preemptions: float | None, kv_usage_peak: float | None, waiting_peak: float | None) -> Finding:
-    """KV-cache bound: the scheduler preempted requests, or the cache was full with requests waiting.
+    """KV-cache bound: the scheduler preempted requests, or the cache was mostly used while requests waited.
 
     Args:
         preemptions: delta of vLLM ``vllm:num_preemptions_total`` over the window (count).
