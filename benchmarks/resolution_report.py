@@ -40,7 +40,7 @@ from tunelab.warehouse.compare import compare, metric_direction
 from tunelab.warehouse.migrate import connect
 from tunelab.warehouse.noise import noise_model
 
-METRICS = ("output_tokens_per_s", "tpot_p50_s", "ttft_p50_s", "e2el_p50_s")
+METRICS = ("output_tokens_per_s", "tpot_p50_s", "ttft_p50_s", "e2el_p50_s", "itl_p99_s")
 
 
 def _boot_means(con, sel: dict, metric: str) -> pd.DataFrame:
