@@ -602,6 +602,9 @@ class Plan(BaseModel):
             return
         if self.replicates != 1:
             raise ValueError("search: one boot per config (replicates: 1); the search's budget decides the boots")
+        if self.precision is not None:
+            raise ValueError("search: one boot per config, so precision: (which chooses boots per config) does not "
+                             "apply; remove precision, or confirm the search's winner in a separate A/B plan")
         if self.variants or len(self.runtime_names()) > 1 or self.axes():
             raise ValueError("search: the base config is one config on one runtime: give engine_args / env as "
                              "scalars (no matrix lists), no variants and one runtime; put what varies in search.space")
