@@ -119,7 +119,9 @@ REMEDIES: dict[str, str] = {
     "api_server": "VLLM_USE_FASTOKENS=1 (fast tokenizer path); --api-server-count N (several API server processes)",
     "kv_cache": "raise --gpu-memory-utilization; a realistic --max-model-len; lower --max-num-seqs",
     "prefill_interference": "chunked prefill (--enable-chunked-prefill); a smaller --max-num-batched-tokens",
-    "client": "more load processes (plan load_processes) or a faster client host; the window measures the client",
+    "client": "the window measures the client: more load processes (plan load_processes) when its loop was busy; "
+              "free cores for it (cpu_affinity, nothing else on the host) when it waited for a CPU; the window's "
+              "measurement note says which",
     "gpu_floor": "fewer weight bytes per GPU (fp8 / int4 weights, tensor parallel) or speculative decoding; "
                  "no serving flag goes below this floor",
 }
