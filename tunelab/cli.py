@@ -231,12 +231,12 @@ def plan_check(
         console.print("runnable here: runtimes and model found")
 
 
-def _precision_design(p):
+def _precision_design(p, db: Path | None = None):
     """A plan with ``precision:``: its design from this environment's warehouse (``tunelab.design_plan``), printed
     (the counts, the predicted half-width, the GPU-minutes; a pilot says why), and the plan with those counts."""
     from tunelab.design_plan import resolve_precision
 
-    p, design = resolve_precision(p)
+    p, design = resolve_precision(p, db)
     if design is not None:
         for line in design.lines():
             if line.startswith("warning: "):
@@ -278,7 +278,9 @@ def run(
         p = load_plan(plan)
     except PlanError as e:
         _fail(str(e))
-    p, _design = _precision_design(p)  # the run's opening lines say the design a precision chose
+    p, _design = _precision_design(p, db)  # the run's opening lines say the design a precision chose
+    if _design is not None and _design.refusal():  # out of reach and no cap the user set: not a huge silent run
+        _fail(_design.refusal())
     from tunelab import prefect_env
 
     prefect_env.configure()
@@ -688,7 +690,9 @@ def report(
 
     findings = bottleneck_findings(Path(dbp), sweep)  # one line per window with a finding (tunelab.diagnosis)
     if len(findings):
-        console.print(bottlenecks_markdown(findings), markup=False, highlight=False, soft_wrap=True)
+        from rich.markdown import Markdown  # the same text as the artifact's section, rendered (no raw '##', '**')
+
+        console.print(Markdown(bottlenecks_markdown(findings)))
     for p in plot_paths:
         console.print(f"plot: {p}", highlight=False, soft_wrap=True)
 
