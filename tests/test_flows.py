@@ -761,3 +761,15 @@ def test_bare_sigterm_while_measuring_tears_down(prefect_server, cpu_runtime, ti
     run, _ = _final_states(_run_filter(f"sweep {plan.stem}"))
     assert run.state.is_crashed(), run.state
     _assert_cancelled_trial(res, db)
+
+
+def test_a_cancelled_trials_reason_never_ends_in_an_empty_message():
+    from prefect.exceptions import TerminationSignal
+
+    from tunelab.flows.trial import cancel_reason
+
+    assert cancel_reason(KeyboardInterrupt()) == "KeyboardInterrupt (Ctrl-C)"
+    assert cancel_reason(TerminationSignal(signal.SIGTERM)) == \
+        "TerminationSignal (signal 15: SIGTERM or a cancel through Prefect)"
+    assert cancel_reason(KeyboardInterrupt("stop")) == "KeyboardInterrupt: stop"
+    assert not cancel_reason(KeyboardInterrupt()).endswith(":")

@@ -162,6 +162,52 @@ def test_an_unreachable_precision_warns_and_a_reachable_one_does_not():
     con.close()
 
 
+def test_the_design_reads_only_trusted_history_and_says_how_much():
+    plan = Plan.model_validate(_plan_dict(precision={"half_width": 0.1, "loads": ["c=32"]}))
+    con = connect(":memory:")
+    _history(con, plan, boots=4, windows=3, sd={0: (0.03, 0.02), 1: (0.03, 0.02)})
+    clean = design_for_plan(plan, con)
+    # one broken unvalidated demo boot (throughput -97 %) and a failed one: left out of the design
+    for i, q in ((90, "unvalidated"), (91, "fail")):
+        _insert(con, synthetic_trial(sweep_id="demo", config_key=plan._round(0)[0].config_key, replicate=i,
+                                     runtime_name="synthetic", workloads=("chat",),
+                                     loads=(("concurrency", 4.0), ("concurrency", 32.0)), repeats=3,
+                                     effect_rel=-0.97, quality_verdict=q))
+    d = design_for_plan(plan, con)
+    assert d.design.reachable and (d.design.boots_per_config, d.design.windows_per_boot) == (
+        clean.design.boots_per_config, clean.design.windows_per_boot)
+    assert all(c.boots == 4 for c in d.cells) and (d.history_boots, d.history_sweeps) == (8, 1)
+    assert "from the noise model of 8 boots in 1 sweep of trusted history (quality pass/warn, status ok)" in d.lines()[0]
+    con.close()
+
+
+def test_run_refuses_an_unreachable_design_unless_the_plan_caps_the_boots(tmp_path):
+    from typer.testing import CliRunner
+
+    from tunelab.cli import app
+
+    d = _plan_dict(precision={"half_width": 0.01, "loads": ["c=32"]})
+    plan = Plan.model_validate(d)
+    db = tmp_path / "w.duckdb"
+    con = connect(str(db))
+    _history(con, plan, boots=6, windows=3, sd={0: (0.15, 0.05), 1: (0.15, 0.05)})
+    des = design_for_plan(plan, con)
+    msg = des.refusal()
+    assert msg and "+-1.0% at chat c=32 is out of reach" in msg and f"reach +-{des.design.half_width:.1%}" in msg
+    assert "the target would take" in msg and "set precision.max_boots" in msg
+    capped = design_for_plan(Plan.model_validate(_plan_dict(precision={"half_width": 0.01, "loads": ["c=32"],
+                                                                       "max_boots": 6})), con)
+    assert not capped.design.reachable and capped.design.boots_per_config == 6 and capped.refusal() is None
+    assert capped.warnings()  # still warned
+    con.close()
+    (tmp_path / "plan.yaml").write_text(yaml.safe_dump(d))
+    r = CliRunner().invoke(app, ["run", str(tmp_path / "plan.yaml"), "--db", str(db)], env={"COLUMNS": "300"})
+    assert r.exit_code == 2, r.output
+    assert "is out of reach" in r.output and "the target would take" in r.output
+    # plan check still shows the design
+    r = CliRunner().invoke(app, ["plan", "check", str(tmp_path / "plan.yaml")], env={"COLUMNS": "300"})
+    assert "precision output_tokens_per_s +-1.0%" in r.output
+
 def test_the_sweep_end_says_what_it_could_detect_and_warns_when_the_precision_was_not_reached():
     plan = Plan.model_validate(_plan_dict(precision={"half_width": 0.02, "loads": ["c=32"]}))
     plan = plan.model_copy(update={"replicates": 3, "repeats": 3})

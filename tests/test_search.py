@@ -64,6 +64,39 @@ def test_search_with_a_matrix_beside_it_is_refused():
         _plan(SEARCH, engine_args={"enforce-eager": [True, False]})
 
 
+def test_replicates_auto_beside_search_says_it_cannot_be_used_there():
+    with pytest.raises(ValidationError) as e:
+        _plan(SEARCH, replicates="auto", ab={"metrics": ["output_tokens_per_s"], "budget": {"boots": 8}})
+    msg = str(e.value)
+    assert "replicates: auto cannot be used beside search:" in msg and "separate replicates: auto A/B plan" in msg
+    assert "matrix axis" not in msg
+    with pytest.raises(ValidationError, match="cannot be used beside search:"):  # without ab: too
+        _plan(SEARCH, replicates="auto")
+
+
+def test_a_missing_objective_gives_an_example_and_unknown_fields_point_to_the_section_docs(tmp_path):
+    import yaml
+
+    from tunelab.plan import PlanError, load_plan
+
+    base = {"name": "s", "model": "models/tiny", "concurrency": [1, 4], "slo": {"ttft_s": 0.2},
+            "workloads": [{"name": "chat", "prompt_tokens": 32, "output_tokens": 16, "num_requests": 4}]}
+
+    def err(**kw) -> str:
+        f = tmp_path / "p.yaml"
+        f.write_text(yaml.safe_dump({**base, **kw}))
+        with pytest.raises(PlanError) as e:
+            load_plan(f)
+        return str(e.value)
+
+    msg = err(search={k: v for k, v in SEARCH.items() if k != "objective"})
+    assert "search.objective: required field is missing, e.g. objective: {maximize: output_tokens_per_s, " \
+           "workload: short_chat, load: c=4}" in msg
+    assert "see docs/tuning.md" in err(search={**SEARCH, "objectiv": {}})
+    assert "see docs/sla_search.md" in err(sla_search={"lod": "concurrency"})
+    assert "see docs/statistics.md" in err(precision={"half_width": 0.05, "max_boot": 3})
+    assert "see experiments/demo.yaml" in err(replicate=2)
+
 def test_an_unknown_engine_arg_of_the_space_is_an_error_naming_the_search_field():
     rt = SimpleNamespace(serve_flags=lambda: frozenset({"max-num-seqs", "max-num-batched-tokens", "enforce-eager",
                                                         "max-model-len", "gpu-memory-utilization"}),

@@ -12,6 +12,9 @@ plan and every cell the precision names, and chooses with ``stats.design.optimal
 * the cell that needs the most GPU time decides: its windows per boot become the plan's ``repeats`` and its
   boots per config its ``replicates`` (one boot measures every cell, so the binding cell's design covers the
   others);
+* only trusted history is read (``TRUSTED``: quality ``pass`` / ``warn``, status ``ok``): an ``unvalidated``
+  boot (a demo, a sweep whose validation did not run) may be broken, and one broken boot makes the boot SD
+  huge; the design's line says how many boots and sweeps it used;
 * a config with no usable history in some cell (fewer than 2 ok boots, or no repeat within a boot) has no
   components: the whole plan runs ``stats.design.pilot_design`` (3 boots x 3 windows), which measures them,
   and says so; the next sweep of the plan is designed from it.
@@ -33,8 +36,11 @@ from tunelab.load_profiles import load_label
 from tunelab.plan import Plan
 from tunelab.stats.design import Design, optimal_design, pilot_design
 
-__all__ = ["CellNoise", "PlanDesign", "ab_lines", "apply_design", "config_noise", "design_for_plan",
+__all__ = ["TRUSTED", "CellNoise", "PlanDesign", "ab_lines", "apply_design", "config_noise", "design_for_plan",
            "precision_warnings", "resolve_precision", "sweep_ab_rows"]
+
+#: Quality verdicts of the history a design reads (with status ``ok``); ``unvalidated`` boots are left out.
+TRUSTED = ("pass", "warn")
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,10 @@ class PlanDesign:
     no_history: list[str] = field(default_factory=list)
     cells: list[CellNoise] = field(default_factory=list)
     configs: int = 2
+    history_boots: int = 0
+    history_sweeps: int = 0
+    cap_set: bool = False
+    max_boots: int = 40
 
     @property
     def gpu_minutes(self) -> float:
@@ -85,11 +95,12 @@ class PlanDesign:
         if d.pilot:
             return [f"precision {target}: pilot, no history for {', '.join(self.no_history)} in the warehouse: "
                     f"{d.boots_per_config} boots x {d.windows_per_boot} windows per config measure its noise "
-                    f"(about {self.gpu_minutes:.1f} GPU-minutes); the next sweep of this plan is designed from it"]
+                    f"(about {self.gpu_minutes:.1f} GPU-minutes); the next sweep of this plan is designed from it "
+                    f"(history read: {self._history()})"]
         head = (f"precision {target} at {self.cell}: {d.boots_per_config} boots x {d.windows_per_boot} windows per "
                 f"config (replicates {d.boots_per_config}, repeats {d.windows_per_boot}), predicted +-{d.half_width:.1%}, "
                 f"about {self.gpu_minutes:.1f} GPU-minutes for {self.configs} configs "
-                f"({d.measuring_fraction:.0%} of it measuring); from the noise model")
+                f"({d.measuring_fraction:.0%} of it measuring); from the noise model of {self._history()}")
         out = [head]
         for c in self.cells:
             out.append(f"  {c.config} {c.workload} {c.load}: boot SD {math.sqrt(c.var_boot):.1%}, window SD "
@@ -97,6 +108,34 @@ class PlanDesign:
         if not d.reachable:
             out.append(f"warning: {self.metric}: {d.note}")
         return out
+
+    def _history(self) -> str:
+        b, s = self.history_boots, self.history_sweeps
+        return (f"{b} boot{'s' if b != 1 else ''} in {s} sweep{'s' if s != 1 else ''} of trusted history "
+                f"(quality pass/warn, status ok)")
+
+    def refusal(self) -> str | None:
+        """Why ``tunelab run`` should not start this design: the target is out of reach (not a pilot) and the plan
+        did not set ``precision.max_boots`` (an explicit cap the user accepted). The message gives the half-width
+        the design reaches and what the target would take. None when the run may start."""
+        d = self.design
+        if d.pilot or d.reachable or self.cap_set:
+            return None
+        take = "more than 200 boots per config (the most precision.max_boots allows)"
+        if self.cells:
+            vb, vw = max(c.var_boot for c in self.cells), max(c.var_window for c in self.cells)
+            bs = sum(c.boot_s for c in self.cells) / len(self.cells)
+            ws = sum(c.window_s for c in self.cells) / len(self.cells)
+            need = optimal_design(vb, vw, bs, ws, self.half_width, max_boots=200)
+            if need.reachable:
+                take = (f"{need.boots_per_config} boots x {need.windows_per_boot} windows per config (about "
+                        f"{self.configs * need.gpu_s_per_config / 60:.0f} GPU-minutes)")
+        return (f"precision: {self.metric} +-{self.half_width:.1%} at {self.cell} is out of reach: "
+                f"{d.boots_per_config} boots x {d.windows_per_boot} windows per config reach +-{d.half_width:.1%} "
+                f"(about {self.gpu_minutes:.0f} GPU-minutes for {self.configs} configs, from "
+                f"{self._history()}); the target would take {take}. Loosen precision.half_width, or set "
+                f"precision.max_boots (e.g. max_boots: {d.boots_per_config}) to run at that cap anyway; "
+                f"`tunelab plan check` shows the design")
 
     def warnings(self) -> list[str]:
         """A warning when the target is out of reach within the limits (``design.reachable`` False, not a pilot)."""
@@ -128,11 +167,12 @@ def _kind_value(profile: Any) -> tuple[str, float]:
 
 
 def config_noise(con: Any, metric: str, runtime: str, config_key: str) -> pd.DataFrame:
-    """The noise model rows of one config on one runtime (``warehouse.noise.noise_model``), one per (workload,
-    load level): where several GPUs have history, the one with the most boots. Empty without history."""
+    """The noise model rows of one config on one runtime (``warehouse.noise.noise_model`` of trusted history,
+    ``TRUSTED``), one per (workload, load level): where several GPUs have history, the one with the most boots.
+    Empty without history."""
     from tunelab.warehouse.noise import noise_model
 
-    nm = noise_model(con, metric, config_key=config_key)
+    nm = noise_model(con, metric, config_key=config_key, quality=TRUSTED)
     nm = nm[nm["runtime_name"] == runtime]
     if nm.empty:
         return nm
@@ -174,12 +214,15 @@ def design_for_plan(plan: Plan, con: Any | None) -> PlanDesign:
             noise[name] = mine
             continue
         no_history.append(name)
+    hb, hs = _history_counts(con, [(t.runtime, t.config_key) for t in trials])
+    extra = {"history_boots": hb, "history_sweeps": hs, "max_boots": spec.max_boots,
+             "cap_set": "max_boots" in spec.model_fields_set}
     if no_history:
         known = [c for m in noise.values() for c in m.values()]
         boot_s = sum(c.boot_s for c in known) / len(known) if known else 90.0
         window_s = sum(c.window_s for c in known) / len(known) if known else 10.0
         return PlanDesign(pilot_design(boot_s, window_s), spec.metric, spec.half_width, None, no_history,
-                          known, len(trials))
+                          known, len(trials), **extra)
     best: tuple[Design, str] | None = None
     for w, lab, _k, _v in cells:
         per = [noise[n][(w, lab)] for n in noise]
@@ -194,7 +237,22 @@ def design_for_plan(plan: Plan, con: Any | None) -> PlanDesign:
     cell = best[1]
     return PlanDesign(best[0], spec.metric, spec.half_width, cell, [],
                       [c for m in noise.values() for c in m.values() if f"{c.workload} {c.load}" == cell],
-                      len(trials))
+                      len(trials), **extra)
+
+
+def _history_counts(con: Any | None, keys: list[tuple[str, str]]) -> tuple[int, int]:
+    """(boots, sweeps) of trusted history (``TRUSTED``, status ok) for the plan's (runtime, config_key) pairs."""
+    if con is None or not keys:
+        return 0, 0
+    try:
+        pairs = " OR ".join("(runtime_name = ? AND config_key = ?)" for _ in keys)
+        row = con.execute(
+            f"""SELECT count(DISTINCT trial_id), count(DISTINCT sweep_id) FROM trial_facts
+                WHERE status = 'ok' AND quality_verdict IN ({', '.join('?' for _ in TRUSTED)}) AND ({pairs})""",
+            [*TRUSTED, *[v for k in keys for v in k]]).fetchone()
+    except Exception:
+        return 0, 0
+    return int(row[0]), int(row[1])
 
 
 def apply_design(plan: Plan, design: PlanDesign) -> Plan:

@@ -653,6 +653,10 @@ class Plan(BaseModel):
                 raise ValueError("ab: an A/B declaration decides a sweep only with replicates: auto; set "
                                  "replicates: auto or remove ab")
             return
+        if self.search is not None:
+            raise ValueError("replicates: auto cannot be used beside search: (the search runs one boot per config); "
+                             "remove replicates, and confirm the search's winner with a separate replicates: auto "
+                             "A/B plan (its config against the default)")
         if self.ab is None:
             raise ValueError("replicates: auto needs an `ab:` declaration (metrics, budget; e.g. ab: {metrics: "
                              "[output_tokens_per_s], loads: [c=32], budget: {boots: 12}})")
@@ -893,6 +897,17 @@ class Trial(BaseModel):
         return self.model_copy(update={"engine_args": args})
 
 
+#: Where the allowed fields of a section are described (an unknown field's hint); other fields: the demo plan.
+_SECTION_DOCS = {"search": "docs/tuning.md", "sla_search": "docs/sla_search.md", "precision": "docs/statistics.md"}
+#: An example for a required field that is missing, by its location.
+_MISSING_EXAMPLES = {
+    "search.objective": "objective: {maximize: output_tokens_per_s, workload: short_chat, load: c=4}",
+    "search.space": "space: {engine_args: {max-num-seqs: [64, 128, 256]}}",
+    "search.budget": "budget: {boots: 12, gpu_minutes: 60}",
+    "precision.half_width": "precision: {metric: output_tokens_per_s, half_width: 0.05, loads: [c=32]}",
+}
+
+
 def _format_errors(path: str, err: ValidationError) -> str:
     lines = [f"{path}: invalid plan ({err.error_count()} problem(s)):"]
     for e in err.errors():
@@ -905,9 +920,13 @@ def _format_errors(path: str, err: ValidationError) -> str:
         loc = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in parts).replace(".[", "[")
         msg = e["msg"]
         if e["type"] == "extra_forbidden":
-            msg = "unknown field (check the spelling; see experiments/demo.yaml for the allowed fields)"
+            where = _SECTION_DOCS.get(str(parts[0])) if len(parts) > 1 else None
+            msg = (f"unknown field (check the spelling; see {where or 'experiments/demo.yaml'} for the allowed "
+                   "fields)")
         elif e["type"] == "missing":
             msg = "required field is missing"
+            if loc in _MISSING_EXAMPLES:
+                msg += f", e.g. {_MISSING_EXAMPLES[loc]}"
         lines.append(f"  - {loc or '<plan>'}: {msg}")
     return "\n".join(lines)
 

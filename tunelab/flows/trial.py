@@ -90,6 +90,17 @@ def trial_server_env(trial: Trial, runtime: Runtime | None = None, gpu_indices: 
     return env
 
 
+def cancel_reason(e: BaseException) -> str:
+    """A cancelled trial's ``failure_reason``: the exception's name and text, or with no text what it means
+    (Ctrl-C, a SIGTERM or a cancel through Prefect), never a dangling ``KeyboardInterrupt:``."""
+    name, text = type(e).__name__, str(e).strip()
+    if name == "TerminationSignal":  # its text is the signal number
+        return f"{name} (signal {text or '?'}: SIGTERM or a cancel through Prefect)"
+    if text:
+        return f"{name}: {text}"
+    return f"{name} (Ctrl-C)" if isinstance(e, KeyboardInterrupt) else name
+
+
 def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat()
 
@@ -555,7 +566,7 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: Tr
     except BaseException as e:  # cancellation / Ctrl-C: tear down, record, propagate
         interrupted = e
         row.status = "cancelled"
-        row.failure_reason = f"{type(e).__name__}: {e}"
+        row.failure_reason = cancel_reason(e)
         # Keep what was measured before the interruption (the windows that ended); no verdict is given to it.
         tables.update(measured)
     finally:
