@@ -633,3 +633,51 @@ def test_module_import_does_not_import_great_expectations():
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(REPO)}, check=True)
     assert out.stdout.strip() == "False"
+
+
+# ------------------------------------------------------------------ sla_search windows
+
+
+def _with_search_windows(t, flag=True):
+    """The clean trial plus an sla_search's overload windows at c=3 (achieved 0.74 x target, 2 of 12 requests
+    failed) and c=4 (client-bound), marked ``sla_search_window`` (019) when ``flag``."""
+    over = make_tables(repeats=1, concurrency=3)
+    over["measurements"]["achieved_concurrency"] = 0.74 * 3
+    over["requests"].loc[:1, "ok"] = False
+    c4 = make_tables(repeats=1, concurrency=4)
+    for name in c4:  # c=4 at repeat 3: after the plan's repeats 0..2 at that level
+        if "repeat" in c4[name].columns:
+            c4[name]["repeat"] = 3
+    c4["measurements"]["client_bound"] = True
+    out = {}
+    for name in t:
+        extra = [over[name], c4[name]] if name != "gpu_samples" else []
+        out[name] = pd.concat([t[name], *extra], ignore_index=True)
+    m = out["measurements"]
+    m["sla_search_window"] = pd.Series([None] * len(t["measurements"]) + [flag] * 2, dtype=object)
+    return out
+
+
+def test_sla_search_overload_windows_do_not_sink_the_plans_windows():
+    res = validate_trial(_with_search_windows(make_tables()), make_trial(), QualityThresholds())
+    assert res.verdict in ("pass", "warn"), res.summary
+    assert "achieved_concurrency" not in failed(res) and "client_not_bound" not in failed(res)
+    assert "error_rate" not in failed(res)
+    # The same windows unmarked are the plan's own: they fail the gate as before.
+    bad = validate_trial(_with_search_windows(make_tables(), flag=None), make_trial(), QualityThresholds())
+    assert bad.verdict == "fail"
+    assert {"achieved_concurrency", "client_not_bound", "error_rate"} <= set(failed(bad))
+
+
+def test_sla_search_windows_still_get_the_integrity_checks():
+    t = _with_search_windows(make_tables())
+    t["requests"].loc[len(t["requests"]) - 1, "ttft_s"] = -0.01  # a search window's request with a bad TTFT
+    res = validate_trial(t, make_trial(), QualityThresholds())
+    assert failed(res).get("ttft_s_positive") == "fail", res.summary
+
+
+def test_a_plans_own_bad_window_still_fails_beside_search_windows():
+    t = _with_search_windows(make_tables())
+    t["measurements"].loc[0, "achieved_concurrency"] = 1.0  # the plan's c=4 repeat 0
+    res = validate_trial(t, make_trial(), QualityThresholds())
+    assert failed(res).get("achieved_concurrency") == "fail", res.summary

@@ -107,6 +107,78 @@ def test_an_slo_met_at_max_says_so():
     assert res.summary().startswith("met at max: max load under SLO 16")
 
 
+def _wide(centres: dict[float, float], spread: float = 1.6):
+    """A measure whose windows alternate centre / spread and centre x spread: every level stays undecided at the
+    window cap, counted by its point estimate (the geometric mean, ``centre``)."""
+    seen: dict[float, int] = {}
+
+    def measure(level: float) -> dict:
+        k = seen[level] = seen.get(level, 0) + 1
+        v = (centres(level) if callable(centres) else centres[level]) * (spread if k % 2 else 1 / spread)
+        return {"ttft_p99_s": v, "error_rate": 0.0, "request_throughput_per_s": level, "goodput_per_s": level,
+                "output_tokens_per_s": 64 * level}
+    return measure
+
+
+def test_a_max_accepted_only_by_its_point_estimate_says_so():
+    """Every level undecided at the cap: the line, the record and the report must not read as a shown max."""
+    from tunelab.tasks.sla_search import result_row
+
+    spec = S.SlaSearchSpec(load="concurrency", start=1, max=4, max_windows_per_level=4)
+    lim = LIMITS["ttft_p99_s"]
+    res = S.search(spec, LIMITS, _wide({1: 0.8 * lim, 2: 0.9 * lim, 3: 1.1 * lim, 4: 1.3 * lim}))
+    assert [(lv.level, lv.verdict) for lv in res.levels] == [(1, "undecided"), (2, "undecided"), (4, "undecided"),
+                                                            (3, "undecided")]
+    assert res.verdict == "found" and res.max_load == 2 and res.first_fail == 3
+    text = res.summary(lambda v: f"c={v:g}")
+    assert "max load under SLO c=2 (by point estimate: undecided at the window cap of 4)" in text, text
+    assert "c=3 undecided at the window cap (counted as a fail)" in text and "c=3 fails" not in text, text
+    assert res.max_load_shown is False
+    row = result_row("w", spec, res)
+    assert row["max_load_shown"] is False and "by point estimate" in row["summary"]
+
+
+def test_a_max_shown_by_its_bounds_reads_as_before():
+    spec = S.SlaSearchSpec(load="concurrency", start=1, max=16)
+    lim = LIMITS["ttft_p99_s"]
+    res = S.search(spec, LIMITS, _wide(lambda c: lim * (0.5 + 0.055 * c), spread=1.0))  # no noise: decided
+    top, ff = res.at(res.max_load), res.at(res.first_fail)
+    assert top.verdict == "pass" and ff.verdict == "fail" and res.max_load_shown is True
+    text = res.summary(lambda v: f"c={v:g}")
+    assert f"max load under SLO c={res.max_load:g}, c={res.first_fail:g} fails; goodput" in text
+    assert "point estimate" not in text
+
+
+def test_the_report_marks_a_stored_point_estimate_max_without_the_words(tmp_path):
+    """A summary stored before it said so still reads as uncertain in `tunelab report` (max_load_shown false)."""
+    import duckdb
+
+    from tunelab.reports.report import sla_search_lines
+
+    con = duckdb.connect(":memory:")
+    con.execute("CREATE TABLE sla_search_results AS SELECT * FROM (VALUES ('s', 'cfg', 0, 'rt', 'w', "
+                "'max load under SLO c=2, c=3 fails; goodput 1 req/s', false), ('s', 'cfg2', 0, 'rt', 'w', "
+                "'max load under SLO c=8, c=9 fails', true)) t(sweep_id, config_label, replicate, runtime_name, "
+                "workload, summary, max_load_shown)")
+    lines = sla_search_lines(con, "s")
+    assert lines[0].endswith("[max load by point estimate: undecided at the window cap]"), lines
+    assert "point estimate" not in lines[1]
+
+
+def test_ab_boot_values_leave_the_search_windows_out():
+    """An SLA search window at a plan's level (same workload and load) is not averaged into the boot's value."""
+    import pandas as pd
+
+    from tunelab.flows.ab_auto import ABCell, boot_value
+
+    m = pd.DataFrame({"workload": ["w"] * 3, "load_kind": ["concurrency"] * 3, "load_value": [1.0, 1.0, 1.0],
+                      "repeat": [0, 1, 2], "output_tokens_per_s": [100.0, 10.0, 10.0],
+                      "sla_search_window": [None, True, True]})
+    cell = ABCell(workload="w", load="c=1", metric="output_tokens_per_s")
+    assert boot_value(m, cell) == 100.0
+    assert boot_value(m.drop(columns="sla_search_window"), cell) == 40.0
+
+
 def test_a_level_is_never_judged_by_one_window_and_errors_fail_it():
     spec = S.SlaSearchSpec(load="rate", start=1, max=8)
     one = [{"ttft_p99_s": 0.01, "error_rate": 0.0}]
@@ -251,6 +323,10 @@ def test_a_trial_with_sla_search_finds_the_fakes_max_concurrency_and_loads_it(tm
     c2 = meas[meas["load_value"] == 2].sort_values("repeat")
     assert list(c2["repeat"]) == list(range(len(c2)))  # the search's c=2 windows follow the plan's repeat 0
     assert set(meas["load_value"]) == {lv["level"] for lv in levels} | {2.0}
+    # The search's windows are marked (019); the plan's own is not.
+    plan_window = (meas["load_value"] == 2) & (meas["repeat"] == 0)
+    assert meas.loc[plan_window, "sla_search_window"].isna().all()
+    assert meas.loc[~plan_window, "sla_search_window"].eq(True).all()
 
     db = tmp_path / "wh.duckdb"
     res = load_bundle(db, bundle)
@@ -258,3 +334,13 @@ def test_a_trial_with_sla_search_finds_the_fakes_max_concurrency_and_loads_it(tm
     lines = sla_search_lines(db, sweep_id)
     assert len(lines) == 1 and "max load under SLO c=5, c=6 fails; goodput" in lines[0]
     assert comparison_frame(db, sweep_id, all_quality=True).attrs["sla_search"] == lines
+    # compare's boot values average the plan's c=2 window only, not the search's windows at c=2.
+    from tunelab.warehouse.compare import _boot_values
+    from tunelab.warehouse.migrate import connect
+
+    con = connect(db)
+    try:
+        bv = _boot_values(con, [trial_id], "output_tokens_per_s")
+    finally:
+        con.close()
+    assert list(bv["load_value"]) == [2.0] and list(bv["repeats"]) == [1], bv

@@ -355,6 +355,9 @@ class Measurement(WindowAggregate):
                                              "engine_core | worker | other: {cpu, busiest_thread, processes}}, cores "
                                              "(CPU s / wall s; tasks.host_load.server_process_cpu); None: not "
                                              "sampled (016).")
+    sla_search_window: Bool | None = _f("True: a window of the plan's sla_search (tasks.sla_search), judged by the "
+                                        "search's SLO bounds, left out of the quality gate's load checks and of "
+                                        "compare / A/B level means; None: one of the plan's own windows (019).")
 
 
 # -- requests ------------------------------------------------------------------------------------------------

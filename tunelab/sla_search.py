@@ -236,11 +236,20 @@ class SlaResult:
     def windows(self) -> int:
         return sum(len(lv.windows) for lv in self.levels)
 
+    @property
+    def max_load_shown(self) -> bool | None:
+        """True: ``max_load`` passed on its bounds; False: it was undecided at the window cap and counted as a
+        pass by its point estimate only (the summary says so); None: no max load."""
+        top = self.at(self.max_load)
+        return None if top is None else top.verdict == "pass"
+
     def at(self, level: float | None) -> LevelResult | None:
         return next((lv for lv in self.levels if lv.level == level), None)
 
     def summary(self, unit: Callable[[float], str] = lambda v: f"{v:g}") -> str:
-        """One line: the max load (with goodput and throughput there), or why none, and the knee."""
+        """One line: the max load (with goodput and throughput there), or why none, and the knee. A max load
+        undecided at the window cap (accepted by its point estimate) says ``(by point estimate: ...)``, and a
+        first fail that was undecided says so instead of ``fails``."""
         knee_txt = f"; knee at {unit(self.knee_load)}" if self.knee_load is not None else ""
         if self.verdict == "none":
             near = self.at(self.nearest_load)
@@ -253,8 +262,14 @@ class SlaResult:
         top = self.at(self.max_load)
         gp, tp = (top.mean(GOODPUT), top.mean(THROUGHPUT)) if top else (None, None)
         head = "met at max: " if self.verdict == "met_at_max" else ""
-        nxt = f", {unit(self.first_fail)} fails" if self.first_fail is not None else ""
-        return (f"{head}max load under SLO {unit(self.max_load or 0)}{nxt}; goodput "
+        how = ("" if top is None or top.verdict == "pass"
+               else f" (by point estimate: undecided at the window cap of {len(top.windows)})")
+        nxt = ""
+        if self.first_fail is not None:
+            ff = self.at(self.first_fail)
+            nxt = (f", {unit(self.first_fail)} fails" if ff is None or ff.verdict == "fail"
+                   else f", {unit(self.first_fail)} undecided at the window cap (counted as a fail)")
+        return (f"{head}max load under SLO {unit(self.max_load or 0)}{how}{nxt}; goodput "
                 f"{'n/a' if gp is None else f'{gp:.3g} req/s'}, throughput {'n/a' if tp is None else f'{tp:.3g} req/s'}"
                 f"{knee_txt} ({len(self.levels)} levels, {self.windows} windows)")
 

@@ -95,10 +95,13 @@ def boot_value(measurements: pd.DataFrame, cell: ABCell) -> float | None:
     and load level; None when there is none (a missing or non-positive value: a ratio needs a positive one).
 
     Why the mean of windows: windows of one boot share the boot's level (the noise model's nested structure), so
-    the boot is the unit and its windows only sharpen its value."""
+    the boot is the unit and its windows only sharpen its value. The windows of an ``sla_search:``
+    (``sla_search_window`` true) are left out: they may share the cell's level (docs/sla_search.md)."""
     if measurements is None or measurements.empty or cell.metric not in measurements.columns:
         return None
     m = measurements[measurements["workload"] == cell.workload]
+    if "sla_search_window" in m.columns:  # the plan's windows only: a search window may share the level (019)
+        m = m[~m["sla_search_window"].astype("boolean").fillna(False).to_numpy(dtype=bool)]
     labels = [load_label(k, v) for k, v in zip(m["load_kind"], m["load_value"])]
     vals = pd.to_numeric(m.loc[[lab == cell.load for lab in labels], cell.metric], errors="coerce").dropna()
     if vals.empty:

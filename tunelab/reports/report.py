@@ -95,16 +95,23 @@ def comparison_frame(db_path: Path | duckdb.DuckDBPyConnection, sweep_id: str,
 def sla_search_lines(db_path: Path | duckdb.DuckDBPyConnection, sweep_id: str) -> list[str]:
     """One line per trial and workload with an SLA search (``sla_searches``, plan ``sla_search:``): config, boot,
     runtime, workload, then the search's summary (max load under the SLO, goodput and throughput there, the
-    knee; or no load meets the SLO and the nearest level). Empty for a warehouse older than schema version 17
+    knee; or no load meets the SLO and the nearest level; a max load accepted only by its point estimate says
+    so). Empty for a warehouse older than schema version 17
     or a sweep without searches. Opens the DuckDB file read-only, or reads an open connection."""
     with _reader(db_path) as con:
         try:
             rows = con.execute(
-                """SELECT config_label, replicate, runtime_name, workload, summary FROM sla_search_results
+                """SELECT config_label, replicate, runtime_name, workload, summary, max_load_shown
+                   FROM sla_search_results
                    WHERE sweep_id = ? ORDER BY config_label, runtime_name, replicate, workload""", [sweep_id]).fetchall()
         except duckdb.CatalogException:
             return []
-    return [f"{c} (r{r}, {rt}) {w}: {s}" for c, r, rt, w, s in rows]
+    out = []
+    for c, r, rt, w, s, shown in rows:
+        if shown is False and "by point estimate" not in str(s):  # a summary stored before it said so
+            s = f"{s} [max load by point estimate: undecided at the window cap]"
+        out.append(f"{c} (r{r}, {rt}) {w}: {s}")
+    return out
 
 
 def sla_search_markdown(lines: list[str]) -> str:

@@ -5,7 +5,8 @@ window at that level through ``tasks.measure.measure_server`` (the same warm-up,
 aggregates and notes as the plan's own windows): the first window at a level warms up at it first (the plan's
 ``warmup_requests``, raised by the level's profile), later ones do not. Each window is an ordinary
 ``measurements`` row at its load level; its repeat number follows the windows already measured at that level
-(the plan's own, or the search's earlier ones), so keys never collide. The window's figures
+(the plan's own, or the search's earlier ones), so keys never collide, and is marked ``sla_search_window``
+(019): the quality gate's load checks and the compare / A/B level means leave it out. The window's figures
 (:func:`window_figures`: its percentiles, error rate, throughputs) go to the search; its verdict becomes one
 ``sla_searches`` row (:func:`result_row`).
 """
@@ -72,7 +73,7 @@ def result_row(workload: str, spec: S.SlaSearchSpec, res: S.SlaResult) -> dict[s
     top, kn = res.at(res.max_load), res.at(res.knee_load)
     return {
         "workload": workload, "load_kind": spec.load, "verdict": res.verdict, "max_load": res.max_load,
-        "max_load_shown": None if top is None else top.verdict == "pass", "first_fail": res.first_fail,
+        "max_load_shown": res.max_load_shown, "first_fail": res.first_fail,
         "nearest_load": res.nearest_load,
         "goodput_per_s": None if top is None else top.mean(S.GOODPUT),
         "request_throughput_per_s": None if top is None else top.mean(S.THROUGHPUT),
@@ -137,6 +138,8 @@ def run_sla_search(base_url: str, api_key: str, model: str, plan: Plan, *, measu
                                  deadline_s=prof.window_deadline_s(plan.request_timeout_s, 1, duration_s)
                                  + SEARCH_WINDOW_SLACK_S,
                                  server_log=server_log, server_pid=server_pid, first_repeat=rep)
+            if len(res.measurements):  # judged by the search's SLO bounds, not the gate's load checks (019)
+                res.measurements["sla_search_window"] = True
             warmed.add(level)
             used[key] = rep + 1
             parts.append(res)

@@ -165,6 +165,8 @@ def _not_applied(trials: pd.DataFrame, keep: list[str], side: str) -> list[dict]
 
 
 def _boot_values(con, trial_ids: list[str], metric: str) -> pd.DataFrame:
+    """Per trial and cell, the mean of ``metric`` over the boot's windows; the windows of an ``sla_search:``
+    (``measurements.sla_search_window``) are left out: a search window at a plan's level would be averaged in."""
     cols = ["trial_id", "workload", "load_kind", "load_value", "boot_value", "repeats"]
     if not trial_ids:
         return pd.DataFrame(columns=cols)
@@ -175,6 +177,7 @@ def _boot_values(con, trial_ids: list[str], metric: str) -> pd.DataFrame:
                        avg(m.{metric}) AS boot_value, count(m.{metric}) AS repeats
                 FROM measurements m JOIN _tl_ids USING (trial_id)
                 WHERE m.{metric} IS NOT NULL AND isfinite(m.{metric})
+                  AND m.sla_search_window IS NOT TRUE  -- the plan's windows only (docs/sla_search.md; 019)
                 GROUP BY ALL"""
         ).fetchdf()
     finally:
@@ -204,6 +207,7 @@ def _history_prior(con, exclude: list[str], metric: str, quality: Sequence[str],
                     WHERE f.status IN ({', '.join('?' for _ in statuses)})
                       AND f.quality_verdict IN ({', '.join('?' for _ in quality)})
                       AND m.trial_id NOT IN (SELECT trial_id FROM _tl_ex)
+                      AND m.sla_search_window IS NOT TRUE
                       AND coalesce(f.gpu_name, '') IN (SELECT DISTINCT coalesce(gpu_name, '') FROM trial_facts
                                                        WHERE trial_id IN (SELECT trial_id FROM _tl_ex))
                       AND m.{metric} IS NOT NULL AND isfinite(m.{metric})

@@ -215,13 +215,16 @@ def validate_trial(
 
         import great_expectations.expectations as gxe
 
+        # The plan's sla_search windows (overload on purpose, judged by the search's SLO bounds) are left out of
+        # the load checks; the integrity checks read every window (suites._plan_windows).
+        own_meas, own_req, _n_search = _suites._plan_windows(meas, req)
         out = _suites._Collector()
-        _suites._suite_requests(gxe, req, trial, th, out)
-        _suites._suite_outliers(gxe, req, th, out)
-        _suites._suite_aggregates(gxe, meas, th, out)
+        _suites._suite_requests(gxe, req, trial, th, out, rate_req=own_req)
+        _suites._suite_outliers(gxe, own_req, th, out)
+        _suites._suite_aggregates(gxe, own_meas, th, out)
         _suites._suite_environment(gxe, gpu, trial, th, out)
         _suites._suite_server_vs_client(gxe, meas, sm, th, out)
-        _suites._suite_warmup(gxe, req, th, out)
+        _suites._suite_warmup(gxe, own_req, th, out)
         checks = _run_plans(out.plans, out.skips, trial_id)
     except Exception as exc:  # noqa: BLE001 - any failure of validation -> 'unvalidated'
         text = f"{type(exc).__name__}: {exc}"

@@ -135,17 +135,47 @@ def _present(trial: Mapping[str, Any], key: str) -> bool:
 # ----------------------------------------------------------------------------- suites
 
 
+def _plan_windows(meas: pd.DataFrame | None, req: pd.DataFrame
+                  ) -> tuple[pd.DataFrame | None, pd.DataFrame, int]:
+    """The plan's own windows: ``(measurements, requests, search windows left out)`` without the windows of the
+    plan's ``sla_search`` (``measurements.sla_search_window`` true, 019). The search pushes the server past its
+    SLO on purpose and judges its levels by its own SLO bounds, so the load checks (error rate, achieved
+    concurrency, client, repeat CV, outliers, warm-up) judge the plan's windows only; the integrity checks (nulls,
+    signs, output lengths, server vs client) still read every window. The measurements frame is None when
+    no window is left (as for a trial without measurements)."""
+    if meas is None or "sla_search_window" not in meas.columns:
+        return meas, req, 0
+    search = _bool_obj(meas["sla_search_window"]).map(lambda v: v is True)
+    if not search.any():
+        return meas, req, 0
+    keys = meas.loc[search, _MEASUREMENT_KEY].copy()
+    keys["load_value"] = _num(keys["load_value"])
+    keys["repeat"] = _num(keys["repeat"])
+    keys["_search"] = True
+    r = req[_MEASUREMENT_KEY].copy()
+    r["load_value"] = _num(r["load_value"])
+    r["repeat"] = _num(r["repeat"])
+    hit = r.merge(keys.drop_duplicates(_MEASUREMENT_KEY), on=_MEASUREMENT_KEY, how="left")["_search"]
+    hit = hit.fillna(False).astype(bool).to_numpy()
+    own = meas[~search].reset_index(drop=True)
+    return (own if len(own) else None), req[~hit].reset_index(drop=True), int(search.sum())
+
+
+
 def _suite_requests(gxe: Any, req: pd.DataFrame, trial: Mapping[str, Any],
-                    th: QualityThresholds, out: _Collector) -> None:
-    ok = _bool_obj(req["ok"])
-    n, n_fail = len(req), int((ok != True).sum())  # noqa: E712 - None counts as failed
+                    th: QualityThresholds, out: _Collector, rate_req: pd.DataFrame | None = None) -> None:
+    """``rate_req``: the requests the error-rate checks count (the plan's own windows, :func:`_plan_windows`);
+    default ``req``. Every other check reads ``req``."""
+    rr = req if rate_req is None or rate_req.empty else rate_req
+    ok = _bool_obj(rr["ok"])
+    n, n_fail = len(rr), int((ok != True).sum())  # noqa: E712 - None counts as failed
     all_frame = pd.DataFrame({"ok": ok.map(lambda v: bool(v) if v is not None else False)})
-    all_frame["label"] = _label(req, _MEASUREMENT_KEY + ["request_index"]
-                                if "request_index" in req.columns else _MEASUREMENT_KEY)
+    all_frame["label"] = _label(rr, _MEASUREMENT_KEY + ["request_index"]
+                                if "request_index" in rr.columns else _MEASUREMENT_KEY)
     rate = n_fail / n if n else 0.0
     errors = ""
-    if n_fail and "error" in req.columns:
-        top = req.loc[~all_frame["ok"], "error"].astype(str).value_counts().head(3)
+    if n_fail and "error" in rr.columns:
+        top = rr.loc[~all_frame["ok"], "error"].astype(str).value_counts().head(3)
         errors = "; ".join(f"{k} x{v}" for k, v in top.items())
     observed_rate = f"{_fmt(rate)} ({n_fail}/{n})" + (f"; {errors}" if errors else "")
     out.plans.append(_Plan(all_frame, [
@@ -160,7 +190,7 @@ def _suite_requests(gxe: Any, req: pd.DataFrame, trial: Mapping[str, Any],
               "0 failed", observed_rate),
     ]))
 
-    okr = req[all_frame["ok"]].reset_index(drop=True)
+    okr = req[_bool_obj(req["ok"]) == True].reset_index(drop=True)  # noqa: E712
     if okr.empty:
         for col in ("ttft_s", "e2el_s", "output_tokens", "send_ts", "end_ts"):
             out.skips.append(_Skip(f"{col}_not_null", "no ok request"))
