@@ -206,8 +206,9 @@ def _fmt(v: Any, spec: str = ".4g") -> str:
 def _render(rep: TuningReport, s: pd.Series, obj: dict, thr: str, lat: str) -> None:
     grid = "a continuous space (no finite grid)" if pd.isna(s["search_grid_size"]) else \
         f"a full grid of {int(s['search_grid_size'])} configs"
+    slo = ", ".join(f"{k} <= {v:g}" for k, v in (obj.get("slo") or {}).items() if v is not None) or "none"
     head = (f"tuning report, sweep {rep.sweep_id}: {obj['direction']} {obj['metric']} at {obj['workload']} "
-            f"{obj['load']} under SLO {({k: v for k, v in (obj.get('slo') or {}).items() if v is not None}) or 'none'} "
+            f"{obj['load']} under SLO {slo} "
             f"(p{obj.get('slo_percentile', 90)} of each window)")
     spent = (f"{int(s['search_boots'])} boots against {grid}; {_fmt(s['search_gpu_minutes'], '.2f')} GPU-minutes; "
              f"stopped: {s['search_stop_reason']}")
@@ -243,14 +244,21 @@ def _render(rep: TuningReport, s: pd.Series, obj: dict, thr: str, lat: str) -> N
         for r in rep.frontier.itertuples()) or "no usable boot"))
     if rep.command:
         lines.append(f"deploy: {rep.command}")
+    lines.append(f"configs tried ({len(rep.configs)}):")
+    for r in rep.configs.itertuples():
+        trial = "" if pd.isna(r.search_trial) else f"#{int(r.search_trial)} "
+        lines.append(f"  {trial}{r.config_label} [{r.config_key}]: {r.search_state}, {obj['metric']} = "
+                     f"{_fmt(r.search_value)}" + ("" if r.status == "ok" else f" ({r.status}: {r.failure_class})"))
     rep.lines = lines
 
     show = rep.configs[["config_label", "config_key", "search_role", "search_trial", "search_state", "status",
                         "failure_class", "quality_verdict", "search_value", thr, lat, "search_slo_violation",
                         "search_walk_down"]].copy()
     show["frontier"] = show["config_key"].isin(rep.frontier["config_key"])
+    for c in ("search_value", thr, lat):  # 4 significant digits, not 588.0339488384463
+        show[c] = show[c].map(lambda v: v if v is None or pd.isna(v) else float(f"{v:.4g}"))
     md = [f"# Tuning report: {rep.sweep_id}", "", head, "", spent, ""]
-    md += ["## Best config under the SLO", ""] + [f"- {x}" for x in lines[2:] if not x.startswith(("deploy", "  "))]
+    md += ["## Best config under the SLO", ""] + [f"- {x}" for x in lines[2:] if not x.startswith(("deploy", "  ", "configs tried"))]
     if rep.command:
         md += ["", "Deploy it with:", "", "```bash", rep.command, "```"]
     if rep.verdict is not None and not rep.verdict.empty and "rel_diff" in rep.verdict.columns:
