@@ -16,6 +16,9 @@ export PYTHONPATH="$ORCH:$REPO"
 export DO_NOT_TRACK=1 PREFECT_SERVER_ANALYTICS_ENABLED=false PYTHONUNBUFFERED=1
 RUN=$DEST/sweep
 mkdir -p "$RUN" "$TUNELAB_HOME/models"
+# A detached sweep whose parent shell has ended is reparented; where PID 1 does not reap (a minimal init), it stays a
+# zombie after it exits and `kill -0` still succeeds: the 2026-12-02 H200 run waited 2 minutes past the sweep's end.
+alive() { local s; s=$(ps -o stat= -p "$1" 2>/dev/null); [ -n "$s" ] && [ "${s#Z}" = "$s" ]; }
 
 case "${1:-}" in
 start)
@@ -31,9 +34,9 @@ start)
   ;;
 wait)
   T=${2:-540}; t0=$(date +%s)
-  while kill -0 "$(cat "$RUN/pid")" 2>/dev/null && [ $(( $(date +%s) - t0 )) -lt "$T" ]; do sleep 5; done
+  while alive "$(cat "$RUN/pid")" && [ $(( $(date +%s) - t0 )) -lt "$T" ]; do sleep 5; done
   grep -a -E "trial [0-9]+/|ready in|boot failed|: ok;|: boot_failed|: failed|loaded|Finished in state" "$RUN/sweep.log" | grep -av "Task run" | tail -40
-  kill -0 "$(cat "$RUN/pid")" 2>/dev/null && echo "STILL RUNNING" || echo "SWEEP DONE"
+  alive "$(cat "$RUN/pid")" && echo "STILL RUNNING" || echo "SWEEP DONE"
   nvidia-smi --query-gpu=memory.used --format=csv,noheader
   ;;
 collect)
