@@ -229,6 +229,23 @@ def test_a_memory_failure_walks_max_num_seqs_down_until_it_boots_and_keeps_the_f
     assert [t.state for t in out.study.trials] == [TrialState.FAIL]
 
 
+def test_the_log_line_of_a_boot_that_did_not_count_says_why():
+    plan = _plan({"space": {"engine_args": {"max-num-seqs": [16, 32]}},
+                  "objective": {"maximize": "output_tokens_per_s", "load": "c=4"}, "budget": {"boots": 2}},
+                 engine_args={"max-num-seqs": 8, "max-num-batched-tokens": 4096})
+    w, lo = plan.search_cell()
+    lines: list[str] = []
+
+    def boot(req):  # every boot measured, but the quality gate left it out
+        tput, ttft = _sim(req.engine_args, req.env)
+        return BootOutcome("ok", None, _windows(tput, ttft, 2)[-1], usable=False, gpu_minutes=1.0)
+
+    run_search(plan.search, base_args=dict(plan.trials()[0].engine_args), base_env=dict(plan.trials()[0].env),
+               seed=plan.seed, workload=w, load=lo, slo=plan.slo.model_dump(), boot=boot, log=lines.append)
+    boots = [x for x in lines if x.startswith("search boot")]
+    assert boots and all(x.endswith("fail [left out by the quality gate (verdict not pass/warn)]") for x in boots), boots
+
+
 def test_walk_down_knobs_by_failure_class():
     assert walk_down({"max-model-len": 4096}, "oom_kv_cache", 1000) == ({"max-model-len": 2048},
                                                                         "max-model-len 4096 -> 2048")

@@ -546,10 +546,15 @@ def run_search(spec: SearchSpec, *, base_args: dict[str, Scalar], base_env: dict
                     out.best_key = rec.config_key
         out.records.append(rec)
         seen[rec.config_key] = rec
+        # Why a boot did not count, in the log line: its failure class, else its status, else the quality gate.
+        why = res.failure_class or (None if rec.state != "fail" else
+                                    f"status {res.status}" if res.status != "ok" else
+                                    "left out by the quality gate (verdict not pass/warn)" if not res.usable else
+                                    f"no {obj.metric} at {workload} {load}")
         log(f"search boot {out.boots} ({role}{'' if number is None else f' #{number}'}): {rec.state}"
             f"{'' if rec.value is None else f' {obj.metric}={rec.value:.4g}'}"
             f"{'' if rec.violation is None or rec.violation <= 0 else f' (SLO exceeded by {rec.violation:.0%})'}"
-            f"{'' if not res.failure_class else f' [{res.failure_class}]'}{'' if not walked else f' walk-down: {walked}'}")
+            f"{'' if not why else f' [{why}]'}{'' if not walked else f' walk-down: {walked}'}")
         return rec
 
     # The plan's default config first: the reference of the verdict and the first bar for pruning.
