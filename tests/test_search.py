@@ -246,6 +246,16 @@ def test_the_log_line_of_a_boot_that_did_not_count_says_why():
     assert boots and all(x.endswith("fail [left out by the quality gate (verdict not pass/warn)]") for x in boots), boots
 
 
+def test_the_plan_cost_counts_the_search_budget_not_only_the_default():
+    from tunelab.plan_cost import plan_cost
+
+    one = plan_cost(_plan())  # the same plan without a search: one boot of the base config
+    cost = plan_cost(_plan(SEARCH))
+    assert one.boots == 1 and cost.boots == 25
+    assert cost.estimate_s == pytest.approx(25 * one.estimate_s, rel=1e-6)
+    assert "the budget's 25 boots" in cost.how
+
+
 def test_walk_down_knobs_by_failure_class():
     assert walk_down({"max-model-len": 4096}, "oom_kv_cache", 1000) == ({"max-model-len": 2048},
                                                                         "max-model-len 4096 -> 2048")

@@ -143,7 +143,19 @@ def plan_cost(plan: Plan, devices: dict[str, str] | None = None) -> PlanCost:
     if sla is not None:
         how += (f"; sla_search not included: up to {sla.max_levels()} levels x {sla.max_windows_per_level} windows "
                 "per workload and trial on top (docs/sla_search.md; typically about half of that)")
-    cost = PlanCost(boots=len(trials), windows=per_trial_windows * len(trials), measured_requests=measured,
+    n_boots = len(trials)
+    search = getattr(plan, "search", None)
+    if search is not None and trials:
+        # The plan's trials are the default config only; the search boots up to its budget, each costing about
+        # what the default costs (an upper bound: pruned boots stop after their first windows).
+        budget = search.budget
+        if budget.boots:
+            f = budget.boots / len(trials)
+            n_boots, boot_s, req_s, measured, warm = budget.boots, boot_s * f, req_s * f, int(measured * f), int(warm * f)
+            how += f"; search: the budget's {budget.boots} boots at the default's cost, an upper bound"
+        if budget.gpu_minutes:
+            how += f"; search: stops before {budget.gpu_minutes:g} GPU-minutes"
+    cost = PlanCost(boots=n_boots, windows=per_trial_windows * n_boots, measured_requests=measured,
                     warmup_requests=warm, largest_window_requests=biggest_n,
                     largest_window_prompt_tokens=biggest_tok, boot_s=boot_s, requests_s=req_s, how=how)
     if cost.estimate_s > WARN_SWEEP_S:
