@@ -306,8 +306,10 @@ def test_measure_server_records_the_fake_servers_cpu_by_role():
     from tunelab.plan import Plan, Workload
     from tunelab.tasks.measure import measure_server
 
+    # /proc counts CPU in clock ticks (10 ms): 60 streams of 32 chunks keep the fake busy for many ticks (6 x 8
+    # chunks used less than one tick on a busy CI host and read 0.0)
     plan = Plan(name="diag", model="unused", seed=3, repeats=1, warmup_requests=0, concurrency=[2],
-                workloads=[Workload(name="w", prompt_tokens=16, output_tokens=8, num_requests=6)])
+                workloads=[Workload(name="w", prompt_tokens=16, output_tokens=32, num_requests=60)])
     with FakeServerProcess(FakeTiming(ttft_s=0.005, itl_s=0.002), model="fake-model") as fake:
         res = measure_server(fake.base_url, "k", "fake-model", plan, progress=lambda *a: None,
                              server_pid=fake.proc.pid)
