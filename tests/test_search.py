@@ -318,6 +318,9 @@ def test_the_tuning_report_frontier_best_verdict_and_command(tmp_path):
     assert "4 boots against a full grid of 2 configs; 12.50 GPU-minutes" in text
     assert "best under the SLO: cfgA [A]" in text and "replicates: auto" in text
     assert "deploy: VLLM_X=1 vllm serve models/tiny --max-num-seqs 128" in text
+    # the terminal lists every config tried, the SLO as bounds, not a dict
+    assert "configs tried (4):" in text and "  #2 cfgB [B]: infeasible, output_tokens_per_s = 1500" in text
+    assert "under SLO ttft_s <= 0.12 " in text and "{'" not in text
     assert rep.plot is not None and rep.plot.exists()
     assert "## Frontier" in rep.markdown and "```bash" in rep.markdown
     with pytest.raises(ValueError, match="no search"):
