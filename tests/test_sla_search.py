@@ -8,18 +8,15 @@ import json
 import logging
 import math
 import random
-import shutil
 import sys
 import textwrap
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from tunelab import sla_search as S
 from tunelab.plan import PlanError, load_plan
 
-FIXTURES = Path(__file__).parent / "fixtures"
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fakes"))
 
 
@@ -252,25 +249,7 @@ def test_a_good_sla_search_plan_loads(tmp_path):
 # ---------------------------------------------------------------- end to end: the trial flow on the FAKE server
 
 
-class FakeEngine:
-    """FAKE stand-in for ``tasks.engine.EngineServer``: 'boots' by writing a real vLLM boot log (a fixture) and
-    serves through the FAKE timed OpenAI server."""
-
-    def __init__(self, fake, log_path: Path):
-        self.fake, self.log_path, self.proc = fake, Path(log_path), None
-        self.base_url, self.api_key, self.served_model_name = fake.base_url, "k", "fake-model"
-
-    def start(self) -> None:
-        shutil.copy(FIXTURES / "bootlogs" / "cpu_0.32.0_cold.log", self.log_path)
-
-    def wait_ready(self):
-        return SimpleNamespace(boot_s=0.2, health_s=0.1, port=0)
-
-    def stop(self):
-        return SimpleNamespace(total_s=0.01, clean=True, detail="")
-
-    def redacted_command(self) -> str:
-        return "vllm serve fake-model --api-key ***"
+from test_records import FakeEngine  # noqa: E402  the FAKE engine of the records test, shared
 
 
 def test_a_trial_with_sla_search_finds_the_fakes_max_concurrency_and_loads_it(tmp_path, monkeypatch):
