@@ -8,6 +8,7 @@ goes on. Teardown runs in ``finally``, so success, failure, timeout, Ctrl-C and 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import socket
 import traceback
@@ -335,21 +336,31 @@ def measure_task(server: EngineServer, plan: Plan, gpu_index: int | None, on_win
     per_level_s = sum(lp.window_deadline_s(plan.request_timeout_s, plan.repeats, duration_s)
                       for lp in plan.load_profiles())
     deadline = per_level_s * len(plan.workloads) * plan.repeats + 300
-    sampler = GpuSampler(gpu_index) if gpu_index is not None else None
-    if sampler:
-        sampler.__enter__()
-    try:
-        res = measure_server(server.base_url, server.api_key, server.served_model_name, plan,
-                             progress=progress, deadline_s=deadline, load_processes=plan.load_processes,
-                             server_log=server.log_path, on_window=on_window,
-                             server_pid=getattr(getattr(server, "proc", None), "pid", None))
-    except Exception as e:  # the trial records it; the reason leads the log (see _failed_task)
-        return _failed_task(e, f"measurement failed: {type(e).__name__}: {e or repr(e)}")
-    finally:
-        if sampler:
-            sampler.__exit__(None, None, None)
-    gpu = R.frame(R.GpuSample, pd.DataFrame(sampler.rows if sampler else []), without=("trial_id",))
+    with _gpu_sampling(gpu_index) as rows:
+        try:
+            res = measure_server(server.base_url, server.api_key, server.served_model_name, plan,
+                                 progress=progress, deadline_s=deadline, load_processes=plan.load_processes,
+                                 server_log=server.log_path, on_window=on_window,
+                                 server_pid=getattr(getattr(server, "proc", None), "pid", None))
+        except Exception as e:  # the trial records it; the reason leads the log (see _failed_task)
+            return _failed_task(e, f"measurement failed: {type(e).__name__}: {e or repr(e)}")
+    gpu = R.frame(R.GpuSample, pd.DataFrame(rows), without=("trial_id",))
     return res, gpu
+
+
+@contextlib.contextmanager
+def _gpu_sampling(gpu_index: int | None):
+    """NVML samples of ``gpu_index`` while the block runs (``tasks.gpu.GpuSampler``); yields the list the rows
+    land in (empty on a CPU runtime, ``gpu_index`` None). Shared by the measure and SLA-search tasks."""
+    sampler = GpuSampler(gpu_index) if gpu_index is not None else None
+    if sampler is None:
+        yield []
+        return
+    sampler.__enter__()
+    try:
+        yield sampler.rows
+    finally:
+        sampler.__exit__(None, None, None)
 
 
 @task(name="sla-search", cache_policy=NO_CACHE)
@@ -362,21 +373,16 @@ def sla_search_task(server: EngineServer, plan: Plan, gpu_index: int | None, mea
     from tunelab.tasks.sla_search import run_sla_search
 
     logger = get_run_logger()
-    sampler = GpuSampler(gpu_index) if gpu_index is not None else None
-    if sampler:
-        sampler.__enter__()
-    try:
-        found, sla = run_sla_search(server.base_url, server.api_key, server.served_model_name, plan,
-                                    measured=measured, progress=progress_logger(logger, min_interval_s=2.0),
-                                    load_processes=plan.load_processes, server_log=server.log_path,
-                                    server_pid=getattr(getattr(server, "proc", None), "pid", None),
-                                    on_window=on_window, log=logger.info)
-    except Exception as e:  # the trial records it; the reason leads the log (see _failed_task)
-        return _failed_task(e, f"SLA search failed: {type(e).__name__}: {e or repr(e)}")
-    finally:
-        if sampler:
-            sampler.__exit__(None, None, None)
-    gpu = R.frame(R.GpuSample, pd.DataFrame(sampler.rows if sampler else []), without=("trial_id",))
+    with _gpu_sampling(gpu_index) as rows:
+        try:
+            found, sla = run_sla_search(server.base_url, server.api_key, server.served_model_name, plan,
+                                        measured=measured, progress=progress_logger(logger, min_interval_s=2.0),
+                                        load_processes=plan.load_processes, server_log=server.log_path,
+                                        server_pid=getattr(getattr(server, "proc", None), "pid", None),
+                                        on_window=on_window, log=logger.info)
+        except Exception as e:  # the trial records it; the reason leads the log (see _failed_task)
+            return _failed_task(e, f"SLA search failed: {type(e).__name__}: {e or repr(e)}")
+    gpu = R.frame(R.GpuSample, pd.DataFrame(rows), without=("trial_id",))
 
     def cat(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
         return pd.concat([f for f in (a, b) if len(f)] or [a], ignore_index=True)
