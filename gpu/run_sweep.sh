@@ -1,7 +1,8 @@
 #!/bin/bash
 # On a GPU host, from the repository root, after gpu/host_setup.sh installed the bundles into $DEST:
-#   bash gpu/run_sweep.sh start PLAN     register the installed vLLM runtimes with tunelab (gpu-<version>),
-#                                        link the model, start `tunelab run PLAN` detached (survives this shell)
+#   bash gpu/run_sweep.sh start PLAN...  register the installed vLLM runtimes with tunelab (gpu-<version>),
+#                                        link the model, start `tunelab run PLAN` detached (survives this shell);
+#                                        several plans run one after the other in that one detached job
 #   bash gpu/run_sweep.sh wait SECONDS   wait until the sweep ends (or SECONDS pass), print progress
 #   bash gpu/run_sweep.sh collect        pack the warehouse export, report.md + plots (tunelab evidence-report),
 #                                        logs and bundles into $OUT/evidence.tar.gz (RESULTS=0: without bundles)
@@ -22,13 +23,15 @@ alive() { local s; s=$(ps -o stat= -p "$1" 2>/dev/null); [ -n "$s" ] && [ "${s#Z
 
 case "${1:-}" in
 start)
-  PLAN=$2
+  shift; [ $# -ge 1 ] || { echo "usage: $0 start PLAN..."; exit 2; }
   $PY -m tunelab.offline_register "$DEST" || exit 1
   [ -e "$TUNELAB_HOME/models/llama-1b" ] || ln -s "$DEST/model" "$TUNELAB_HOME/models/llama-1b"
   $PY -m tunelab.cli runtime list
-  $PY -m tunelab.cli plan check "$PLAN" || exit 1
-  # append: a second sweep on the same host keeps the first one's log
-  setsid nohup $PY -m tunelab.cli run "$PLAN" >> "$RUN/sweep.log" 2>&1 < /dev/null &
+  # every plan is checked before the first server boots
+  for PLAN in "$@"; do $PY -m tunelab.cli plan check "$PLAN" || exit 1; done
+  # append: a second sweep on the same host keeps the first one's log; back-to-back plans share the machine's
+  # state (compile cache), which is the point of running them in one job
+  setsid nohup bash -c 'for p in "$@"; do '"$PY"' -m tunelab.cli run "$p"; done' _ "$@" >> "$RUN/sweep.log" 2>&1 < /dev/null &
   echo $! > "$RUN/pid"
   echo "sweep started (pid $(cat "$RUN/pid")), log $RUN/sweep.log"
   ;;
@@ -53,5 +56,5 @@ collect)
   nvidia-smi > "$E/nvidia-smi.txt" 2>&1
   tar -C "$RUN" -czf "$OUTD/evidence.tar.gz" evidence && ls -la "$OUTD"
   ;;
-*) echo "usage: $0 start PLAN | wait SECONDS | collect"; exit 2;;
+*) echo "usage: $0 start PLAN... | wait SECONDS | collect"; exit 2;;
 esac
