@@ -9,9 +9,12 @@
 # under $DEST/.parts/<name>/, and installs every bundle whose parts are now all there (sha256 of
 # every part and of the joined archive checked against manifest.json). Safe to run again: bundles
 # already installed are skipped.
-# Once a vLLM runtime is installed it builds the tokenizer and the ~1.1B random-weight Llama under
-# $DEST/model (unless MODEL=0), then prints versions. Needs: python3 (the host's, the one vLLM will
-# run under), xz or Python's lzma, tar, and for the model a CUDA GPU with torch/transformers.
+# Once a vLLM runtime is installed it builds the tokenizer and the random-weight model(s) of MODEL_SHAPE
+# (unless MODEL=0), then prints versions. MODEL_SHAPE (default llama-1b; several: "llama-1b llama-3.1-8b"):
+#   llama-1b      the ~1.1B Llama (2.2 GB)        -> $DEST/model              (tokenizer $DEST/tok, 32,000 tokens)
+#   llama-3.1-8b  the Llama-3.1-8B shape (16 GB)  -> $DEST/model-llama-3.1-8b (tokenizer $DEST/tok-128256)
+# gpu/run_sweep.sh links them as <tunelab home>/models/llama-1b and llama-8b. Needs: python3 (the host's, the one
+# vLLM will run under), xz or Python's lzma, tar, and for the model a CUDA GPU with torch/transformers.
 # Output: $DEST/<name>/runtime.json per bundle; copies of logs and records under $OUT if set.
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -106,11 +109,20 @@ for d in "$DEST"/.parts/*/; do
   echo "[$n] ok: $root/runtime.json"
 done
 
-# 4. the model (once a vLLM runtime is in place)
-if [ "${MODEL:-1}" = 1 ] && ls "$DEST"/vllm-*/runtime.json >/dev/null 2>&1 && [ ! -f "$DEST/model/model.safetensors" ]; then
-  echo "== building tokenizer + model"
-  [ -f "$DEST/tok/tokenizer.json" ] || $PY "$REPO/gpu/make_tokenizer.py" "$DEST/tok" || echo "TOKENIZER FAILED"
-  $PY "$REPO/gpu/make_model.py" "$DEST/model" "$DEST/tok" || echo "MODEL FAILED"
+# 4. the model(s) of MODEL_SHAPE (once a vLLM runtime is in place); a model is built once: its last file marks it done
+if [ "${MODEL:-1}" = 1 ] && ls "$DEST"/vllm-*/runtime.json >/dev/null 2>&1; then
+  for shape in ${MODEL_SHAPE:-llama-1b}; do
+    case "$shape" in
+      llama-1b)     mdir=$DEST/model; tok=$DEST/tok; vocab=32000; done_file=model.safetensors ;;
+      llama-3.1-8b) mdir=$DEST/model-llama-3.1-8b; tok=$DEST/tok-128256; vocab=128256
+                    done_file=model.safetensors.index.json ;;
+      *) echo "MODEL_SHAPE: unknown shape '$shape' (llama-1b, llama-3.1-8b)"; continue ;;
+    esac
+    [ -f "$mdir/$done_file" ] && { echo "== model $shape built already: $mdir"; continue; }
+    echo "== building tokenizer ($vocab tokens) + model $shape -> $mdir ($(df -h --output=avail "$DEST" | tail -1 | tr -d ' ') free)"
+    [ -f "$tok/tokenizer.json" ] || $PY "$REPO/gpu/make_tokenizer.py" "$tok" --vocab "$vocab" || echo "TOKENIZER FAILED"
+    $PY "$REPO/gpu/make_model.py" --shape "$shape" "$mdir" "$tok" || echo "MODEL FAILED ($shape)"
+  done
 fi
 
 # 5. versions
@@ -130,7 +142,9 @@ if known:
     print(f"   outside vLLM's pins but seen serving on the measured H200 image: {', '.join(known)}")
 EOF
 done
-[ -f "$DEST/model/config.json" ] && echo "model: $DEST/model ($(du -sh "$DEST/model" | cut -f1))"
+for m in "$DEST/model" "$DEST/model-llama-3.1-8b"; do
+  [ -f "$m/config.json" ] && echo "model: $m ($(du -sh "$m" | cut -f1))"
+done
 if [ -n "$OUT" ]; then
   $PY -m pip list --format=freeze > "$OUT/host_pip_freeze.txt" 2>/dev/null
   for r in "$DEST"/*/runtime.json; do [ -f "$r" ] && cp "$r" "$OUT/$(basename "$(dirname "$r")").runtime.json"; done

@@ -1,7 +1,7 @@
 #!/bin/bash
 # On a GPU host, from the repository root, after gpu/host_setup.sh installed the bundles into $DEST:
 #   bash gpu/run_sweep.sh start PLAN...  register the installed vLLM runtimes with tunelab (gpu-<version>),
-#                                        link the model, start `tunelab run PLAN` detached (survives this shell);
+#                                        link the model(s), start `tunelab run PLAN` detached (survives this shell);
 #                                        several plans run one after the other in that one detached job
 #   bash gpu/run_sweep.sh wait SECONDS   wait until the sweep ends (or SECONDS pass), print progress
 #   bash gpu/run_sweep.sh collect        pack the warehouse export, report.md + plots (tunelab evidence-report),
@@ -17,6 +17,10 @@ export PYTHONPATH="$ORCH:$REPO"
 export DO_NOT_TRACK=1 PREFECT_SERVER_ANALYTICS_ENABLED=false PYTHONUNBUFFERED=1
 RUN=$DEST/sweep
 mkdir -p "$RUN" "$TUNELAB_HOME/models"
+# the Llama-3.1-8B-shaped model, when gpu/host_setup.sh built it (MODEL_SHAPE=llama-3.1-8b): plans name it
+# ../.tunelab/models/llama-8b (the ~1.1B one is linked as llama-1b by `start`)
+[ -f "$DEST/model-llama-3.1-8b/model.safetensors.index.json" ] && [ ! -e "$TUNELAB_HOME/models/llama-8b" ] && \
+  ln -s "$DEST/model-llama-3.1-8b" "$TUNELAB_HOME/models/llama-8b"
 # A detached sweep whose parent shell has ended is reparented; where PID 1 does not reap (a minimal init), it stays a
 # zombie after it exits and `kill -0` still succeeds: the 2026-12-02 H200 run waited 2 minutes past the sweep's end.
 alive() { local s; s=$(ps -o stat= -p "$1" 2>/dev/null); [ -n "$s" ] && [ "${s#Z}" = "$s" ]; }
