@@ -56,6 +56,7 @@ __all__ = [
     "RESERVED_FLAGS",
     "unknown_env_warnings",
     "unknown_engine_args",
+    "bad_engine_arg_values",
     "runtime_checks",
 ]
 
@@ -988,13 +989,14 @@ def _facts(runtimes: dict, method: str, what: str) -> tuple[dict[str, frozenset[
 def runtime_checks(plan: "Plan", runtimes: dict) -> tuple[list[str], list[str]]:
     """The checks of a plan against its runtimes' facts, as one call that never raises.
 
-    Runs :func:`unknown_engine_args` (errors and warnings) and :func:`unknown_env_warnings` (warnings). These
+    Runs :func:`unknown_engine_args` and :func:`bad_engine_arg_values` (errors and warnings) and
+    :func:`unknown_env_warnings` (warnings). These
     checks only save a failed or misleading boot, so they must never stop a sweep or a plan check themselves:
     a check that raises (whatever the cause, e.g. an interpreter bug while reading a runtime) is skipped and
     becomes one warning that names it and the exception.
 
     Returns:
-        (errors, warnings), one line each. Errors are plan errors (an engine-arg name no runtime accepts).
+        (errors, warnings), one line each. Errors are plan errors (an engine-arg name or value no runtime accepts).
 
     Args:
         plan: the validated plan.
@@ -1009,6 +1011,13 @@ def runtime_checks(plan: "Plan", runtimes: dict) -> tuple[list[str], list[str]]:
     except Exception as exc:  # noqa: BLE001
         warnings.append(f"engine-arg name check skipped ({type(exc).__name__}: {exc}); a misspelt name will "
                         "show as a boot failure (invalid_config) instead")
+    try:
+        e, w = bad_engine_arg_values(plan, runtimes)
+        errors += e
+        warnings += w
+    except Exception as exc:  # noqa: BLE001
+        warnings.append(f"engine-arg value check skipped ({type(exc).__name__}: {exc}); a bad value will show "
+                        "as a boot failure (invalid_config) instead")
     try:
         warnings += unknown_env_warnings(plan, runtimes)
     except Exception as exc:  # noqa: BLE001
@@ -1102,4 +1111,73 @@ def unknown_engine_args(plan: "Plan", runtimes: dict) -> tuple[list[str], list[s
                 warnings.append(f"engine arg {flag!r}: unknown to vLLM {runtimes[n].vllm_version or '?'} of runtime "
                                 f"{n!r} (accepted by {', '.join(repr(a) for a in accepted_by)}); its trials on "
                                 f"{n!r} will fail to boot (invalid_config)")
+    return errors, warnings
+
+
+def _engine_arg_values(plan: "Plan") -> list[tuple[str, str, Any, list[str]]]:
+    """Every engine-arg value the plan sets, as (field path, flag, value, runtimes it runs on): the base
+    ``engine_args`` (each value of a matrix list), each variant's, and each value of ``search.space.engine_args``
+    (a range's ``low`` and ``high``)."""
+    rts = plan.runtime_names()
+    out: list[tuple[str, str, Any, list[str]]] = []
+    for flag, v in plan.engine_args.items():
+        for i, x in enumerate(v) if isinstance(v, list) else [(None, v)]:
+            out.append((f"engine_args.{flag}" + ("" if i is None else f"[{i}]"), flag, x, rts))
+    for j, var in enumerate(plan.variants):
+        vrts = [r for r in rts if var.runtimes is None or r in var.runtimes]
+        for flag, x in var.engine_args.items():
+            out.append((f"variants[{j}].engine_args.{flag}", flag, x, vrts))
+    if plan.search is not None:
+        for flag, v in plan.search.space.engine_args.items():
+            if isinstance(v, list):
+                for i, x in enumerate(v):
+                    out.append((f"search.space.engine_args.{flag}[{i}]", flag, x, rts))
+            else:
+                for end in ("low", "high"):
+                    out.append((f"search.space.engine_args.{flag}.{end}", flag, getattr(v, end), rts))
+    return out
+
+
+def bad_engine_arg_values(plan: "Plan", runtimes: dict) -> tuple[list[str], list[str]]:
+    """Engine-arg values of the plan that ``vllm serve`` would reject (``dtype: fp13``,
+    ``gpu-memory-utilization: 1.5``), found before any server starts, in the base config, the variants and the
+    ``search:`` space.
+
+    The allowed values of an option come from its runtime's facts (``Runtime.serve_choices``, read from vLLM's own
+    parser) when they were read; else (a runtime not registered on this machine, or facts without choices) from
+    ``tunelab.engine_arg_values``' table of the common enumerated options and its numeric type/range rules.
+
+    Returns:
+        (errors, warnings), one line each. An error is a value no runtime of the plan accepts; it names the field
+        (``search.space.engine_args.dtype[1]``), the value and the allowed values. A warning is a value some of
+        the plan's runtimes accept and others do not (their trials will fail to boot with ``invalid_config``).
+
+    Args:
+        plan: the validated plan.
+        runtimes: runtime name -> ``tunelab.runtime.Runtime`` (those found on this machine; may be empty).
+    """
+    from tunelab.engine_arg_values import ENUM_SOURCE, value_problem
+
+    # A runtime whose facts cannot be read is judged by the table; the name check already warns about it.
+    facts, _ = _facts({n: r for n, r in runtimes.items() if hasattr(r, "serve_choices")}, "serve_choices",
+                      "`vllm serve` option choices")
+    errors: list[str] = []
+    warnings: list[str] = []
+    for field, flag, value, rts in _engine_arg_values(plan):
+        if not rts:
+            continue
+        bad = {r: value_problem(flag, value, facts.get(r)) for r in rts}
+        wrong = [r for r, why in bad.items() if why]
+        if not wrong:
+            continue
+        why = bad[wrong[0]]
+        src = ", ".join(dict.fromkeys(
+            f"vLLM {runtimes[r].vllm_version or '?'} of runtime {r!r}" if facts.get(r) is not None
+            else f"tunelab's table from {ENUM_SOURCE}" for r in wrong))
+        if len(wrong) == len(rts):
+            errors.append(f"{field}: {why} ({src})")
+        else:
+            ok = [r for r in rts if r not in wrong]
+            warnings.append(f"{field}: {why} on {src} (accepted by {', '.join(repr(r) for r in ok)}); its trials "
+                            "there will fail to boot (invalid_config)")
     return errors, warnings

@@ -82,10 +82,14 @@ class RuntimeFacts:
     Attributes:
         serve_flags: option names of ``vllm serve`` without dashes (``max-num-seqs``), or None: not readable.
         env_names: keys of ``vllm.envs.environment_variables`` (``VLLM_USE_FASTOKENS``), or None: not readable.
+        serve_choices: option name without dashes -> its allowed values as strings (argparse ``choices``, e.g.
+            ``dtype`` -> ``auto, bfloat16, ...``), for every option of ``vllm serve`` that has choices; None: not
+            read (a facts file written before tunelab read them; ``tunelab.engine_arg_values`` then uses its table).
     """
 
     serve_flags: frozenset[str] | None = None
     env_names: frozenset[str] | None = None
+    serve_choices: dict[str, tuple[str, ...]] | None = None
 
 
 class Runtime(BaseModel):
@@ -133,6 +137,15 @@ class Runtime(BaseModel):
         """
         return self.facts(timeout_s).serve_flags
 
+    def serve_choices(self, timeout_s: float = 180.0) -> dict[str, tuple[str, ...]] | None:
+        """Allowed values of the ``vllm serve`` options that have a fixed set (option name without dashes ->
+        values as strings, e.g. ``kv-cache-dtype`` -> ``auto, fp8, ...``), or None when they were not read.
+
+        A runtime fact (:meth:`facts`), read from the parser vLLM itself builds; ``plan.bad_engine_arg_values``
+        judges a plan's values with it.
+        """
+        return self.facts(timeout_s).serve_choices
+
     def facts(self, timeout_s: float = 180.0) -> RuntimeFacts:
         """What tunelab reads out of this runtime's vLLM before any server starts: the ``vllm serve`` option
         names and the ``VLLM_*`` environment variable names (:class:`RuntimeFacts`).
@@ -159,9 +172,11 @@ class Runtime(BaseModel):
                 rec = json.loads(cache.read_text())
                 if (rec.get("format") == _FACTS_FORMAT and rec.get("vllm") == key[2] and rec.get("python") == key[0]
                         and rec.get("pythonpath") == list(key[1])):
+                    choices = rec.get("serve_choices")  # absent in files written before choices were read
                     facts = RuntimeFacts(
                         serve_flags=None if rec["serve_flags"] is None else frozenset(rec["serve_flags"]),
-                        env_names=None if rec["env_names"] is None else frozenset(rec["env_names"]))
+                        env_names=None if rec["env_names"] is None else frozenset(rec["env_names"]),
+                        serve_choices=_choices(choices))
                     return _FACTS_MEMO.setdefault(key, facts)
             except (OSError, ValueError, KeyError, TypeError):
                 pass  # unreadable or from another format: probe again
@@ -170,7 +185,9 @@ class Runtime(BaseModel):
         if facts.serve_flags is not None and cache is not None and cache.parent.is_dir():
             rec = {"format": _FACTS_FORMAT, "vllm": key[2], "python": key[0], "pythonpath": list(key[1]),
                    "serve_flags": sorted(facts.serve_flags),
-                   "env_names": None if facts.env_names is None else sorted(facts.env_names)}
+                   "env_names": None if facts.env_names is None else sorted(facts.env_names),
+                   "serve_choices": None if facts.serve_choices is None else
+                   {k: list(v) for k, v in sorted(facts.serve_choices.items())}}
             try:
                 cache.write_text(json.dumps(rec))
             except OSError:
@@ -202,7 +219,8 @@ class Runtime(BaseModel):
         if flags is not None and not _CORE_SERVE_FLAGS <= flags:
             flags = None  # not the full serve parser (a vLLM that builds it elsewhere): judge nothing with it
         return RuntimeFacts(serve_flags=flags,
-                            env_names=frozenset(env_names) if isinstance(env_names, list) else None)
+                            env_names=frozenset(env_names) if isinstance(env_names, list) else None,
+                            serve_choices=_choices(line("TUNELAB_SERVE_CHOICES")) if flags is not None else None)
 
     def launch_env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         """Process env for a server of this runtime: inherited env + safe defaults + record env + ``extra``."""
@@ -218,6 +236,18 @@ class Runtime(BaseModel):
             env["PYTHONPATH"] = os.pathsep.join(self.pythonpath)
         env.update(extra or {})
         return env
+
+
+def _choices(raw: Any) -> dict[str, tuple[str, ...]] | None:
+    """``{option: [values]}`` as read from the probe or the facts file -> :attr:`RuntimeFacts.serve_choices`;
+    None for anything else (not read, or not that shape)."""
+    if not isinstance(raw, dict):
+        return None
+    out = {}
+    for k, v in raw.items():
+        if isinstance(k, str) and isinstance(v, list) and all(isinstance(x, str) for x in v):
+            out[k.lstrip("-")] = tuple(v)
+    return out
 
 
 def _runtime_dir(name: str) -> Path:
@@ -286,6 +316,14 @@ def _dump(self, args=None, namespace=None):
     for a in self._actions:
         if isinstance(a, argparse._SubParsersAction) and "serve" in a.choices:
             serve = a.choices["serve"]
+            choices = {}
+            for opt, act in serve._option_string_actions.items():
+                try:
+                    if act.choices is not None and not isinstance(act, argparse._SubParsersAction):
+                        choices[opt] = [str(c) for c in act.choices]
+                except TypeError:
+                    pass
+            print("TUNELAB_SERVE_CHOICES " + json.dumps(choices), flush=True)
             print("TUNELAB_SERVE_FLAGS " + json.dumps(sorted(serve._option_string_actions)), flush=True)
             sys.exit(0)
     return _orig(self, args, namespace)
