@@ -246,6 +246,38 @@ def test_the_log_line_of_a_boot_that_did_not_count_says_why():
     assert boots and all(x.endswith("fail [left out by the quality gate (verdict not pass/warn)]") for x in boots), boots
 
 
+def test_every_suggestion_has_a_log_line_also_one_that_repeats_a_booted_config():
+    """A suggestion that repeats a config already booted (here first the default's, which is a value of the space)
+    costs no boot, but it has its line: no optuna trial number is missing from the log."""
+    plan = _plan({"space": {"engine_args": {"max-num-seqs": [8, 16, 32]}},
+                  "objective": {"maximize": "output_tokens_per_s", "load": "c=4"}, "budget": {"boots": 4}},
+                 engine_args={"max-num-seqs": 8, "max-num-batched-tokens": 4096}, seed=1)
+    w, lo = plan.search_cell()
+    lines: list[str] = []
+    out = run_search(plan.search, base_args=dict(plan.trials()[0].engine_args), base_env={}, seed=plan.seed,
+                     workload=w, load=lo, slo=plan.slo.model_dump(), boot=_boot_sim([]), log=lines.append)
+    repeats = [x for x in lines if x.startswith("search #")]
+    assert repeats, lines  # seed 1 suggests the default's config again: the case that was silent
+    assert any("the config of search boot 1 (default) again" in x for x in repeats), repeats
+    import re
+
+    numbers = [int(m.group(1)) for x in lines for m in [re.search(r"search #(\d+)\)?[:)]", x)] if m]
+    assert sorted(numbers) == [t.number for t in out.study.trials], lines
+    assert [x for x in lines if x.startswith("search boot")][0].startswith("search boot 1 (default)")
+
+
+def test_a_grid_that_holds_the_default_stops_once_every_config_was_booted():
+    """The default's config is one of the grid's 3 configs: 3 boots cover the grid, and the search stops there
+    (space_exhausted) instead of asking optuna again and again for configs it has."""
+    plan = _plan({"space": {"engine_args": {"max-num-seqs": [8, 16, 32]}},
+                  "objective": {"maximize": "output_tokens_per_s", "load": "c=4"}, "budget": {"boots": 6}},
+                 engine_args={"max-num-seqs": 8, "max-num-batched-tokens": 4096})
+    out = _search(plan, _boot_sim([]))
+    assert sorted(r.engine_args["max-num-seqs"] for r in out.records) == [8, 16, 32]
+    assert out.stop_reason == "space_exhausted" and out.boots == 3
+    assert len(out.study.trials) < 10, len(out.study.trials)  # not MAX_REPEATS suggestions of booted configs
+
+
 def test_the_plan_cost_counts_the_search_budget_not_only_the_default():
     from tunelab.plan_cost import plan_cost
 
@@ -335,6 +367,7 @@ def test_a_search_sweep_on_the_fake_server_records_every_boot_and_reports(tmp_pa
     suggestions are three normal trials (bundles, quality gate, warehouse) with their search columns; the sweep's
     row carries the search; `tunelab tuning-report` prints the deploy command."""
     import os
+    import re
     import subprocess
     import sys
     from pathlib import Path
@@ -364,6 +397,13 @@ def test_a_search_sweep_on_the_fake_server_records_every_boot_and_reports(tmp_pa
                          "search_gpu_minutes FROM sweeps").fetchone()
     finally:
         con.close()
+    # Progress and log: "trial k/N" with N the budget's boots (not the boots so far), every boot with its line.
+    out = r.stdout + r.stderr
+    heads = re.findall(r"^trial (\d+)/(\S+) .*: starts", out, re.M)
+    assert heads == [("1", "3"), ("2", "3"), ("3", "3")], out[-3000:]
+    assert re.findall(r"trial (\d+)/(\S+): ", out) == [("1", "3"), ("2", "3"), ("3", "3")], out[-3000:]
+    assert re.findall(r"search boot (\d) \((\w+)", out) == [("1", "default"), ("2", "search"), ("3", "search")]
+    assert "sweep: 3 trial(s)" in out
     assert [x[0] for x in rows] == ["default", "search", "search"], rows
     assert rows[0][1] is None and rows[1][1] is not None
     assert all(x[3] == "ok" for x in rows), rows

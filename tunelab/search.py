@@ -28,6 +28,7 @@ which imports this module).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import warnings
@@ -51,6 +52,7 @@ __all__ = [
     "SearchSpec",
     "config_of",
     "distributions",
+    "grid_keys",
     "grid_size",
     "objective_value",
     "prune_decision",
@@ -440,6 +442,7 @@ class SearchRecord:
     walked_from: str | None = None
     gpu_minutes: float = 0.0
     trial_id: str | None = None
+    boot: int = 0  # 1-based boot number in the search (the default is 1)
 
 
 @dataclass
@@ -467,6 +470,31 @@ def _key(args: dict, env: dict) -> str:
 
 #: Suggestions in a row that repeat a config already booted, after which the search stops (``space_exhausted``).
 MAX_REPEATS = 30
+#: Largest grid whose configs :func:`grid_keys` lists (to tell when every one has been booted).
+MAX_LISTED_GRID = 10_000
+
+
+def grid_keys(space: SearchSpace, base_args: dict[str, Scalar], base_env: dict[str, str],
+              key: Callable[[dict, dict], str]) -> set[str] | None:
+    """The config keys of every config of the space's grid (each applied to the base config, as
+    :func:`config_of`), or None when they are not listed: a float dimension (its values as optuna builds them
+    need not match a list made here), or more than :data:`MAX_LISTED_GRID` configs. The default config is one of
+    them when its settings are values of the space."""
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+
+    axes: list[tuple[str, list]] = []
+    for name, d in distributions(space).items():
+        if isinstance(d, CategoricalDistribution):
+            axes.append((name, list(d.choices)))
+        elif isinstance(d, IntDistribution):
+            axes.append((name, list(range(d.low, d.high + 1, d.step))))
+        else:
+            return None
+    if math.prod(len(v) for _, v in axes) > MAX_LISTED_GRID:
+        return None
+    names = [n for n, _ in axes]
+    return {key(*config_of(dict(zip(names, combo)), base_args, base_env))
+            for combo in itertools.product(*(v for _, v in axes))}
 
 
 def run_search(spec: SearchSpec, *, base_args: dict[str, Scalar], base_env: dict[str, str], seed: int,
@@ -545,6 +573,7 @@ def run_search(spec: SearchSpec, *, base_args: dict[str, Scalar], base_env: dict
                     best[0] = ov.value
                     out.best_key = rec.config_key
         out.records.append(rec)
+        rec.boot = out.boots
         seen[rec.config_key] = rec
         # Why a boot did not count, in the log line: its failure class, else its status, else the quality gate.
         why = res.failure_class or (None if rec.state != "fail" else
@@ -559,23 +588,31 @@ def run_search(spec: SearchSpec, *, base_args: dict[str, Scalar], base_env: dict
 
     # The plan's default config first: the reference of the verdict and the first bar for pruning.
     one(dict(base_args), dict(base_env), "default", None, None, None, None)
+    # Every config of the grid, to stop once each was booted (the default may be one of them).
+    grid = grid_keys(spec.space, base_args, base_env, key) if out.grid_size is not None else None
     repeats = 0
     while True:
         stop = budget_left()
         if stop:
             out.stop_reason = stop
             break
-        if out.grid_size is not None and len({r.config_key for r in out.records if r.role != "walk_down"}) \
-                >= out.grid_size + 1:
+        if grid is not None and grid <= seen.keys():
+            out.stop_reason = "space_exhausted"
+            break
+        if grid is None and out.grid_size is not None and len(
+                {r.config_key for r in out.records if r.role != "walk_down"}) >= out.grid_size + 1:
             out.stop_reason = "space_exhausted"
             break
         ot = study.ask(dists)
         args, env = config_of(ot.params, base_args, base_env)
         k = key(args, env)
-        if k in seen:  # already booted: tell optuna what it gave, at no boot
+        if k in seen:  # already booted: tell optuna what it gave, at no boot (and say so: no suggestion is silent)
             repeats += 1
             prev = seen[k]
             _tell(study, ot, prev, TrialState)
+            log(f"search #{ot.number}: the config of search boot {prev.boot} ({prev.role}"
+                f"{'' if prev.number is None else f' #{prev.number}'}) again; told its result ({prev.state}), "
+                "no boot")
             if repeats >= MAX_REPEATS:
                 out.stop_reason = "space_exhausted"
                 break

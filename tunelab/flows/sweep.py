@@ -488,6 +488,9 @@ class _SweepTrials:
         self.bundles: list[Path | None] = [None] * len(jobs)
         self.timings: list[dict] = [dict(trial_index=j.index) for j in jobs]
         self.out_of_service: set[Device] = set()
+        # N of "trial k/N" (log lines, progress events, the progress artifact): the jobs known at the start;
+        # a search sets its budget's boots (its jobs are added one boot at a time), None when only GPU-minutes bound it.
+        self.trials_total: int | None = len(jobs)
         self.in_flight: dict[int, str] = {}
         self.unrecorded: set[int] = set()
         self.cancelled: set[int] = set()
@@ -531,9 +534,10 @@ class _SweepTrials:
             try:
                 from prefect.artifacts import update_progress_artifact
 
-                update_progress_artifact(self.progress_id, 100.0 * n / max(len(self.jobs), 1),
-                                         description=f"{self.sweep_id}: {n}/{len(self.jobs)} trials; last: "
-                                                     f"{job.trial.label} {st['status']}")
+                total = max(self.trials_total or len(self.jobs), n, 1)
+                update_progress_artifact(self.progress_id, 100.0 * n / total,
+                                         description=f"{self.sweep_id}: {n}/{self.trials_total or '?'} trials; "
+                                                     f"last: {job.trial.label} {st['status']}")
             except Exception as e:
                 logger.warning("could not update the progress artifact: %s", e)
 
@@ -563,9 +567,9 @@ class _SweepTrials:
                                           our_pids=tuple(e["pid"] for e in tracked_servers()), device=" ".join(names),
                                           cuda_visible_devices=device_env(devs),
                                           gpu_uuids=tuple(d.uuid for d in devs if d.kind == "gpu" and d.uuid))
-                logger.info("trial %d/%d: %s [%s] on %s, %s", job.index + 1, len(self.jobs), t.label, t.config_key,
-                            t.runtime, "+".join(d.label for d in devs))
-                progress.emit("trial", trial_id=trial_id, trial_index=job.index + 1, trials_total=len(self.jobs),
+                logger.info("trial %d/%s: %s [%s] on %s, %s", job.index + 1, self.trials_total or "?", t.label,
+                            t.config_key, t.runtime, "+".join(d.label for d in devs))
+                progress.emit("trial", trial_id=trial_id, trial_index=job.index + 1, trials_total=self.trials_total,
                               label=t.label)
                 with self.lock:
                     self.in_flight[job.index] = trial_id
@@ -637,13 +641,13 @@ def _sweep_row(plan: Plan, plan_path: str, host: str) -> records.Sweep:
                          tunelab_version=tunelab.__version__, source="tunelab")
 
 
-def _progress_artifact(plan: Plan, sweep_id: str, n_trials: int, logger: Any) -> Any:
+def _progress_artifact(plan: Plan, sweep_id: str, n_trials: int | None, logger: Any) -> Any:
     """The sweep's progress artifact id, None when it could not be created (artifacts are a view)."""
     try:
         from prefect.artifacts import create_progress_artifact
 
         return create_progress_artifact(0.0, key=_artifact_key("sweep-progress", plan.name),
-                                        description=f"{sweep_id}: 0/{n_trials} trials")
+                                        description=f"{sweep_id}: 0/{n_trials or '?'} trials")
     except Exception as e:  # artifacts are a view; never lose a sweep over them
         logger.warning("could not create the progress artifact: %s", e)
         return None
@@ -710,17 +714,20 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
         logger.info("Prefect runs ephemeral: devices are guarded by host-level locks only (no global concurrency "
                     "slots: an ephemeral server cannot expire the lease of a killed sweep)")
     order = " ".join(f"{t.label}/r{t.replicate}" for t in trials)
-    logger.info("sweep %s: %d trial(s) on %s; order (%s): %s", sweep_id, len(trials),
+    # A search's trials are its boots: the default's, then one per config it asks for, up to its budget.
+    n_total = (plan.search.budget.boots if plan.search is not None else len(trials))
+    logger.info("sweep %s: %s trial(s) on %s; order (%s): %s", sweep_id, n_total if n_total is not None else "?",
                 ", ".join(f"{d.label} ({slot_names[d]})" for p in used_pools for d in pools[p]) or "no device",
                 plan.interleave, order)
 
     if design is not None:
         for line in design.lines():
             (logger.warning if line.startswith("warning") else logger.info)(line)
-    _announce(plan, runtimes, len(trials))
+    _announce(plan, runtimes, n_total)
     run = _SweepTrials(plan=plan, runtimes=runtimes, sweep_id=sweep_id, jobs=jobs, slot_names=slot_names,
                        base_ctx=base_ctx, use_slots=use_slots, flow_run_id=flow_run_id,
-                       progress_id=_progress_artifact(plan, sweep_id, len(trials), logger), logger=logger)
+                       progress_id=_progress_artifact(plan, sweep_id, n_total, logger), logger=logger)
+    run.trials_total = n_total
     search = None
     try:
         if plan.replicates == "auto":  # pairs of A and B until decided or out of budget (flows/ab_auto.py)
@@ -831,9 +838,9 @@ def _fixed_ab(plan: Plan, sweep_id: str, db_path: Path, summary: SweepSummary, d
             f"- {x}" for x in summary.ab_lines + summary.precision_warnings)
 
 
-def _announce(plan: Plan, runtimes: dict[str, Runtime], n_trials: int) -> None:
-    """The live display's ``sweep`` event: trials and the plan's time estimate (``tunelab.plan_cost``; never
-    fatal: the display is a view)."""
+def _announce(plan: Plan, runtimes: dict[str, Runtime], n_trials: int | None) -> None:
+    """The live display's ``sweep`` event: trials (a search's budget of boots; None: not known, a search bound by
+    GPU-minutes only) and the plan's time estimate (``tunelab.plan_cost``; never fatal: the display is a view)."""
     if not progress.sinks():
         return
     try:

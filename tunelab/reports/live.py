@@ -101,8 +101,9 @@ class SweepDisplay:
         st, now = self.state, self.clock()
         if ev.phase == "sweep":
             st.trials_total, st.estimate_s, st.started = ev.trials_total, ev.estimate_s, now
-            return f"sweep: {ev.trials_total} trial(s); estimated {fmt_s(ev.estimate_s)} ({ev.detail})" \
-                if ev.detail else f"sweep: {ev.trials_total} trial(s); estimated {fmt_s(ev.estimate_s)}"
+            n = ev.trials_total if ev.trials_total is not None else "?"
+            return f"sweep: {n} trial(s); estimated {fmt_s(ev.estimate_s)} ({ev.detail})" \
+                if ev.detail else f"sweep: {n} trial(s); estimated {fmt_s(ev.estimate_s)}"
         if ev.phase == "trial":
             if st.trial_started is not None:
                 st.trials_ended += 1
