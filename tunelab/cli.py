@@ -609,7 +609,10 @@ def report(
                                      "or unvalidated (by default only pass and warn are compared)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables: sweep_id, status, "
                                  "comparison rows, trials left out, failed trials with their whole reasons and "
-                                 "server logs, notes by cause, skipped later sweeps, plots."),
+                                 "server logs, notes by cause, skipped later sweeps, plots; sla_searches (the max "
+                                 "load under the SLO per boot and workload, table sla_searches), window_diagnoses "
+                                 "(every bottleneck check of every window) and window_findings (the flagged ones); "
+                                 "empty lists where the sweep has none."),
     html_out: Optional[Path] = typer.Option(None, "--html", help="Also write the report as one self-contained HTML "
                                             "file (tables and plots embedded) to this path."),
 ) -> None:
@@ -668,11 +671,19 @@ def report(
         Path(html_out).write_text(sweep_html(Path(dbp), sweep, all_quality=all_quality))
         err.print(f"HTML report: {html_out}", highlight=False, soft_wrap=True)
     if as_json:
+        from tunelab.reports.report import bottleneck_findings, sla_search_records, window_diagnosis_records
+
+        # Stable keys, listed in docs/sla_search.md ("Results") and docs/measurement.md ("Bottleneck diagnosis"):
+        # the SLA searches (reports.report.SLA_SEARCH_KEYS), every window's checks (WINDOW_DIAGNOSIS_KEYS) and the
+        # flagged ones (view window_findings).
         _json_out({"sweep_id": sweep, "status": status, "trials": st["trials"], "cancelled_trials": st["cancelled"],
                    "comparison": comp.to_dict("records"), "left_out": comp.attrs.get("left_out", []),
                    "failed_trials": failed, "notes": [dataclasses.asdict(g) for g in group_notes(notes)],
                    "skipped_sweeps": [{**k, "status": "cancelled" if k["cancelled"] else "no results"} for k in skipped],
-                   "plots": [str(p) for p in plot_paths]})
+                   "plots": [str(p) for p in plot_paths],
+                   "sla_searches": sla_search_records(Path(dbp), sweep),
+                   "window_diagnoses": window_diagnosis_records(Path(dbp), sweep),
+                   "window_findings": bottleneck_findings(Path(dbp), sweep).to_dict("records")})
         return
     for k in skipped:
         what = f"cancelled ({k['cancelled']} of {k['trials']} trial(s))" if k["cancelled"] else "without results"

@@ -25,6 +25,8 @@ __all__ = [
     "comparison_frame",
     "sla_search_lines",
     "sla_search_markdown",
+    "sla_search_records",
+    "window_diagnosis_records",
     "left_out_lines",
     "comparison_markdown",
     "has_spec_decode",
@@ -112,6 +114,67 @@ def sla_search_lines(db_path: Path | duckdb.DuckDBPyConnection, sweep_id: str) -
             s = f"{s} [max load by point estimate: undecided at the window cap]"
         out.append(f"{c} (r{r}, {rt}) {w}: {s}")
     return out
+
+
+#: Keys of each ``sla_searches`` entry of ``tunelab report --json`` (:func:`sla_search_records`), in order.
+SLA_SEARCH_KEYS = ("trial_id", "config_key", "config_label", "runtime_name", "replicate", "workload", "load_kind",
+                   "verdict", "max_load", "max_load_shown", "first_fail", "nearest_load", "goodput_per_s",
+                   "request_throughput_per_s", "output_tokens_per_s", "knee_load", "knee_request_throughput_per_s",
+                   "limits", "levels", "levels_tried", "windows", "summary")
+#: Keys of each ``window_diagnoses`` entry of ``tunelab report --json`` (:func:`window_diagnosis_records`), in order.
+WINDOW_DIAGNOSIS_KEYS = ("trial_id", "config_label", "replicate", "workload", "load_kind", "load_value", "repeat",
+                         "bottleneck", "flagged", "metric", "value", "threshold", "summary", "evidence", "remedy",
+                         "sources")
+
+
+def _json_field(v: Any) -> Any:
+    """A JSON column as DuckDB returns it (text) -> its value; other values as they are."""
+    if isinstance(v, str):
+        try:
+            return json.loads(v)
+        except ValueError:
+            return v
+    return v
+
+
+def sla_search_records(db_path: Path | duckdb.DuckDBPyConnection, sweep_id: str) -> list[dict[str, Any]]:
+    """The sweep's SLA searches (table ``sla_searches``, migration 017, with each trial's config), one dict per
+    trial and workload with the keys :data:`SLA_SEARCH_KEYS`: loads in the search's unit (``load_kind``:
+    concurrency, or requests/s for ``rate``), throughputs per second, ``limits`` (metric -> limit, seconds) and
+    ``levels`` (every level tried, in order) as JSON values; ordered by config, runtime, boot, workload. Empty for a
+    warehouse older than schema version 17 or a sweep without searches. Opens the DuckDB file read-only, or reads an
+    open connection."""
+    cols = ", ".join(f"t.{k}" if k in ("config_key", "config_label", "runtime_name", "replicate") else f"s.{k}"
+                     for k in SLA_SEARCH_KEYS)
+    with _reader(db_path) as con:
+        try:
+            rows = con.execute(f"""SELECT {cols} FROM sla_searches s JOIN trials t USING (trial_id)
+                                   WHERE t.sweep_id = ?
+                                   ORDER BY t.config_label, t.runtime_name, t.replicate, s.workload""",
+                               [sweep_id]).fetchall()
+        except duckdb.CatalogException:
+            return []
+    return [{k: (_json_field(v) if k in ("limits", "levels") else v) for k, v in zip(SLA_SEARCH_KEYS, r)}
+            for r in rows]
+
+
+def window_diagnosis_records(db_path: Path | duckdb.DuckDBPyConnection, sweep_id: str) -> list[dict[str, Any]]:
+    """Every bottleneck check of every measured window of the sweep (table ``window_diagnoses``, migration 016, with
+    each trial's config), flagged or not: one dict per window and check with the keys
+    :data:`WINDOW_DIAGNOSIS_KEYS` (``flagged``: the evidence crossed the threshold, None: evidence missing;
+    ``evidence``: every figure the check used, as a JSON value; ``repeat`` 0-based); ordered as the view
+    ``window_findings``. The flagged ones are :func:`bottleneck_findings`. Empty for a warehouse older than schema
+    version 16. Opens the DuckDB file read-only, or reads an open connection."""
+    cols = ", ".join(f"t.{k}" if k in ("config_label", "replicate") else f"d.{k}" for k in WINDOW_DIAGNOSIS_KEYS)
+    with _reader(db_path) as con:
+        try:
+            rows = con.execute(f"""SELECT {cols} FROM window_diagnoses d JOIN trials t USING (trial_id)
+                                   WHERE t.sweep_id = ?
+                                   ORDER BY t.config_label, t.replicate, d.workload, d.load_kind, d.load_value,
+                                            d.repeat, d.bottleneck""", [sweep_id]).fetchall()
+        except duckdb.CatalogException:
+            return []
+    return [{k: (_json_field(v) if k == "evidence" else v) for k, v in zip(WINDOW_DIAGNOSIS_KEYS, r)} for r in rows]
 
 
 def sla_search_markdown(lines: list[str]) -> str:
