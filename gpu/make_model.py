@@ -93,7 +93,10 @@ def config_dict(shape: str, s: dict, maxpos: int) -> dict:
          "intermediate_size": s["I"], "num_hidden_layers": s["L"], "num_attention_heads": s["NH"],
          "num_key_value_heads": s["NKV"], "head_dim": s["HD"], "max_position_embeddings": maxpos,
          "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "hidden_act": "silu", "bos_token_id": 1, "eos_token_id": 2,
-         "pad_token_id": 3, "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
+         "pad_token_id": 3, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+         # as in Meta's file; without a transformers_version, transformers 5 takes a local config for a Mistral one
+         # and warns that the tokenizer's regex is wrong (it is not: gpu/make_tokenizer.py's byte-level BPE)
+         "transformers_version": "4.43.0.dev0"}
     if shape == "llama-3.1-8b":
         d.update({"rope_theta": LLAMA31_ROPE_THETA, "rope_scaling": dict(LLAMA31_ROPE_SCALING), "attention_bias": False,
                   "attention_dropout": 0.0, "mlp_bias": False, "initializer_range": 0.02, "pretraining_tp": 1,
