@@ -10,12 +10,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 import yaml
 
+from fakes.fake_vllm_package import fake_vllm_runtime
 from tunelab import runtime as runtime_mod
 from tunelab.plan import Plan, PlanError, unknown_engine_args
 from tunelab.runtime import Runtime
@@ -48,14 +48,8 @@ FAKE_CLI = """
 
 def _fake_runtime(tmp_path: Path, name: str = "fakecli", version: str = "0.0.1", extra: str = "",
                   cli: str | None = None) -> Runtime:
-    site = tmp_path / f"site-{name}-{version}"
-    pkg = site / "vllm" / "entrypoints" / "cli"
-    pkg.mkdir(parents=True)
-    for d in (site / "vllm", site / "vllm" / "entrypoints", pkg):
-        (d / "__init__.py").write_text("")
-    (pkg / "main.py").write_text(textwrap.dedent(cli if cli is not None else FAKE_CLI.replace("{extra}", extra)))
-    # The orchestrator's own interpreter has no vLLM: only the fake on PYTHONPATH can answer.
-    return Runtime(name=name, python=sys.executable, pythonpath=[str(site)], versions={"vllm": version})
+    return fake_vllm_runtime(tmp_path / f"site-{name}-{version}", name, version,
+                             cli if cli is not None else FAKE_CLI.replace("{extra}", extra))
 
 
 def _plan(tmp_path: Path, engine_args: dict, runtimes: list[str] | None = None) -> Plan:

@@ -6,14 +6,13 @@ parser, read by a FAKE vLLM CLI here) when they were read, else from tunelab's t
 from __future__ import annotations
 
 import json
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 import yaml
 from typer.testing import CliRunner
 
+from fakes.fake_vllm_package import fake_vllm_runtime
 from tunelab import paths
 from tunelab import runtime as runtime_mod
 from tunelab.engine_arg_values import ENUM_CHOICES, value_problem
@@ -49,17 +48,7 @@ def _fresh_memo(monkeypatch):
 
 def _fake_runtime(tmp_path: Path, name: str, version: str = "0.99.0") -> Runtime:
     """A FAKE runtime registered in the test home, so its facts file is written beside it."""
-    site = tmp_path / f"site-{name}"
-    cli = site / "vllm" / "entrypoints" / "cli"
-    cli.mkdir(parents=True)
-    for d in (site / "vllm", site / "vllm" / "entrypoints", cli):
-        (d / "__init__.py").write_text("")
-    (cli / "main.py").write_text(textwrap.dedent(FAKE_CLI))
-    rt = Runtime(name=name, python=sys.executable, pythonpath=[str(site)], versions={"vllm": version})
-    d = paths.runtimes_dir() / name
-    d.mkdir(parents=True)
-    (d / "runtime.json").write_text(rt.model_dump_json())
-    return rt
+    return fake_vllm_runtime(tmp_path / f"site-{name}", name, version, FAKE_CLI, register=True)
 
 
 def _plan_data(tmp_path: Path, runtime: str = "not-here", **kw) -> dict:

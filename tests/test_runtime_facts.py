@@ -15,12 +15,12 @@ import ast
 import json
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from fakes.fake_vllm_package import fake_vllm_runtime
 from tunelab import paths
 from tunelab import runtime as runtime_mod
 from tunelab.plan import Plan, runtime_checks, unknown_env_warnings
@@ -56,18 +56,7 @@ def _fresh_memo(monkeypatch):
 
 def _install_fake(tmp_path: Path, name: str, version: str = "0.21.0") -> Runtime:
     """A FAKE runtime registered in the test home (runtime.json in its folder), so the facts cache is written."""
-    site = tmp_path / f"site-{name}"
-    cli = site / "vllm" / "entrypoints" / "cli"
-    cli.mkdir(parents=True)
-    for d in (site / "vllm", site / "vllm" / "entrypoints", cli):
-        (d / "__init__.py").write_text("")
-    (cli / "main.py").write_text(textwrap.dedent(FAKE_CLI))
-    (site / "vllm" / "envs.py").write_text(textwrap.dedent(FAKE_ENVS))
-    rt = Runtime(name=name, python=sys.executable, pythonpath=[str(site)], versions={"vllm": version})
-    d = paths.runtimes_dir() / name
-    d.mkdir(parents=True)
-    (d / "runtime.json").write_text(rt.model_dump_json())
-    return rt
+    return fake_vllm_runtime(tmp_path / f"site-{name}", name, version, FAKE_CLI, FAKE_ENVS, register=True)
 
 
 def _plan_file(tmp_path: Path, runtime: str) -> Path:

@@ -1004,20 +1004,16 @@ def runtime_checks(plan: "Plan", runtimes: dict) -> tuple[list[str], list[str]]:
     """
     errors: list[str] = []
     warnings: list[str] = []
-    try:
-        e, w = unknown_engine_args(plan, runtimes)
-        errors += e
-        warnings += w
-    except Exception as exc:  # noqa: BLE001
-        warnings.append(f"engine-arg name check skipped ({type(exc).__name__}: {exc}); a misspelt name will "
-                        "show as a boot failure (invalid_config) instead")
-    try:
-        e, w = bad_engine_arg_values(plan, runtimes)
-        errors += e
-        warnings += w
-    except Exception as exc:  # noqa: BLE001
-        warnings.append(f"engine-arg value check skipped ({type(exc).__name__}: {exc}); a bad value will show "
-                        "as a boot failure (invalid_config) instead")
+    # A check that cannot run is a warning, never a failed plan: the boot would then fail as invalid_config.
+    for check, what, fallback in ((unknown_engine_args, "name", "a misspelt name"),
+                                  (bad_engine_arg_values, "value", "a bad value")):
+        try:
+            e, w = check(plan, runtimes)
+            errors += e
+            warnings += w
+        except Exception as exc:  # noqa: BLE001
+            warnings.append(f"engine-arg {what} check skipped ({type(exc).__name__}: {exc}); {fallback} will "
+                            "show as a boot failure (invalid_config) instead")
     try:
         warnings += unknown_env_warnings(plan, runtimes)
     except Exception as exc:  # noqa: BLE001
