@@ -348,6 +348,7 @@ def test_the_tuning_report_frontier_best_verdict_and_command(tmp_path):
     assert rep.verdict.iloc[0]["verdict"] == "inconclusive"  # one boot a side: the report says how to confirm
     text = "\n".join(rep.lines)
     assert "4 boots against a full grid of 2 configs; 12.50 GPU-minutes" in text
+    assert "the full grid 2 boots (+1 for the default as reference); vLLM's auto_tune.sh 4-12 boots" in text
     assert "best under the SLO: cfgA [A]" in text and "replicates: auto" in text
     assert "deploy: VLLM_X=1 vllm serve models/tiny --max-num-seqs 128" in text
     # the terminal lists every config tried, the SLO as bounds, not a dict
@@ -481,3 +482,12 @@ def test_the_trial_flow_stops_measuring_when_the_search_prunes_and_keeps_the_win
     row = tables["trial"].iloc[0]
     assert (row["status"], row["failure_class"]) == ("failed", "pruned"), row["failure_reason"]
     assert seen == [1] and len(tables["measurements"]) == 1
+
+
+def test_auto_tune_boots_counts_its_memory_probe_grid_and_profiling_boot():
+    from tunelab.reports.tuning import auto_tune_boots
+    # the tuning issue's GPU search space: 27 grid points -> 1 probe + 27 + 1 profiling = 29, up to 9 probes: 37
+    assert auto_tune_boots(27) == (29, 37)
+    assert auto_tune_boots(1) == (3, 11)
+    with pytest.raises(ValueError, match="grid_size"):
+        auto_tune_boots(0)

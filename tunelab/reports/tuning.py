@@ -33,7 +33,7 @@ import yaml
 from tunelab.load_profiles import load_label
 from tunelab.markdown import markdown_table
 
-__all__ = ["TuningReport", "frontier", "serve_command", "tuning_report"]
+__all__ = ["TuningReport", "auto_tune_boots", "frontier", "serve_command", "tuning_report"]
 
 
 @dataclass
@@ -53,6 +53,21 @@ class TuningReport:
     plot: Path | None
     lines: list[str] = field(default_factory=list)
     markdown: str = ""
+
+
+def auto_tune_boots(grid_size: int) -> tuple[int, int]:
+    """Server boots that vLLM's ``benchmarks/auto_tune/auto_tune.sh`` (vLLM main, 2026) spends on a grid of
+    ``grid_size`` configs, as (fewest, most): it first starts the server at ``--gpu-memory-utilization`` 0.98 and
+    steps down by 0.01 until one starts, giving up below 0.90 (1 to 9 boots); then boots every grid point once
+    (its request-rate walk for the latency limit runs on that boot); then boots the best once more to profile it.
+    Nothing is skipped (no pruning, no model of the objective) and the default config is never measured.
+
+    Raises:
+        ValueError: ``grid_size`` < 1.
+    """
+    if grid_size < 1:
+        raise ValueError(f"grid_size must be >= 1, got {grid_size}")
+    return grid_size + 2, grid_size + 10
 
 
 def frontier(df: pd.DataFrame, throughput: str, latency: str) -> pd.DataFrame:
@@ -213,6 +228,12 @@ def _render(rep: TuningReport, s: pd.Series, obj: dict, thr: str, lat: str) -> N
     spent = (f"{int(s['search_boots'])} boots against {grid}; {_fmt(s['search_gpu_minutes'], '.2f')} GPU-minutes; "
              f"stopped: {s['search_stop_reason']}")
     lines = [head, spent]
+    if not pd.isna(s["search_grid_size"]):
+        g = int(s["search_grid_size"])
+        lo, hi = auto_tune_boots(g)
+        lines.append(f"the same space by other methods: the full grid {g} boots (+1 for the default as reference); "
+                     f"vLLM's auto_tune.sh {lo}-{hi} boots (memory probe 1-9, every grid point once, a profiling "
+                     "boot of the best)")
     if rep.best is None:
         lines.append("best under the SLO: none (no usable boot met it)")
     else:
