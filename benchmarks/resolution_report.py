@@ -11,6 +11,8 @@ For each candidate against the baseline, per cell (workload x load level) and me
   power);
 * ``paired``: the paired t interval of the log ratios of adjacent boots (boot i of A and boot i of B ran one
   after the other, so slow drift of the host cancels), no borrowing: the plain fixed-sample figure;
+* ``paired_eb``: tunelab's paired A/B (``compare(paired=True)``): the same pairs, their variance moderated
+  across cells (empirical Bayes, df capped for the cells' shared boots), and its half-width ``paired_hw``;
 * ``seq``: ``stats.sequential.sequential_ab`` replayed on the pairs in boot order with the plan's alpha split
   over the cells (Bonferroni), the pair at which it would have stopped for this cell, and its interval then.
 
@@ -129,6 +131,7 @@ def main() -> None:
             rt = {"runtime_name": a.runtime} if a.runtime else {}
             sel_b, sel_c = {"config_label": a.baseline, **rt}, {"config_label": cand, **rt}
             fx = compare(con, sel_b, sel_c, metric)
+            px = compare(con, sel_b, sel_c, metric, paired=True)
             bb, cc = _boot_means(con, sel_b, metric), _boot_means(con, sel_c, metric)
             cells = fx[["workload", "load_kind", "load_value"]].drop_duplicates().itertuples(index=False)
             n_cells = len(fx) * len(METRICS)
@@ -138,6 +141,7 @@ def main() -> None:
                 key = (cc.workload == wl) & (cc.load_kind == kind) & (cc.load_value == val)
                 c = cc[key]["v"].to_numpy()
                 f = fx[(fx.workload == wl) & (fx.load_kind == kind) & (fx.load_value == val)].iloc[0]
+                pe = px[(px.workload == wl) & (px.load_kind == kind) & (px.load_value == val)].iloc[0]
                 p_rel, p_lo, p_hi = _paired(b, c)
                 stop = None
                 sv = None
@@ -154,6 +158,9 @@ def main() -> None:
                     "fixed_hw": f"{(f.rel_ci_high - f.rel_ci_low) / 2:.1%}", "mde": f"{f.mde_rel:.1%}",
                     "verdict": f.verdict,
                     "paired_ci": f"[{p_lo:+.1%}, {p_hi:+.1%}]" if math.isfinite(p_lo) else "-",
+                    "paired_eb": (f"{pe.verdict} [{pe.rel_ci_low:+.1%}, {pe.rel_ci_high:+.1%}]"
+                                  if math.isfinite(pe.rel_ci_low) else pe.verdict),
+                    "paired_hw": f"{(pe.rel_ci_high - pe.rel_ci_low) / 2:.1%}" if math.isfinite(pe.rel_ci_low) else "-",
                     "seq": (f"{sv.call} at pair {stop}" if stop else f"undecided after {sv.n_pairs if sv else 0}"),
                     "seq_ci": (f"[{sv.ci_low:+.1%}, {sv.ci_high:+.1%}]" if sv else "-"),
                 })

@@ -221,6 +221,14 @@ def test_compare_cli_mixed_keys_exit_2_then_json_with_mix_keys(warehouse):
     assert r.returncode == 2 and OLD in r.stderr  # nothing matched: exit 2, listing what exists
 
 
+def test_compare_cli_paired_pairs_boots_of_one_sweep_and_replicate(warehouse):
+    db = warehouse[0]
+    r = _compare(db, "--baseline", f"sweep={OLD},config=cfg-a", "--candidate", "config=cfg-b", "--paired", "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    row = json.loads(r.stdout)["rows"][0]
+    assert "2 vs 2 boots, as pairs" in row["reason"] and "paired (2 pairs)" in row["variance_source"], row
+
+
 # -- 3: the closing line of a cancelled `tunelab run` -----------------------------------------------------------------
 @pytest.mark.parametrize("sig,code,how", [("SIGINT", 130, "Ctrl-C"), ("SIGTERM", 143, "SIGTERM")])
 def test_cancelled_run_prints_what_finished_what_was_cancelled_and_where_the_data_is(tmp_path, sig, code, how):

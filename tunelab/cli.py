@@ -751,6 +751,9 @@ def compare_cmd(
     per_config: Optional[bool] = typer.Option(None, "--per-config/--pooled",
                                               help="Compare config by config (default unless a selector names a config)."),
     min_boots: int = typer.Option(2, help="Boots per side needed for a verdict (the boot is the unit of replication)."),
+    paired: bool = typer.Option(False, "--paired", help="Analyse boot r of each side in one sweep as a pair (an "
+                                "interleaved sweep ran them one after the other): drift both share cancels. Pays "
+                                "from about 4 pairs; costs df below (docs/statistics.md). Choose it by the design."),
     mix_keys: bool = typer.Option(False, "--mix-keys", help="Allow a pooled side to hold several config keys (a "
                                   "label that different plans gave to different configs); without it that is an "
                                   "error listing the keys."),
@@ -798,7 +801,7 @@ def compare_cmd(
     prefect_env.start_ephemeral_server()
     try:
         out = compare_flow(b, c, metric=metric, db=str(db) if db else None, per_config=per_config, min_boots=min_boots,
-                           mixed_keys=mix_keys)
+                           mixed_keys=mix_keys, paired=paired)
     except ValueError as e:
         _fail(str(e))
     if not out["rows"]:

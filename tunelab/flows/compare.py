@@ -52,7 +52,7 @@ REGRESSION_STATE = "Regression"
 @flow(name="compare", flow_run_name="compare {metric}", log_prints=True)
 def compare(baseline: dict, candidate: dict, metric: str = "output_tokens_per_s", db: str | None = None,
             per_config: bool | None = None, min_boots: int = 2, with_regressions: bool = True,
-            artifact_key: str = "ab-comparison", mixed_keys: bool = False) -> dict:
+            artifact_key: str = "ab-comparison", mixed_keys: bool = False, paired: bool = False) -> dict:
     """A/B comparison of two trial selections in the warehouse, plus regressions along vLLM versions.
 
     Args:
@@ -64,6 +64,8 @@ def compare(baseline: dict, candidate: dict, metric: str = "output_tokens_per_s"
         min_boots: boots per side needed for a verdict (>= 2).
         with_regressions: add ``warehouse.compare.regressions`` for the same metric.
         artifact_key: key of the markdown artifact.
+        paired: analyse boots of one sweep and replicate on both sides as pairs (``warehouse.compare.compare``;
+            for interleaved sweeps with about 4 pairs or more: drift both boots share cancels).
         mixed_keys: allow a pooled side to hold trials of several config keys (otherwise
             ``warehouse.selection.MixedConfigKeys``, a ValueError naming them); the keys pooled are reported.
 
@@ -87,7 +89,7 @@ def compare(baseline: dict, candidate: dict, metric: str = "output_tokens_per_s"
     con = connect(dbp, read_only=True)
     try:
         df = compare_frames(con, baseline, candidate, metric, per_config=per_config, min_boots=min_boots,
-                            mixed_keys=mixed_keys)
+                            mixed_keys=mixed_keys, paired=paired)
         md = ab_markdown(df, df.attrs["baseline"], df.attrs["candidate"],
                          title="A/B comparison" + (" (config by config)" if "only_baseline" in df.attrs else ""))
         if df.attrs.get("mixed_keys"):

@@ -15,6 +15,14 @@ Method (``docs/statistics.md``):
   H200), so their variances are not independent and ``sum(d) / (1 + (k - 1) rho^2)`` df is what they carry. Heterogeneous cells give a small ``d0`` (little borrowing), homogeneous ones a large
   ``d0`` (close to one pooled variance). A history prior from the noise model can replace the cross-cell
   prior (``prior_var``, ``prior_df``).
+* Paired (``paired_log_intervals``): where boot i of A and boot i of B ran one after the other (an interleaved
+  sweep), the effect is the mean of the pairs' log ratios ``d_i = log c_i - log b_i`` and its variance that of
+  ``d`` (``n - 1`` df), moderated across cells the same way. Slow drift of the host that both boots of a pair
+  share cancels in ``d``: on the H200 the deviations of adjacent A and B boots correlated 0.4-0.7
+  (evidence/h200-2026-12-02-side-by-side), so ``var(d) = 2 var (1 - rho)`` is about half the unpaired
+  ``2 var``. It costs degrees of freedom (``n - 1`` per cell instead of ``2n - 2``) and takes no history prior
+  (history holds single boots' variance, not that of pair differences): it pays from about 3 pairs and 3 cells.
+  Choose it by the design (``compare(paired=True)``, ``tunelab compare --paired``), before looking at the data.
 * MDE: the smallest true ratio change detected with 80 % power at this design,
   ``exp((t_{1-alpha/2} + t_{0.8}) se) - 1`` (the same on the log scale both ways: ``1/(1+mde) - 1`` downwards).
 """
@@ -28,7 +36,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special, stats
 
-__all__ = ["CELL_RESIDUAL_CORR", "LogInterval", "eb_prior", "effective_pooled_df", "log_ab_intervals", "mde_rel"]
+__all__ = ["CELL_RESIDUAL_CORR", "LogInterval", "eb_prior", "effective_pooled_df", "log_ab_intervals", "mde_rel",
+           "paired_log_intervals"]
 
 #: Correlation of one boot's deviations across the cells of a sweep (a fast boot is fast in every workload and
 #: load level): 0.4-0.76 for output tokens/s and 0.15-0.68 for p50 TPOT on the H200 evidence
@@ -150,42 +159,104 @@ def log_ab_intervals(cells: Sequence[tuple[Sequence[float], Sequence[float]]], *
         logs.append((lb, lc))
         dfs.append(float(d))
         s2.append(ss / d if d else math.nan)
-    s0, d0 = eb_prior(s2, dfs) if borrow else (math.nan, 0.0)
-    pooled_df = effective_pooled_df(dfs, cell_corr)
+    variances = _moderated(s2, dfs, borrow, cell_corr, prior_var, prior_df)
     out: list[LogInterval | None] = []
-    for i, ((lb, lc), v, d) in enumerate(zip(logs, s2, dfs)):
-        if not len(lb) or not len(lc):
+    for (lb, lc), mv in zip(logs, variances):
+        if not len(lb) or not len(lc) or mv is None:
             out.append(None)
             continue
+        var, df_t, source = mv
+        out.append(_interval(float(lc.mean() - lb.mean()), math.sqrt(var * (1 / len(lb) + 1 / len(lc))), df_t,
+                             var, source, alpha))
+    return out
+
+
+def paired_log_intervals(cells: Sequence[tuple[Sequence[float], Sequence[float]]], *, confidence: float = 0.95,
+                         borrow: bool = True, cell_corr: float = CELL_RESIDUAL_CORR) -> list[LogInterval | None]:
+    """Log-scale A/B interval per cell from pairs of boots, variances of the pairs' log ratios moderated across
+    cells (module doc, "Paired").
+
+    Args:
+        cells: per cell ``(baseline_values, candidate_values)`` of equal length, positive boot values in the
+            metric's unit; element i of both is one pair (boots that ran one after the other).
+        confidence: two-sided level.
+        borrow: moderate each cell's variance with the empirical-Bayes prior of all cells (>= 3 cells with
+            variance); False: each cell on its own ``n - 1`` df.
+        cell_corr: correlation of a boot's deviations across cells; the df borrowed across cells are capped
+            at :func:`effective_pooled_df`.
+
+    Returns:
+        One :class:`LogInterval` per cell (``var_log`` is half the variance of a pair's log ratio: the variance
+        of one boot's log value that would give it without pairing), or None where a cell has fewer than 2
+        pairs.
+
+    Raises:
+        ValueError: sides of unequal length, a non-positive or non-finite value (names the cell index), a bad
+            confidence.
+    """
+    if not 0.5 <= confidence < 1.0:
+        raise ValueError(f"confidence must be in [0.5, 1), got {confidence}")
+    diffs, s2, dfs = [], [], []
+    for i, (b, c) in enumerate(cells):
+        xb, xc = np.asarray(b, float), np.asarray(c, float)
+        if len(xb) != len(xc):
+            raise ValueError(f"cell {i}: pairs need as many baseline as candidate boots, got {len(xb)} and {len(xc)}")
+        for side, x in (("baseline", xb), ("candidate", xc)):
+            if len(x) and (~np.isfinite(x) | (x <= 0)).any():
+                raise ValueError(f"cell {i}: {side} values must be positive and finite for a ratio, got {x.tolist()}")
+        d = np.log(xc) - np.log(xb)
+        diffs.append(d)
+        dfs.append(float(max(len(d) - 1, 0)))
+        s2.append(float(d.var(ddof=1)) if len(d) > 1 else math.nan)
+    variances = _moderated(s2, dfs, borrow, cell_corr, None, None)
+    out: list[LogInterval | None] = []
+    for d, mv in zip(diffs, variances):
+        if len(d) < 2 or mv is None:
+            out.append(None)
+            continue
+        var, df_t, source = mv
+        out.append(_interval(float(d.mean()), math.sqrt(var / len(d)), df_t, var / 2, f"paired ({len(d)} pairs): {source}",
+                             1.0 - confidence))
+    return out
+
+
+def _moderated(s2: list[float], dfs: list[float], borrow: bool, cell_corr: float,
+               prior_var: Sequence[float] | None, prior_df: Sequence[float] | None
+               ) -> list[tuple[float, float, str] | None]:
+    """Per cell (variance, df of the t quantile, source): a history prior where given, else the cells'
+    empirical-Bayes prior (df capped at the cells' effective df), else the cell alone; None without any df."""
+    s0, d0 = eb_prior(s2, dfs) if borrow else (math.nan, 0.0)
+    pooled_df = effective_pooled_df(dfs, cell_corr)
+    out: list[tuple[float, float, str] | None] = []
+    for i, (v, d) in enumerate(zip(s2, dfs)):
         pv = prior_var[i] if prior_var is not None else math.nan
         pdf = prior_df[i] if prior_df is not None else 0.0
         if pv is not None and math.isfinite(pv) and pdf and pdf > 0:
-            var = (pdf * pv + (d * v if d else 0.0)) / (pdf + d)
-            df_t = pdf + d
-            source = f"cell {d:g} df + history prior {pdf:g} df"
+            out.append(((pdf * pv + (d * v if d else 0.0)) / (pdf + d), pdf + d,
+                        f"cell {d:g} df + history prior {pdf:g} df"))
         elif math.isfinite(s0) and d0 > 0:
             if math.isinf(d0):
-                var, df_t = s0, max(pooled_df, d)
-                source = f"pooled over cells: {df_t:.3g} effective df (cells' variances agree)"
+                df_t = max(pooled_df, d)
+                out.append((s0, df_t, f"pooled over cells: {df_t:.3g} effective df (cells' variances agree)"))
             else:
-                var = (d0 * s0 + (d * v if d else 0.0)) / (d0 + d)
-                df_t = max(min(d0 + d, pooled_df), d)
-                source = f"cell {d:g} df + cross-cell prior {d0:.3g} df (empirical Bayes)"
+                out.append(((d0 * s0 + (d * v if d else 0.0)) / (d0 + d), max(min(d0 + d, pooled_df), d),
+                            f"cell {d:g} df + cross-cell prior {d0:.3g} df (empirical Bayes)"))
         elif d:
-            var, df_t, source = v, d, f"cell alone: {d:g} df"
+            out.append((v, d, f"cell alone: {d:g} df"))
         else:
             out.append(None)
-            continue
-        diff = float(lc.mean() - lb.mean())
-        se = math.sqrt(var * (1 / len(lb) + 1 / len(lc)))
-        if se == 0.0:
-            lo = hi = diff
-            p = 1.0 if diff == 0 else 0.0
-        else:
-            tq = float(stats.t.ppf(1 - alpha / 2, df_t))
-            lo, hi = diff - tq * se, diff + tq * se
-            p = float(2 * stats.t.sf(abs(diff) / se, df_t))
-        out.append(LogInterval(diff_log=diff, se_log=se, df=float(df_t), var_log=float(var), rel=math.expm1(diff),
-                               rel_low=math.expm1(lo), rel_high=math.expm1(hi), p_value=p,
-                               mde_rel=mde_rel(se, df_t, alpha=alpha), source=source))
     return out
+
+
+def _interval(diff: float, se: float, df_t: float, var: float, source: str, alpha: float) -> LogInterval:
+    """The :class:`LogInterval` of a log difference ``diff`` with standard error ``se`` on ``df_t`` df."""
+    if se == 0.0:
+        lo = hi = diff
+        p = 1.0 if diff == 0 else 0.0
+    else:
+        tq = float(stats.t.ppf(1 - alpha / 2, df_t))
+        lo, hi = diff - tq * se, diff + tq * se
+        p = float(2 * stats.t.sf(abs(diff) / se, df_t))
+    return LogInterval(diff_log=diff, se_log=se, df=float(df_t), var_log=float(var), rel=math.expm1(diff),
+                       rel_low=math.expm1(lo), rel_high=math.expm1(hi), p_value=p,
+                       mde_rel=mde_rel(se, df_t, alpha=alpha), source=source)

@@ -49,7 +49,7 @@ import pandas as pd
 from scipy import stats
 
 from tunelab import records as R
-from tunelab.stats.intervals import log_ab_intervals
+from tunelab.stats.intervals import log_ab_intervals, paired_log_intervals
 
 __all__ = [
     "LATENCY_METRICS",
@@ -266,6 +266,7 @@ def compare(
     min_boots: int = 2,
     borrow: bool = True,
     history: bool = True,
+    paired: bool = False,
 ) -> pd.DataFrame:
     """A/B comparison of ``candidate`` against ``baseline`` per (workload, load_kind, load_value).
 
@@ -287,6 +288,12 @@ def compare(
             freedom. Assumes the relative (log-scale) boot noise of a cell does not depend on the config.
         borrow: where a cell has no such history, moderate its variance with the other cells' (empirical
             Bayes, >= 3 cells, df capped for the cells' shared boots); False: the cell's own variance alone.
+        paired: analyse boots as pairs (``stats.intervals.paired_log_intervals``): boot r of the baseline and
+            boot r of the candidate in one sweep (same ``sweep_id`` and ``replicate``: an interleaved sweep runs
+            them one after the other) form a pair, and the interval is that of the pairs' mean log ratio, so
+            drift both boots share cancels. ``history`` is not used (it holds single boots' variance); a boot
+            without a partner is left out (``attrs["excluded"]``); fewer than ``min_boots`` pairs in a cell is
+            ``inconclusive``. Choose it by the design, not by which interval comes out narrower.
 
     Returns:
         DataFrame, one row per (workload, load_kind, load_value) with columns
@@ -306,7 +313,8 @@ def compare(
         ``not_applied`` when that holds for every boot of a side); ``df.attrs["method"]`` says how.
 
     Raises:
-        ValueError: unknown metric or selector key, empty selector, overlapping selectors.
+        ValueError: unknown metric or selector key, empty selector, overlapping selectors; with ``paired``, a
+            side with two boots of one (sweep, replicate) (pairs would be ambiguous: narrow the selector).
     """
     direction = metric_direction(metric)
     quality, statuses = tuple(quality), tuple(statuses)
@@ -341,20 +349,32 @@ def compare(
     def _side(g: dict, v: pd.DataFrame, cell) -> pd.DataFrame:
         return g.get(cell, v.iloc[0:0])
 
+    if paired:
+        gb, gc, unpaired = _pair_up(con, gb, gc, cells, vb.iloc[0:0])
+        for side, tid in unpaired:
+            excl = excl_b if side == "baseline" else excl_c
+            if not any(e["trial_id"] == tid for e in excl):
+                excl.append({"side": side, "trial_id": tid, "reason": "no partner boot (same sweep and replicate) "
+                                                                      "on the other side: left out of the pairs"})
+        excluded = pd.DataFrame(excl_b + excl_c, columns=["side", "trial_id", "reason"])
     values = [(_side(gb, vb, cell)["boot_value"].to_numpy(dtype=float),
                _side(gc, vc, cell)["boot_value"].to_numpy(dtype=float)) for cell in cells]
     positive = [bool(len(xb) and len(xc) and (xb > 0).all() and (xc > 0).all()) for xb, xc in values]
     # Log-scale intervals for the cells where a ratio exists; their variances borrow from each other.
     log_cells = [i for i, ok in enumerate(positive) if ok]
     prior_var, prior_df = [math.nan] * len(log_cells), [0.0] * len(log_cells)
-    if history:
+    if history and not paired:
         hist = _history_prior(con, keep_b + keep_c, metric, quality, statuses)
         hmap = {(r.workload, r.load_kind, float(r.load_value)): (float(r.var_log), float(r.df))
                 for r in hist.itertuples(index=False)}
         for j, i in enumerate(log_cells):
             prior_var[j], prior_df[j] = hmap.get((cells[i][0], cells[i][1], float(cells[i][2])), (math.nan, 0.0))
-    log_iv = dict(zip(log_cells, log_ab_intervals([values[i] for i in log_cells], confidence=confidence,
-                                                  borrow=borrow, prior_var=prior_var, prior_df=prior_df)))
+    if paired:
+        log_iv = dict(zip(log_cells, paired_log_intervals([values[i] for i in log_cells], confidence=confidence,
+                                                          borrow=borrow)))
+    else:
+        log_iv = dict(zip(log_cells, log_ab_intervals([values[i] for i in log_cells], confidence=confidence,
+                                                      borrow=borrow, prior_var=prior_var, prior_df=prior_df)))
     pct = f"{confidence:.0%}"
     rows = []
     for i, cell in enumerate(cells):
@@ -378,6 +398,8 @@ def compare(
         }
         short = [f"{side} has {n} boot{'s' if n != 1 else ''}" for side, n in (("baseline", len(xb)), ("candidate", len(xc)))
                  if n < min_boots]
+        if paired and short:
+            short = [f"{min(len(xb), len(xc))} pair(s) of boots"]
         iv = log_iv.get(i)
         if short:
             row["verdict"] = "inconclusive"
@@ -395,8 +417,9 @@ def compare(
             row["verdict"] = ("better" if improved else "worse") if excludes else "no_significant_change"
             row["reason"] = (
                 f"{pct} interval of the ratio [{iv.rel_low:+.1%}, {iv.rel_high:+.1%}] "
-                f"{'excludes' if excludes else 'contains'} 0 (log scale, {len(xb)} vs {len(xc)} boots, "
-                f"variance: {iv.source}); detectable at 80 % power: +-{iv.mde_rel:.1%}"
+                f"{'excludes' if excludes else 'contains'} 0 (log scale, {len(xb)} vs {len(xc)} boots"
+                f"{', as pairs' if paired else ''}, variance: {iv.source}); detectable at 80 % power: "
+                f"+-{iv.mde_rel:.1%}"
             )
         elif len(xb) >= 2 and len(xc) >= 2:
             lo, hi, p, dof = _welch(xb, xc, confidence)
@@ -434,11 +457,48 @@ def compare(
     out.attrs["excluded"] = excluded
     out.attrs["not_applied"] = not_applied
     out.attrs["method"] = (
-        f"repeats averaged per trial (boot); {confidence:.0%} t interval of the log ratio across boots, variance "
-        f"pooled in the cell{' and moderated across cells (empirical Bayes)' if borrow else ''}; MDE at 80 % "
-        f"power; inconclusive below {min_boots} boots per side"
+        f"repeats averaged per trial (boot); {confidence:.0%} t interval of the log ratio across boots"
+        f"{' paired by sweep and replicate (mean of the pairs log ratios)' if paired else ''}, variance "
+        f"{'of the pairs log ratios' if paired else 'pooled'} in the cell"
+        f"{' and moderated across cells (empirical Bayes)' if borrow else ''}; MDE at 80 % "
+        f"power; inconclusive below {min_boots} {'pairs' if paired else 'boots per side'}"
     )
     return out
+
+
+def _pair_up(con, gb: dict, gc: dict, cells: list, empty: pd.DataFrame) -> tuple[dict, dict, list]:
+    """Per cell, the baseline and candidate boots that form pairs (same sweep_id and replicate), in pair order;
+    and (side, trial_id) of the boots left without a partner in some cell.
+
+    Raises:
+        ValueError: one side holds two boots of one (sweep_id, replicate).
+    """
+    ids = sorted({t for g in (*gb.values(), *gc.values()) for t in g["trial_id"]})
+    keys = {}
+    if ids:
+        con.register("_tl_pair", pd.DataFrame({"trial_id": ids}))
+        try:
+            keys = {r[0]: (r[1], r[2]) for r in con.execute(
+                "SELECT trial_id, sweep_id, replicate FROM trials JOIN _tl_pair USING (trial_id)").fetchall()}
+        finally:
+            con.unregister("_tl_pair")
+    out_b, out_c, unpaired = {}, {}, set()
+    for cell in cells:
+        b, c = gb.get(cell, empty), gc.get(cell, empty)
+        for side, g in (("baseline", b), ("candidate", c)):
+            k = [keys.get(t) for t in g["trial_id"]]
+            if len(set(k)) < len(k):
+                raise ValueError(f"paired: the {side} selector matches two boots of one sweep and replicate in "
+                                 f"{cell[0]} {cell[1]}={cell[2]:g}; pairs need one boot per side and replicate "
+                                 "(select one config per side, e.g. config_key=...)")
+        kb = {keys.get(t): t for t in b["trial_id"]}
+        kc = {keys.get(t): t for t in c["trial_id"]}
+        common = sorted(set(kb) & set(kc), key=lambda k: (str(k[0]), k[1]))
+        unpaired |= {("baseline", kb[k]) for k in set(kb) - set(common)}
+        unpaired |= {("candidate", kc[k]) for k in set(kc) - set(common)}
+        out_b[cell] = b.set_index("trial_id").loc[[kb[k] for k in common]].reset_index()
+        out_c[cell] = c.set_index("trial_id").loc[[kc[k] for k in common]].reset_index()
+    return out_b, out_c, sorted(unpaired)
 
 
 def _series_noise_sd(points: pd.DataFrame, values_by_point: dict) -> float:

@@ -142,7 +142,7 @@ def compare_frames(con: duckdb.DuckDBPyConnection, baseline: dict, candidate: di
                    mixed_keys: bool = False, **kwargs: Any) -> pd.DataFrame:
     """A/B comparison (``warehouse.compare.compare``) after resolving symbols; per config key unless a
     selector names a config or ``per_config=False``. Extra ``kwargs`` go to ``compare`` (confidence,
-    quality, statuses, min_boots).
+    quality, statuses, min_boots, paired).
 
     A pooled comparison (not per config) never mixes config keys on one side silently: a label names a config
     only within its plan (a sweep with one more env var gives the same label another key), so a side that
