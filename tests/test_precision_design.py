@@ -336,3 +336,59 @@ def test_aa_false_call_rate_holds_with_a_prior_estimated_from_history():
     n = batches * per
     assert called / n <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / n)  # simulated: 1.1 %
     assert too_small / (20 * per) > 0.10  # simulated: about 21 %
+
+
+# -- SLA-search windows are not noise --------------------------------------------------------------------------------
+def _sla_boot(con, plan: Plan, i: int, *, sweep_id: str, replicate: int, rng) -> None:
+    """A trusted boot of config i whose every window is an SLA-search window (019) far off the plan's values."""
+    t = plan._round(0)[i]
+    st = synthetic_trial(sweep_id=sweep_id, config_key=t.config_key, replicate=replicate, runtime_name=t.runtime,
+                         config_label=t.label, workloads=("chat",), loads=(("concurrency", 4.0), ("concurrency", 32.0)),
+                         repeats=3, effect_rel=-0.8, repeat_sd_rel=0.3, requests_per_repeat=10, rng=rng)
+    st.tables["measurements"]["sla_search_window"] = True
+    _insert(con, st)
+
+
+def test_sla_search_windows_do_not_feed_the_design_or_its_history_count():
+    plan = Plan.model_validate(_plan_dict(precision={"half_width": 0.1, "loads": ["c=32"]}))
+    con = connect(":memory:")
+    _history(con, plan, boots=4, windows=3, sd={0: (0.03, 0.02), 1: (0.03, 0.02)})
+    clean = design_for_plan(plan, con)
+    rng = np.random.default_rng(7)
+    for i in (0, 1):  # one overloaded boot per config, each in its own sweep: only SLA-search windows
+        _sla_boot(con, plan, i, sweep_id=f"sla{i}", replicate=10, rng=rng)
+    # a trusted boot of config 0 with no window at the precision's cell (c=4 only): not behind the design either
+    t0 = plan._round(0)[0]
+    _insert(con, synthetic_trial(sweep_id="c4only", config_key=t0.config_key, replicate=20, runtime_name=t0.runtime,
+                                 workloads=("chat",), loads=(("concurrency", 4.0),), repeats=3, rng=rng))
+    nm = noise_model(con, "output_tokens_per_s")
+    assert set(nm[nm.load_value == 32.0].boots) == {4}
+    d = design_for_plan(plan, con)
+    assert [(c.var_boot, c.var_window, c.boots) for c in d.cells] == [
+        (c.var_boot, c.var_window, c.boots) for c in clean.cells]
+    assert (d.design.boots_per_config, d.design.windows_per_boot) == (clean.design.boots_per_config,
+                                                                      clean.design.windows_per_boot)
+    assert (d.history_boots, d.history_sweeps) == (8, 1)
+    assert "from the noise model of 8 boots in 1 sweep of trusted history" in d.lines()[0]
+    con.close()
+
+
+def test_ab_priors_leave_sla_search_windows_out(tmp_path):
+    from tunelab.flows.ab_auto import ab_cells, ab_priors
+
+    d = _plan_dict(replicates="auto", repeats=3, ab={"metrics": ["output_tokens_per_s"], "loads": ["c=32"],
+                                                     "budget": {"boots": 8}})
+    del d["precision"]
+    plan = Plan.model_validate(d)
+    db = tmp_path / "w.duckdb"
+    con = connect(db)
+    _history(con, plan, boots=3, windows=3, sd={0: (0.04, 0.02), 1: (0.04, 0.02)})
+    con.close()
+    (cell,) = ab_cells(plan)
+    before = ab_priors(plan, db)[cell]
+    con = connect(db)
+    rng = np.random.default_rng(3)
+    for i in (0, 1):
+        _sla_boot(con, plan, i, sweep_id="sla", replicate=10, rng=rng)
+    con.close()
+    assert ab_priors(plan, db)[cell] == pytest.approx(before)

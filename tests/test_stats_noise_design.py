@@ -125,3 +125,61 @@ def test_pilot_and_bad_input():
         optimal_design(-1.0, 0.01, 60.0, 10.0, 0.03)
     with pytest.raises(ValueError, match="half_width"):
         optimal_design(0.01, 0.01, 60.0, 10.0, 0.0)
+
+
+def test_sla_search_windows_are_left_out_of_the_noise_model_in_python_and_sql():
+    import json
+
+    from tunelab.warehouse.loader import insert_trial_tables
+    from tunelab.warehouse.migrate import connect
+    from tunelab.warehouse.noise import noise_model
+    from tunelab.warehouse.query import run_query
+    from tunelab.warehouse.synthetic import synthetic_trial
+
+    def insert(con, st):
+        trial = {k: json.dumps(v) if isinstance(v, dict) else v for k, v in st.trial.items()}
+        con.execute("BEGIN")
+        insert_trial_tables(con, st.trial["trial_id"], {"sweep": pd.DataFrame([st.sweep]),
+                                                        "trial": pd.DataFrame([trial]), **st.tables}, source="test")
+        con.execute("COMMIT")
+
+    con = connect(":memory:")
+    rng = np.random.default_rng(11)
+    boots = [synthetic_trial(sweep_id="sw", config_key="A", replicate=r, boot_sd_rel=0.05, repeat_sd_rel=0.03,
+                             repeats=3, requests_per_repeat=20, rng=rng) for r in range(4)]
+    for st in boots:
+        insert(con, st)
+
+    def figures():
+        py = noise_model(con, "output_tokens_per_s").iloc[0]
+        sql = run_query(con, "noise_model", metric="output_tokens_per_s", config_key="A").iloc[0]
+        lat = noise_model(con, "ttft_p50_s").iloc[0]
+        return ((int(py.boots), int(py.windows), py.var_boot, py.var_window),
+                (int(sql.boots), int(sql.windows), sql.var_boot, sql.var_window),
+                (lat.var_request, lat.requests_per_window))
+
+    clean = figures()
+    # a fifth boot of only SLA-search windows (overloaded: -80 %, noisy, its own requests): left out
+    st = synthetic_trial(sweep_id="sla", config_key="A", replicate=9, effect_rel=-0.8, repeat_sd_rel=0.3,
+                         repeats=3, requests_per_repeat=50, rng=rng)
+    st.tables["measurements"]["sla_search_window"] = True
+    insert(con, st)
+    # and SLA-search windows inside a plan boot, at the plan's level: boot 0 again with three more windows
+    # (repeats 3..5, throughput -80 %, requests 10x slower) marked as the search's
+    st0 = boots[0]
+    m, q = st0.tables["measurements"].copy(), st0.tables["requests"].copy()
+    m["sla_search_window"] = None
+    extra_m, extra_q = m.copy(), q.copy()
+    extra_m["repeat"] += 3
+    extra_m["sla_search_window"] = True
+    extra_m["output_tokens_per_s"] *= 0.2
+    extra_q["repeat"] += 3
+    extra_q["ttft_s"] *= 10 * rng.lognormal(0, 0.5, len(extra_q))
+    st0.tables["measurements"] = pd.concat([m, extra_m], ignore_index=True)
+    st0.tables["requests"] = pd.concat([q, extra_q], ignore_index=True)
+    insert(con, st0)
+    after = figures()
+    assert after[0][:2] == clean[0][:2] == after[1][:2] == (4, 12)
+    for a, b in zip(after, clean):
+        assert a == pytest.approx(b, rel=1e-9)
+    con.close()

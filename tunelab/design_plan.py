@@ -188,15 +188,19 @@ def design_for_plan(plan: Plan, con: Any | None) -> PlanDesign:
     """
     if plan.precision is None:
         raise ValueError("design_for_plan: the plan has no precision")
+    from tunelab.warehouse.noise import CELL_KEYS
+
     spec = plan.precision
     trials = plan._round(0)
     cells = _precision_cells(plan)
     noise: dict[str, dict[tuple[str, str], CellNoise]] = {}
+    used: dict[str, list[tuple]] = {}  # config name -> the noise model cells (CELL_KEYS values) it read
     no_history: list[str] = []
     for t in trials:
         name = t.label if len(plan.runtime_names()) == 1 else f"{t.label} @ {t.runtime}"
         nm = config_noise(con, spec.metric, t.runtime, t.config_key) if con is not None else pd.DataFrame()
         mine: dict[tuple[str, str], CellNoise] = {}
+        read: list[tuple] = []
         for w, lab, kind, value in cells:
             row = None
             if not nm.empty:
@@ -207,14 +211,15 @@ def design_for_plan(plan: Plan, con: Any | None) -> PlanDesign:
                   and math.isfinite(row["boot_s"]) and row["boot_s"] > 0 and row["window_s"] > 0)
             if not ok:
                 break
+            read.append(tuple(row[k] for k in CELL_KEYS))
             mine[(w, lab)] = CellNoise(name, w, lab, float(row["var_boot"]), float(row["var_window"]),
                                        float(row["df_boot"]), float(row["boot_s"]), float(row["window_s"]),
                                        int(row["boots"]))
         else:
-            noise[name] = mine
+            noise[name], used[name] = mine, read
             continue
         no_history.append(name)
-    hb, hs = _history_counts(con, [(t.runtime, t.config_key) for t in trials])
+    hb, hs = _history_counts(con, spec.metric, [c for n in noise for c in used[n]])
     extra = {"history_boots": hb, "history_sweeps": hs, "max_boots": spec.max_boots,
              "cap_set": "max_boots" in spec.model_fields_set}
     if no_history:
@@ -240,19 +245,30 @@ def design_for_plan(plan: Plan, con: Any | None) -> PlanDesign:
                       len(trials), **extra)
 
 
-def _history_counts(con: Any | None, keys: list[tuple[str, str]]) -> tuple[int, int]:
-    """(boots, sweeps) of trusted history (``TRUSTED``, status ok) for the plan's (runtime, config_key) pairs."""
-    if con is None or not keys:
+def _history_counts(con: Any | None, metric: str, cells: list[tuple]) -> tuple[int, int]:
+    """(boots, sweeps) behind the design: distinct trials and sweeps with a window in one of ``cells`` (noise model
+    cells, ``warehouse.noise.CELL_KEYS`` values) among the windows the noise model read (``noise_windows``:
+    trusted history, the plan's own windows, a usable value of ``metric``). A pilot's configs without history
+    add nothing."""
+    if con is None or not cells:
         return 0, 0
-    try:
-        pairs = " OR ".join("(runtime_name = ? AND config_key = ?)" for _ in keys)
-        row = con.execute(
-            f"""SELECT count(DISTINCT trial_id), count(DISTINCT sweep_id) FROM trial_facts
-                WHERE status = 'ok' AND quality_verdict IN ({', '.join('?' for _ in TRUSTED)}) AND ({pairs})""",
-            [*TRUSTED, *[v for k in keys for v in k]]).fetchone()
-    except Exception:
-        return 0, 0
-    return int(row[0]), int(row[1])
+    from tunelab.warehouse.noise import CELL_KEYS, noise_windows
+
+    keys = list(CELL_KEYS)
+
+    def norm(df: pd.DataFrame) -> pd.DataFrame:  # one spelling of a key on both sides (a NULL GPU, 32 vs 32.0)
+        df = df.copy()
+        for k in keys:
+            df[k] = df[k].astype(float) if k == "load_value" else df[k].map(lambda v: "" if pd.isna(v) else str(v))
+        return df
+
+    want = norm(pd.DataFrame(cells, columns=keys)).drop_duplicates()
+    frames = []
+    for ck in want["config_key"].unique():
+        w = norm(noise_windows(con, metric, config_key=str(ck), quality=TRUSTED))
+        frames.append(w.merge(want, on=keys, how="inner"))
+    hit = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["trial_id", "sweep_id"])
+    return int(hit["trial_id"].nunique()), int(hit["sweep_id"].nunique())
 
 
 def apply_design(plan: Plan, design: PlanDesign) -> Plan:

@@ -6,7 +6,8 @@
 -- (one-way nested ANOVA, method of moments; Kalibera and Jones 2013). boot_s: mean seconds to ready;
 -- window_s: mean seconds of a measured window. tunelab.warehouse.noise.noise_model() is the reference and
 -- adds the request level (within-window sampling noise) for latency metrics; docs/statistics.md says how to
--- read it. Cells with one boot have var_boot NULL.
+-- read it. Cells with one boot have var_boot NULL. Only the plan's own windows: an sla_search: window
+-- (measurements.sla_search_window, migration 019) overloads the server on purpose and is left out, as in compare.
 -- Parameters:
 --   $metric      VARCHAR  a measurements column, e.g. 'output_tokens_per_s'; NULL for all
 --   $config_key  VARCHAR  one config, or NULL for all
@@ -18,6 +19,7 @@ WITH w AS (
     JOIN trial_facts f USING (trial_id)
     JOIN measurements m USING (trial_id, workload, load_kind, load_value, repeat)
     WHERE f.status = 'ok' AND f.quality_verdict IN ('pass', 'warn', 'unvalidated')
+      AND m.sla_search_window IS NOT TRUE  -- the plan's windows only (docs/sla_search.md; 019)
       AND v.value > 0 AND isfinite(v.value)
       AND ($metric IS NULL OR v.metric = $metric)
       AND ($config_key IS NULL OR f.config_key = $config_key)
