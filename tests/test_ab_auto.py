@@ -8,6 +8,7 @@ The sweep stops early when the effect is large and runs to its budget when there
 from __future__ import annotations
 
 import datetime as dt
+import json
 import sys
 from pathlib import Path
 
@@ -45,6 +46,32 @@ def test_plan_auto_expands_to_interleaved_pairs_up_to_the_budget():
     plan = Plan.model_validate(_plan_dict(budget={"boots": 8}, order="abab", baseline="max-num-batched-tokens=2048"))
     assert [t.label.split("=")[1] for t in plan.trials()][:4] == ["2048", "8192", "2048", "8192"]
     assert len(Plan.model_validate(_plan_dict(budget={"gpu_minutes": 5})).trials()) == 40  # MAX_AUTO_PAIRS pairs
+
+
+def test_a_budget_too_small_to_decide_without_history_is_warned_before_any_boot(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from tunelab.cli import app
+    from tunelab.flows.ab_auto import ab_cells, budget_warnings
+    from tunelab.stats.sequential import first_finite_pair
+
+    assert first_finite_pair(0.05) == 3 and first_finite_pair(0.0125) == 4  # no finite interval before that pair
+    small = Plan.model_validate(_plan_dict(budget={"boots": 4}))  # 2 pairs, one cell at alpha 0.05: needs 3
+    (msg,) = budget_warnings(small, {})
+    assert "2 pair(s) cannot decide 1 of 1 cell(s)" in msg and "at least 6" in msg
+    # with history of both configs for the cell (the noise model's prior) the first pair already has an interval
+    assert budget_warnings(small, {ab_cells(small)[0]: (0.05, 8.0)}) == []
+    assert budget_warnings(Plan.model_validate(_plan_dict(budget={"boots": 6})), {}) == []
+    # four cells share alpha: 0.0125 each needs 4 pairs, so 6 boots no longer suffice
+    four = Plan.model_validate(_plan_dict(budget={"boots": 6}, metrics=["output_tokens_per_s", "tpot_p50_s",
+                                                                        "ttft_p50_s", "e2el_p50_s"]))
+    assert "until pair 4" in budget_warnings(four, {})[0]
+    # plan check says so (an empty tunelab home: no warehouse, no history)
+    monkeypatch.setenv("TUNELAB_HOME", str(tmp_path / "home"))
+    p = tmp_path / "small.yaml"
+    p.write_text(json.dumps(_plan_dict(budget={"boots": 4})))
+    r = CliRunner().invoke(app, ["plan", "check", str(p)])
+    assert "ab.budget: 2 pair(s) cannot decide" in " ".join(r.output.split()), r.output
 
 
 @pytest.mark.parametrize("change, message", [

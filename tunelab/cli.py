@@ -217,6 +217,11 @@ def plan_check(
         console.print(line, highlight=False, soft_wrap=True)
     for msg in cost.warnings:
         err.print(f"[yellow]warning:[/] {msg}", highlight=False)
+    if p.replicates == "auto":  # a budget too small to decide without this warehouse's history of both configs
+        from tunelab.flows.ab_auto import ab_priors, budget_warnings
+
+        for msg in budget_warnings(p, ab_priors(p, paths.db_path())):
+            err.print(f"[yellow]warning:[/] {msg}", highlight=False, soft_wrap=True)
     arg_errors, arg_warnings = runtime_checks(p, runtimes)  # never raises: a failed check is a warning
     for msg in arg_warnings:
         err.print(f"[yellow]warning:[/] {msg}", highlight=False)
@@ -429,7 +434,8 @@ def _log_path_of(results: str | Path, sweep_id: str, trial: dict) -> str | None:
 def cancelled_sweep_line(plan, results_dir: Path, db: Path, since: float, how: str) -> str:
     """The closing line of a cancelled ``tunelab run``: what finished, what was cancelled, what never started and
     where the data is. Reads the bundles of the plan's sweep written since ``since`` (epoch s) in ``results_dir``:
-    every trial that ended has one (a trial running at the cancel writes a ``cancelled`` one)."""
+    every trial that ended has one (a trial running at the cancel writes a ``cancelled`` one). The trials of a
+    ``search:`` plan are the boots of its budget (``budget.boots``)."""
     from collections import Counter
 
     from tunelab.bundle import read_bundle
@@ -445,7 +451,8 @@ def cancelled_sweep_line(plan, results_dir: Path, db: Path, since: float, how: s
                     continue
                 if sw.get("plan_name") == plan.name:
                     sweeps.setdefault(str(sw["sweep_id"]), []).append(str(tr["status"]))
-    total = len(plan.trials())
+    # A search's trials are its boots: the budget's (None: only GPU-minutes bound it), not the one default config.
+    total = len(plan.trials()) if getattr(plan, "search", None) is None else plan.search.budget.boots
     if not sweeps:
         return (f"sweep of {plan.name} cancelled ({how}) before any trial ended: nothing measured, nothing written "
                 f"to {db}")
@@ -454,8 +461,10 @@ def cancelled_sweep_line(plan, results_dir: Path, db: Path, since: float, how: s
     cancelled = st.pop("cancelled", 0)
     ended = sum(st.values())
     done = ", ".join(f"{k} {v}" for k, v in sorted(st.items()))
-    return (f"sweep {sweep_id} cancelled ({how}): {ended} of {total} trial(s) finished" + (f" ({done})" if done else "")
-            + f", {cancelled} cancelled while running, {max(total - ended - cancelled, 0)} not started. Data: bundles "
+    left = "the search's other boots not started" if total is None else \
+        f"{max(total - ended - cancelled, 0)} not started"
+    return (f"sweep {sweep_id} cancelled ({how}): {ended} of {total if total is not None else '?'} trial(s) finished"
+            + (f" ({done})" if done else "") + f", {cancelled} cancelled while running, {left}. Data: bundles "
             f"{results_dir / sweep_id}, warehouse {db} (`tunelab report --sweep {sweep_id}`), server logs "
             f"{paths.logs_dir() / sweep_id}; `tunelab load` loads any bundle not yet in the warehouse")
 

@@ -32,7 +32,7 @@ from tunelab import records
 from tunelab.bundle import read_bundle, update_bundle_table
 from tunelab.load_profiles import load_label
 from tunelab.plan import Plan
-from tunelab.stats.sequential import sequential_ab
+from tunelab.stats.sequential import first_finite_pair, sequential_ab
 
 __all__ = ["ABCell", "ABOutcome", "MAX_UNUSABLE_PAIRS", "boot_value", "ab_cells", "ab_priors", "run_auto_ab",
            "record_outcome", "outcome_lines"]
@@ -117,6 +117,29 @@ def _usable(status: dict | None) -> bool:
 def _minutes(timing: dict, devices: int) -> float:
     start, end = timing.get("slot_at") or timing.get("queued_at"), timing.get("end_at")
     return 0.0 if start is None or end is None else max(0.0, end - start) * max(devices, 1) / 60.0
+
+
+def budget_warnings(plan: Plan, priors: dict[ABCell, tuple[float, float]]) -> list[str]:
+    """Warnings for a ``replicates: auto`` budget that cannot decide a cell: without history for it (no entry in
+    ``priors``, see :func:`ab_priors`) the always-valid interval stays infinite until
+    :func:`stats.sequential.first_finite_pair` pairs at the cell's alpha, so a budget of fewer pairs runs to its
+    end undecided. Empty for other plans or when the budget suffices."""
+    if plan.replicates != "auto" or plan.ab is None:
+        return []
+    cells = ab_cells(plan)
+    alpha_cell = plan.ab.alpha / len(cells)
+    need = first_finite_pair(alpha_cell)
+    pairs = plan.max_boots()  # boots per config = pairs
+    if need is None or pairs >= need:
+        return []
+    bare = [c for c in cells if c not in priors]
+    if not bare:
+        return []
+    names = ", ".join(f"{c.workload} {c.load} {c.metric}" for c in bare[:3]) + (" ..." if len(bare) > 3 else "")
+    return [f"ab.budget: {pairs} pair(s) cannot decide {len(bare)} of {len(cells)} cell(s) ({names}): without "
+            f"history of both configs the always-valid interval at alpha {alpha_cell:.3g} per cell stays infinite "
+            f"until pair {need}; raise ab.budget.boots to at least {2 * need}, declare fewer cells (ab.metrics, "
+            f"ab.loads), or run a fixed design of both configs first (its boots become the noise model's history)"]
 
 
 def ab_priors(plan: Plan, db_path: str | Path | None, logger: Any = None) -> dict[ABCell, tuple[float, float]]:

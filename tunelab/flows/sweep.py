@@ -728,23 +728,30 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
                        base_ctx=base_ctx, use_slots=use_slots, flow_run_id=flow_run_id,
                        progress_id=_progress_artifact(plan, sweep_id, n_total, logger), logger=logger)
     run.trials_total = n_total
-    search = None
+    search = partial = None
     try:
         if plan.replicates == "auto":  # pairs of A and B until decided or out of budget (flows/ab_auto.py)
-            from tunelab.flows.ab_auto import ab_priors, run_auto_ab
+            from tunelab.flows.ab_auto import ab_priors, budget_warnings, run_auto_ab
 
+            priors = ab_priors(plan, db_path, logger)
+            for msg in budget_warnings(plan, priors):
+                logger.warning("warning: %s", msg)
             ab = run_auto_ab(run, pools, inv.reason, plan, logger, validate=lambda b, p: validate_task(b, p),
-                             priors=ab_priors(plan, db_path, logger))
+                             priors=priors)
         elif plan.search is not None:  # one boot per config TPE suggests, until the budget is spent (flows/search.py)
             from tunelab.flows.search import run_search_sweep
+            from tunelab.search import SearchOutcome
 
             ab = None
-            search = run_search_sweep(run, pools, inv.reason, plan, logger, validate=lambda b, p: validate_task(b, p))
+            partial = SearchOutcome()  # what the search knew, should an interruption end it
+            search = run_search_sweep(run, pools, inv.reason, plan, logger, validate=lambda b, p: validate_task(b, p),
+                                      outcome=partial)
         else:
             ab = None
             run.run(pools, inv.reason)
     except INTERRUPTS:
         run.mark_running_cancelled()
+        _record_interrupted_search(plan, sweep, run, partial, logger)
         try:
             n = load_pending(db_path, results_dir, lock_timeout_s=10)
             logger.warning("cancelled: loaded %d bundle(s); the rest stay on disk for `tunelab load`", len(n))
@@ -778,6 +785,24 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
         _search_report(plan, search, summary, report_db=db_path if summary.not_loaded is None else None,
                        plots=plots, logger=logger)
     return summary
+
+
+def _record_interrupted_search(plan: Plan, sweep: records.Sweep, run: "_SweepTrials", partial: Any,
+                               logger: Any) -> None:
+    """An interrupted ``search:`` sweep keeps its search record: the sweep's ``search_*`` columns (stop reason
+    ``interrupted``) into every bundle written so far, before they are loaded; never raises (the interruption
+    goes on)."""
+    if partial is None:
+        return
+    try:
+        from tunelab.flows.search import record_search, sweep_bundles
+
+        partial.stop_reason = "interrupted"
+        record_search(sweep, plan, partial, sweep_bundles(run))
+        logger.warning("search interrupted after %d boot(s): its record so far is kept (`tunelab tuning-report %s`)",
+                       partial.boots, sweep.sweep_id)
+    except Exception as e:  # noqa: BLE001 - the interruption matters more than its record
+        logger.warning("could not record the interrupted search: %s", e)
 
 
 def _search_report(plan: Plan, search: Any, summary: SweepSummary, report_db: Path | None, plots: bool,

@@ -36,7 +36,7 @@ from typing import Literal
 import numpy as np
 from scipy import optimize, stats
 
-__all__ = ["MIXTURE_G", "MIXTURE_GS", "MIXTURE_WEIGHTS", "SequentialVerdict", "boundary_u", "confidence_sequence_log",
+__all__ = ["MIXTURE_G", "MIXTURE_GS", "MIXTURE_WEIGHTS", "SequentialVerdict", "boundary_u", "first_finite_pair", "confidence_sequence_log",
            "halfwidth_log", "sequential_ab"]
 
 #: Variance of the standardised effect (mu / sigma of a pair's log ratio) in the mixture. 0.5 puts the
@@ -138,6 +138,19 @@ def boundary_u(n: float, big_n: float, alpha: float, gs: tuple[float, ...] = MIX
     while _log_bf_sup(hi, n, big_n, gs, ws) < target:
         hi *= 4.0
     return float(optimize.brentq(lambda u: _log_bf_sup(u, n, big_n, gs, ws) - target, 0.0, hi, xtol=1e-12, rtol=1e-10))
+
+
+def first_finite_pair(alpha: float, max_pairs: int = 200) -> int | None:
+    """The fewest pairs after which the confidence sequence of :func:`sequential_ab` *without* a prior can have
+    a finite interval at error rate ``alpha`` (the cell's share): before it no data can decide the cell. ``None``
+    when not within ``max_pairs``. With a prior (history) the interval is finite from the first pair.
+
+    Example: alpha 0.05 -> 3 pairs; 0.0125 (0.05 over 4 cells) -> 4 pairs.
+    """
+    for k in range(1, max_pairs + 1):
+        if math.isfinite(boundary_u(float(k), float(k), alpha)):
+            return k
+    return None
 
 
 def halfwidth_log(n, ss, *, s_hist: float = 0.0, d0: float = 0.0, alpha: float = 0.05,
