@@ -963,11 +963,22 @@ def load_plan(path: str | Path) -> Plan:
         plan = Plan.model_validate(data)
     except ValidationError as e:
         raise PlanError(_format_errors(str(p), e)) from None
-    # Resolve a relative model path against the plan's folder first, then the current directory.
+    # Resolve a relative model path against the plan's folder first, then the current directory. A model that is
+    # in neither is named by the plan-folder path (relative to the current directory where it can be), so that
+    # the fix a message suggests (`tunelab model tiny PATH`) builds it where this plan looks first.
     mp = Path(plan.model)
     if not mp.is_absolute():
         cand = (p.parent / mp)
-        plan = plan.model_copy(update={"model": str(cand if cand.exists() else mp)})
+        if cand.exists():
+            model = str(cand)
+        elif mp.exists():
+            model = str(mp)
+        else:
+            try:
+                model = os.path.relpath(cand)
+            except ValueError:  # another drive (Windows): keep the plan-folder path as it is
+                model = str(cand)
+        plan = plan.model_copy(update={"model": model})
     return plan
 
 
