@@ -124,6 +124,34 @@ def test_ranges_fixed_args_and_variants_are_checked_too_and_named_by_field(tmp_p
     assert bad_engine_arg_values(good, {}) == ([], [])
 
 
+def test_plan_check_rejects_a_range_whose_step_gives_non_integers_for_an_integer_option(tmp_path):
+    """Found by a new user: ``max-num-seqs: {low: 2, high: 3, step: 0.5}`` passed plan check (only its ends, both
+    integers, were judged) and every boot but the default failed with ``invalid int value``. The values the range
+    steps through are judged too."""
+    from tunelab.cli import app
+
+    plan = _plan_file(tmp_path, search={**SEARCH, "space": {
+        "engine_args": {"max-num-seqs": {"low": 2, "high": 3, "step": 0.5}}}})
+    r = CliRunner().invoke(app, ["plan", "check", str(plan)])
+    out = " ".join(r.output.split())  # rich wraps long lines
+    assert r.exit_code == 2, out
+    assert "search.space.engine_args.max-num-seqs: the range {low: 2, high: 3, step: 0.5} steps through 2.5" in out, out
+    assert "2.5 is not an integer >= 1" in out and "give integer low, high and step" in out, out
+    # a continuous float range on an integer option, a step that skips an enumerated option's choices
+    errors, _ = bad_engine_arg_values(Plan.model_validate(_plan_data(tmp_path, search={**SEARCH, "space": {
+        "engine_args": {"max-num-seqs": {"low": 2.0, "high": 8.0}, "max-lora-rank": {"low": 8, "high": 64,
+                                                                                     "step": 8}}}})), {})
+    assert [e.split(":")[0] for e in errors] == ["search.space.engine_args.max-num-seqs",
+                                                 "search.space.engine_args.max-lora-rank"], errors
+    assert "takes any number between its ends, e.g. 2.5" in errors[0]
+    assert "steps through 24, 40, 48, 56" in errors[1] and "24 is not one of: 1, 8, 16, 32, 64" in errors[1], errors[1]
+    # integral floats (2.0, 3.0, 4.0: passed as 2, 3, 4) and a float option's float steps are fine
+    fine = Plan.model_validate(_plan_data(tmp_path, search={**SEARCH, "space": {"engine_args": {
+        "max-num-seqs": {"low": 2.0, "high": 4.0, "step": 1.0},
+        "gpu-memory-utilization": {"low": 0.8, "high": 0.95, "step": 0.05}}}}))
+    assert bad_engine_arg_values(fine, {}) == ([], [])
+
+
 def test_run_preflight_rejects_a_bad_value_before_any_server_starts(tmp_path, monkeypatch):
     from tunelab.flows import sweep as S
 

@@ -311,6 +311,78 @@ def test_objective_under_the_slo():
     assert grid_size(SearchSpace(engine_args={"max-num-seqs": {"low": 8, "high": 64, "step": 8}})) == 8
 
 
+def test_integral_values_of_a_float_range_reach_vllm_serve_and_the_record_as_ints():
+    """``{low: 2.0, high: 4.0, step: 1.0}`` is a float range: optuna gives 3.0, and ``vllm serve --max-num-seqs
+    3.0`` fails (``invalid int value: '3.0'``). Every boot gets (and records) 2, 3 or 4."""
+    from tunelab.plan import Trial
+
+    plan = _plan({"space": {"engine_args": {"max-num-seqs": {"low": 2.0, "high": 4.0, "step": 1.0}}},
+                  "objective": {"maximize": "output_tokens_per_s", "load": "c=4"}, "budget": {"boots": 4}})
+    booted: list = []
+
+    def boot(req):
+        booted.append(req.engine_args)
+        return BootOutcome("ok", None, _windows(100.0 * req.engine_args.get("max-num-seqs", 1), 0.01, 1)[-1],
+                           gpu_minutes=1.0)
+
+    out = _search(plan, boot)
+    seqs = [a["max-num-seqs"] for a in booted[1:]]
+    assert sorted(seqs) == [2, 3, 4] and all(type(x) is int for x in seqs), seqs
+    assert all(type(r.engine_args["max-num-seqs"]) is int for r in out.records[1:])
+    t = Trial(runtime="cpu", model="m", model_id="m", engine_args=booted[1], env={})
+    assert t.serve_args() == ["--max-num-seqs", str(booted[1]["max-num-seqs"])]
+
+
+def test_an_interrupted_search_keeps_what_it_knew_and_records_the_boot_it_ended():
+    """Ctrl-C during boot 2: the outcome the caller passed in holds the default's result, boot 2 as cancelled and
+    the stop reason ``interrupted``; the interruption goes on."""
+    from tunelab.search import SearchOutcome
+
+    plan = _plan(SEARCH, engine_args={"max-num-seqs": 64})
+    sim = _boot_sim([])
+    calls: list = []
+
+    def boot(req):
+        calls.append(req.role)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return sim(req)
+
+    w, lo = plan.search_cell()
+    partial = SearchOutcome()
+    with pytest.raises(KeyboardInterrupt):
+        run_search(plan.search, base_args={"max-num-seqs": 64}, base_env={}, seed=1, workload=w, load=lo,
+                   slo=plan.slo.model_dump(), boot=boot, outcome=partial)
+    assert [(r.role, r.state, r.boot) for r in partial.records] == [("default", "complete", 1),
+                                                                   ("search", "cancelled", 2)]
+    assert partial.stop_reason == "interrupted" and partial.boots == 2 and partial.best_key is not None
+
+
+def test_the_boots_say_whether_the_default_is_one_of_the_grid():
+    """Found by a new user: "2 boots against a full grid of 2 configs" when the default (max-num-seqs unset) is not
+    in the grid [1, 2] and config max-num-seqs=1 was never booted."""
+    from tunelab.flows.search import search_lines
+
+    plan = _plan({"space": {"engine_args": {"max-num-seqs": [1, 2]}},
+                  "objective": {"maximize": "output_tokens_per_s", "load": "c=4"}, "budget": {"boots": 2}})
+    out = _search(plan, _boot_sim_any())
+    assert out.boots == 2
+    assert search_lines(plan, out)[0].startswith("search: 2 boots (the default + 1 of a grid of 2 configs), ")
+    inside = _plan({"space": {"engine_args": {"max-num-seqs": [1, 2]}},
+                    "objective": {"maximize": "output_tokens_per_s", "load": "c=4"}, "budget": {"boots": 3}},
+                   engine_args={"max-num-seqs": 1})
+    out = _search(inside, _boot_sim_any())
+    assert search_lines(inside, out)[0].startswith(
+        "search: 2 boots (2 of a grid of 2 configs, the default among them), "), search_lines(inside, out)
+
+
+def _boot_sim_any():
+    def boot(req):
+        return BootOutcome("ok", None, _windows(100.0 * (req.engine_args.get("max-num-seqs") or 3), 0.01, 1)[-1],
+                           gpu_minutes=1.0)
+    return boot
+
+
 # -- the tuning report ---------------------------------------------------------------------------------------------
 def test_the_tuning_report_frontier_best_verdict_and_command(tmp_path):
     from tunelab.reports.tuning import tuning_report
@@ -347,7 +419,7 @@ def test_the_tuning_report_frontier_best_verdict_and_command(tmp_path):
     assert rep.command == "VLLM_X=1 vllm serve models/tiny --max-num-seqs 128"
     assert rep.verdict.iloc[0]["verdict"] == "inconclusive"  # one boot a side: the report says how to confirm
     text = "\n".join(rep.lines)
-    assert "4 boots against a full grid of 2 configs; 12.50 GPU-minutes" in text
+    assert "4 boots (the default + 3 of a grid of 2 configs); 12.50 GPU-minutes" in text
     assert "the full grid 2 boots (+1 for the default as reference); vLLM's auto_tune.sh 4-12 boots" in text
     assert "best under the SLO: cfgA [A]" in text and "replicates: auto" in text
     assert "deploy: VLLM_X=1 vllm serve models/tiny --max-num-seqs 128" in text
@@ -356,9 +428,51 @@ def test_the_tuning_report_frontier_best_verdict_and_command(tmp_path):
     assert "under SLO ttft_s <= 0.12 " in text and "{'" not in text
     assert rep.plot is not None and rep.plot.exists()
     assert "## Frontier" in rep.markdown and "```bash" in rep.markdown
-    with pytest.raises(ValueError, match="no search"):
-        con.execute("UPDATE sweeps SET search_boots = NULL")
+    con.execute("UPDATE sweeps SET search_boots = NULL")
+    # its plan has `search:`: not "has no search", but why it has no record and what to run
+    with pytest.raises(ValueError, match=r"ran a search \(its plan has `search:`\), but .* has no record"):
         tuning_report(con, "sw")
+    con.execute("UPDATE sweeps SET plan_yaml = 'name: s'")
+    with pytest.raises(ValueError, match="has no search"):
+        tuning_report(con, "sw")
+    con.close()
+
+
+def test_plain_tuning_report_names_a_newer_search_that_has_no_record():
+    """A newer search sweep without a search record (still running, killed): the plain report shows the older
+    recorded search and says so, instead of passing over the newer one in silence."""
+    from tunelab.reports.tuning import tuning_report
+    from tunelab.warehouse.loader import insert_trial_tables
+    from tunelab.warehouse.migrate import connect
+    from tunelab.warehouse.synthetic import synthetic_trial
+
+    con = connect(":memory:")
+    plan_yaml = "name: s\nmodel: models/tiny\nsearch:\n  space:\n    env: {VLLM_X: [0, 1]}\n"
+    obj = {"metric": "output_tokens_per_s", "direction": "maximize", "workload": "chat", "load": "c=4",
+           "slo": {"ttft_s": 0.12}, "slo_percentile": 90}
+    for sweep_id, day, recorded in (("old", 1, True), ("new", 2, False)):
+        st = synthetic_trial(sweep_id=sweep_id, config_key=f"k-{sweep_id}", loads=(("concurrency", 4.0),),
+                             started_at=pd.Timestamp(f"2026-01-0{day}", tz="UTC"))
+        st.sweep.update(plan_yaml=plan_yaml)
+        trial = dict(st.trial)
+        if recorded:
+            st.sweep.update(search_objective=json.dumps(obj), search_boots=1, search_grid_size=2,
+                            search_gpu_minutes=1.0, search_stop_reason="budget_boots",
+                            search_space=json.dumps({"env": {"VLLM_X": [0, 1]}}))
+            trial.update(search_role="default", search_state="complete", search_value=1000.0,
+                         search_slo_violation=-0.5)
+        con.execute("BEGIN")
+        insert_trial_tables(con, st.trial["trial_id"], {"sweep": pd.DataFrame([st.sweep]),
+                                                        "trial": pd.DataFrame([trial]), **st.tables}, source="test")
+        con.execute("COMMIT")
+    rep = tuning_report(con, None)
+    assert rep.sweep_id == "old"
+    assert "1 boot (the default + 0 of a grid of 2 configs)" in rep.lines[1], rep.lines
+    (note,) = [x for x in rep.lines if x.startswith("note:")]
+    assert "a newer sweep, new, ran a search too" in note and "`tunelab report --sweep new`" in note, note
+    assert note in rep.markdown
+    with pytest.raises(ValueError, match="sweep 'new' ran a search"):
+        tuning_report(con, "new")
     con.close()
 
 
@@ -412,8 +526,72 @@ def test_a_search_sweep_on_the_fake_server_records_every_boot_and_reports(tmp_pa
     rep = subprocess.run([sys.executable, "-c", "import sys; from tunelab.cli import app; sys.exit(app())",
                           "tuning-report"], env=env, capture_output=True, text=True, timeout=300)
     assert rep.returncode == 0, rep.stdout + rep.stderr
-    assert "3 boots against a full grid of 3 configs" in rep.stdout and "deploy: " in rep.stdout, rep.stdout
+    # the default (VLLM_FAKE_KNOB unset) is not one of the grid's 3 configs: 2 of them were booted
+    assert "3 boots (the default + 2 of a grid of 3 configs)" in rep.stdout and "deploy: " in rep.stdout, rep.stdout
     assert "vllm serve unused" in rep.stdout
+
+
+def test_a_search_sweep_interrupted_by_ctrl_c_keeps_its_record_and_reports_it(tmp_path):
+    """Found by a new user: Ctrl-C during boot 2 of a search lost the search's record (trials without search_*,
+    the sweep without search_objective), so `tunelab tuning-report SWEEP` said the plan had no `search:`, and
+    the closing line counted 1 trial (the default config) instead of the budget's 3 boots. The real `tunelab run`
+    and sweep flow; FAKE trial bodies (tests/fakes/fake_sweep_cli.py): boot 1 finishes, boot 2 blocks until
+    SIGINT."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    import duckdb
+    import yaml
+
+    repo = Path(__file__).resolve().parent.parent
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump({
+        "name": "fake-search-cancel", "model": "fake-model", "runtime": "gpu-fake",
+        "workloads": [{"name": "chat", "prompt_tokens": 16, "output_tokens": 8, "num_requests": 6}],
+        "concurrency": [4], "repeats": 3,
+        "search": {"space": {"env": {"VLLM_FAKE_KNOB": [1, 2, 3]}}, "objective": {"maximize": "output_tokens_per_s"},
+                   "budget": {"boots": 3}}}))
+    db, res, mark = tmp_path / "wh.duckdb", tmp_path / "results", tmp_path / "blocking"
+    env = dict(os.environ, TUNELAB_DB=str(db), TUNELAB_RESULTS=str(res), TUNELAB_HOME=str(tmp_path / "home"),
+               FAKE_BLOCK_FROM="1", FAKE_BLOCK_MARK=str(mark), COLUMNS="400", PREFECT_HOME=str(tmp_path / "prefect"))
+    env.pop("PREFECT_API_URL", None)
+    p = subprocess.Popen([sys.executable, str(repo / "tests" / "fakes" / "fake_sweep_cli.py"), "run", str(plan)],
+                         cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not mark.exists():
+            assert p.poll() is None, p.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "boot 2 never started"
+            time.sleep(0.2)
+        p.send_signal(signal.SIGINT)
+        out, errs = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 130, errs[-3000:]
+    (line,) = [ln for ln in errs.splitlines() if "cancelled (" in ln and "not started" in ln]
+    sweep_id = line.split()[1]
+    assert "1 of 3 trial(s) finished (ok 1), 1 cancelled while running, 1 not started" in line, line
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        rows = con.execute("SELECT search_role, search_state, search_value IS NOT NULL, status FROM trials "
+                           "WHERE sweep_id = ? ORDER BY started_at", [sweep_id]).fetchall()
+        sw = con.execute("SELECT search_objective IS NOT NULL, search_stop_reason, search_boots, "
+                         "search_best_config_key IS NOT NULL FROM sweeps WHERE sweep_id = ?", [sweep_id]).fetchone()
+    finally:
+        con.close()
+    assert rows == [("default", "complete", True, "ok"), ("search", "cancelled", False, "cancelled")], rows
+    assert sw == (True, "interrupted", 2, True), sw
+    rep = subprocess.run([sys.executable, "-m", "tunelab.cli", "tuning-report", sweep_id, "--db", str(db)], cwd=repo,
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert rep.returncode == 0, rep.stdout[-3000:] + rep.stderr[-3000:]
+    assert "2 boots (the default + 0 of a grid of 3 configs + 1 cancelled)" in rep.stdout, rep.stdout
+    assert "stopped: interrupted" in rep.stdout and "interrupted: the search was stopped" in rep.stdout, rep.stdout
 
 
 def test_the_trial_flow_stops_measuring_when_the_search_prunes_and_keeps_the_windows(tmp_path, monkeypatch):

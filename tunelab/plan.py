@@ -1156,7 +1156,9 @@ def bad_engine_arg_values(plan: "Plan", runtimes: dict) -> tuple[list[str], list
 
     Returns:
         (errors, warnings), one line each. An error is a value no runtime of the plan accepts; it names the field
-        (``search.space.engine_args.dtype[1]``), the value and the allowed values. A warning is a value some of
+        (``search.space.engine_args.dtype[1]``), the value and the allowed values; for a range of the space, the
+        values it steps through are judged too (``{low: 2, high: 3, step: 0.5}`` of ``max-num-seqs`` gives 2.5,
+        an error naming ``search.space.engine_args.max-num-seqs``). A warning is a value some of
         the plan's runtimes accept and others do not (their trials will fail to boot with ``invalid_config``).
 
     Args:
@@ -1187,4 +1189,61 @@ def bad_engine_arg_values(plan: "Plan", runtimes: dict) -> tuple[list[str], list
             ok = [r for r in rts if r not in wrong]
             warnings.append(f"{field}: {why} on {src} (accepted by {', '.join(repr(r) for r in ok)}); its trials "
                             "there will fail to boot (invalid_config)")
+    e, w = _bad_range_values(plan, runtimes, facts)
+    return errors + e, warnings + w
+
+
+def _range_text(r: Any) -> str:
+    parts = [f"low: {r.low}", f"high: {r.high}"] + ([f"step: {r.step}"] if r.step is not None else []) + \
+        (["log: true"] if r.log else [])
+    return "{" + ", ".join(parts) + "}"
+
+
+def _bad_range_values(plan: "Plan", runtimes: dict, facts: dict) -> tuple[list[str], list[str]]:
+    """The values *inside* each range of ``search.space.engine_args`` that ``vllm serve`` would reject (its ends are
+    judged as any value): a float step on an integer option (``max-num-seqs: {low: 2, high: 3, step: 0.5}``
+    gives 2.5), a step that skips the choices of an enumerated option, a continuous float range on an integer
+    option. One line per range naming the field, the bad values and the fix; an error when no runtime accepts
+    them, else a warning (as :func:`bad_engine_arg_values`)."""
+    from tunelab.engine_arg_values import ENUM_SOURCE, value_problem
+    from tunelab.search import SearchRange, range_values
+
+    if plan.search is None:
+        return [], []
+    rts = plan.runtime_names()
+    errors: list[str] = []
+    warnings: list[str] = []
+    for flag, v in plan.search.space.engine_args.items():
+        if not isinstance(v, SearchRange) or not rts:
+            continue
+        vals = range_values(v)
+        if vals is None and not v.integer:  # continuous: any number between the ends, so a non-integer among them
+            probe = math.floor(v.low) + 0.5
+            probe = probe + 1 if probe < v.low else probe
+            vals = [probe if probe <= v.high else (v.low + v.high) / 2]
+            steps = "takes any number between its ends, e.g."
+        else:
+            steps = "steps through"
+        inner = [x for x in vals or [] if x != v.low and x != v.high]  # the ends are judged as values
+        bad = {r: [(x, why) for x in inner if (why := value_problem(flag, x, facts.get(r)))] for r in rts}
+        wrong = [r for r in rts if bad[r]]
+        if not wrong:
+            continue
+        shown = bad[wrong[0]]
+        listed = ", ".join(f"{x:g}" for x, _ in shown[:5]) + (f" (+{len(shown) - 5} more)" if len(shown) > 5 else "")
+        why = shown[0][1]
+        fix = ("give integer low, high and step (e.g. step: 1), so that every value is an integer, or list the "
+               "values" if "not an integer" in why else
+               "choose low, high and step so that every value it steps through is allowed, or list the values")
+        src = ", ".join(dict.fromkeys(
+            f"vLLM {runtimes[r].vllm_version or '?'} of runtime {r!r}" if facts.get(r) is not None
+            else f"tunelab's table from {ENUM_SOURCE}" for r in wrong))
+        field = f"search.space.engine_args.{flag}"
+        line = f"{field}: the range {_range_text(v)} {steps} {listed}, which `vllm serve` rejects: {why} ({src})"
+        if len(wrong) == len(rts):
+            errors.append(f"{line}; {fix}")
+        else:
+            ok = [r for r in rts if r not in wrong]
+            warnings.append(f"{line}; accepted by {', '.join(repr(r) for r in ok)}; its trials elsewhere will fail "
+                            f"to boot (invalid_config); {fix}")
     return errors, warnings

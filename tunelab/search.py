@@ -41,6 +41,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 __all__ = [
     "MEMORY_FAILURES",
     "BootOutcome",
+    "boots_phrase",
+    "default_in_space",
     "ObjectiveValue",
     "SearchBoot",
     "SearchBudget",
@@ -55,7 +57,9 @@ __all__ = [
     "grid_keys",
     "grid_size",
     "objective_value",
+    "plain_number",
     "prune_decision",
+    "range_values",
     "run_search",
     "walk_down",
 ]
@@ -244,12 +248,99 @@ def grid_size(space: SearchSpace) -> int | None:
     return n
 
 
+def plain_number(v: Any) -> Any:
+    """``v`` with an integral float as an int (``3.0`` -> ``3``); anything else unchanged. A float range
+    (``{low: 2, high: 3, step: 0.5}``) gives floats; ``vllm serve --max-num-seqs 3.0`` is rejected
+    (``invalid int value: '3.0'``) where ``3`` is taken, and a float option reads ``3`` as well as ``3.0``."""
+    if isinstance(v, float) and math.isfinite(v) and v.is_integer():
+        return int(v)
+    return v
+
+
+#: Values of one range that :func:`range_values` lists at most (a longer grid: None).
+MAX_RANGE_VALUES = 10_000
+
+
+def range_values(r: SearchRange) -> list[int | float] | None:
+    """The values the search can give for range ``r``, in order, as they reach ``vllm serve`` (integral floats as
+    ints, :func:`plain_number`): ``low, low + step, ...`` up to ``high`` (every integer of an integer range without
+    step). None when the range is continuous (a float range without step) or has more than
+    :data:`MAX_RANGE_VALUES` values. Float steps are rounded to 10 decimals (``0.1 * 3`` is ``0.3``)."""
+    if r.integer:
+        step = int(r.step) if r.step is not None else 1
+        n = (int(r.high) - int(r.low)) // step + 1
+        return None if n > MAX_RANGE_VALUES else list(range(int(r.low), int(r.high) + 1, step))
+    if r.step is None:
+        return None
+    n = int(math.floor((r.high - r.low) / r.step + 1e-9)) + 1
+    if n > MAX_RANGE_VALUES:
+        return None
+    return [plain_number(round(r.low + i * r.step, 10)) for i in range(n)]
+
+
+def default_in_space(space: SearchSpace, base_args: dict[str, Scalar], base_env: dict[str, str]) -> bool | None:
+    """Whether the plan's default config (``base_args``, ``base_env``) is one of the space's configs: each of its
+    settings of a name of the space is a value of that dimension (an unset engine arg counts as ``null``/``false``;
+    env values compare as strings, booleans as ``1``/``0``). None when a dimension is continuous (no finite grid)."""
+    for kind, base in (("engine_args", base_args), ("env", base_env)):
+        for name, dim in getattr(space, kind).items():
+            have = base.get(name)
+            vals = dim if isinstance(dim, list) else range_values(dim)
+            if vals is None:
+                return None
+            if kind == "env":
+                same = have is not None and str(have) in {("1" if x else "0") if isinstance(x, bool) else
+                                                          str(plain_number(x)) for x in vals if x is not None}
+                same = same or (have is None and None in vals)
+            elif have is None or have is False:
+                same = any(x is None or x is False for x in vals)
+            else:
+                same = any(x == have and isinstance(x, bool) == isinstance(have, bool) for x in vals)
+            if not same:
+                return False
+    return True
+
+
+def boots_phrase(boots: int, grid: int | None, default_in_grid: bool | None,
+                 records: list[tuple[str, str | None, str]]) -> str:
+    """What a search's boots were, in words: ``2 boots (the default + 1 of a grid of 2 configs)``, ``3 boots (3 of
+    a grid of 3 configs, the default among them)``, ``5 boots (the default + 4 config(s) of a continuous space (no
+    finite grid))``, with ``+ N walk-down(s)`` and ``+ N cancelled`` (boots an interruption ended) when there were.
+
+    Args:
+        boots: boots started (``SearchOutcome.boots``, ``sweeps.search_boots``).
+        grid: the grid's size (None: continuous).
+        default_in_grid: whether the default is a config of the grid (:func:`default_in_space`; None: not known).
+        records: (role, search state, config key) of each boot (``SearchRecord`` / ``trials.search_*``).
+    """
+    done = [(role, key) for role, state, key in records if state != "cancelled"]
+    cancelled = len(records) - len(done)
+    walk_downs = sum(role == "walk_down" for role, _ in done)
+    default_done = any(role == "default" for role, _ in done)
+    in_grid = {key for role, key in done if role == "search" or (role == "default" and default_in_grid)}
+    parts: list[str] = []
+    if default_done and not (grid is not None and default_in_grid):
+        parts.append("the default")
+    if grid is None:
+        parts.append(f"{len(in_grid)} config(s) of a continuous space (no finite grid)")
+    else:
+        parts.append(f"{len(in_grid)} of a grid of {grid} configs"
+                     + (", the default among them" if default_done and default_in_grid else ""))
+    if walk_downs:
+        parts.append(f"{walk_downs} walk-down(s)")
+    if cancelled:
+        parts.append(f"{cancelled} cancelled")
+    return f"{boots} boot{'' if boots == 1 else 's'} ({' + '.join(parts)})"
+
+
 def config_of(params: dict[str, Any], base_args: dict[str, Scalar], base_env: dict[str, str]
               ) -> tuple[dict[str, Scalar], dict[str, str]]:
     """(engine_args, env) of a suggestion: the plan's base config with the params set (``env.X`` -> env var X;
-    a boolean env value as ``1``/``0``; a None env value unsets it)."""
+    a boolean env value as ``1``/``0``; a None env value unsets it). An integral float (``3.0``, from a float
+    range) is set as an int (``3``): what ``vllm serve`` gets and what the trial records."""
     args, env = dict(base_args), dict(base_env)
     for k, v in params.items():
+        v = plain_number(v)
         if k.startswith("env."):
             name = k[4:]
             if v is None:
@@ -434,7 +525,7 @@ class SearchRecord:
     engine_args: dict[str, Scalar]
     env: dict[str, str]
     config_key: str
-    state: str  # complete | infeasible | pruned | fail
+    state: str  # complete | infeasible | pruned | fail | cancelled (interrupted while it ran)
     value: float | None = None
     violation: float | None = None
     failure_class: str | None = None
@@ -447,8 +538,10 @@ class SearchRecord:
 
 @dataclass
 class SearchOutcome:
-    """The search: every boot's record, the best feasible config's key (None: none met the SLO), why it stopped,
-    boots, GPU-minutes, and the grid size of the space (None: continuous)."""
+    """The search: every boot's record, the best feasible config's key (None: none met the SLO), why it stopped
+    (``budget_boots``, ``budget_gpu_minutes``, ``space_exhausted``, or ``interrupted``: an interruption such as
+    Ctrl-C ended a boot, which is then recorded ``cancelled``), boots started, GPU-minutes, and the grid size of
+    the space (None: continuous)."""
 
     records: list[SearchRecord] = field(default_factory=list)
     best_key: str | None = None
@@ -500,7 +593,7 @@ def grid_keys(space: SearchSpace, base_args: dict[str, Scalar], base_env: dict[s
 def run_search(spec: SearchSpec, *, base_args: dict[str, Scalar], base_env: dict[str, str], seed: int,
                workload: str, load: str, slo: dict[str, float | None], boot: Callable[[SearchBoot], BootOutcome],
                min_model_len: int = 0, key: Callable[[dict, dict], str] | None = None,
-               log: Callable[[str], Any] = lambda s: None) -> SearchOutcome:
+               log: Callable[[str], Any] = lambda s: None, outcome: SearchOutcome | None = None) -> SearchOutcome:
     """Boot the plan's default config, then the configs TPE suggests, until the budget is spent.
 
     Args:
@@ -512,6 +605,13 @@ def run_search(spec: SearchSpec, *, base_args: dict[str, Scalar], base_env: dict
         min_model_len: the plan's longest request (the walk-down keeps ``max-model-len`` at or above it).
         key: config key of (engine_args, env) (``plan.config_key`` bound to the model); default: a hash of both.
         log: one line per event.
+        outcome: filled in as the search goes (default: a new one), so that the caller still has what the search
+            knew when an interruption ends it.
+
+    Raises:
+        Whatever ``boot`` raises. An interruption (an exception that is not an ``Exception``: KeyboardInterrupt,
+        SystemExit, Prefect's TerminationSignal) first records the boot it ended as ``cancelled`` (counted in
+        ``boots``) and sets ``stop_reason`` to ``interrupted`` in ``outcome``.
     """
     import optuna
     from optuna.trial import TrialState
@@ -525,7 +625,8 @@ def run_search(spec: SearchSpec, *, base_args: dict[str, Scalar], base_env: dict
         sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(5, max(2, (budget.boots or 10) // 4)),
                                              constraints_func=lambda ft: [ft.user_attrs.get("violation", 0.0)])
     study = optuna.create_study(direction=direction, sampler=sampler)
-    out = SearchOutcome(grid_size=grid_size(spec.space), study=study)
+    out = outcome if outcome is not None else SearchOutcome()
+    out.grid_size, out.study = grid_size(spec.space), study
     seen: dict[str, SearchRecord] = {}
     best: list[float | None] = [None]
 
@@ -555,7 +656,19 @@ def run_search(spec: SearchSpec, *, base_args: dict[str, Scalar], base_env: dict
                 return prune_decision(vals, best[0], spec.prune, direction)
             return False
 
-        res = boot(SearchBoot(args, env, role, number, walked, check))
+        try:
+            res = boot(SearchBoot(args, env, role, number, walked, check))
+        except BaseException as e:
+            if isinstance(e, Exception):
+                raise
+            out.boots += 1  # started, and what it measured is in its (cancelled) bundle
+            out.records.append(SearchRecord(role=role, number=number, engine_args=args, env=env,
+                                            config_key=key(args, env), state="cancelled", walked=walked,
+                                            walked_from=walked_from, boot=out.boots))
+            out.stop_reason = "interrupted"
+            log(f"search boot {out.boots} ({role}{'' if number is None else f' #{number}'}): cancelled "
+                f"({type(e).__name__}); the search stops here")
+            raise
         out.boots += 1
         out.gpu_minutes += res.gpu_minutes
         rec = SearchRecord(role=role, number=number, engine_args=args, env=env, config_key=key(args, env),

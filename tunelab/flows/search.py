@@ -25,9 +25,10 @@ import pandas as pd
 from tunelab import records
 from tunelab.bundle import read_bundle, update_bundle_table
 from tunelab.plan import Plan, config_key
-from tunelab.search import BootOutcome, SearchBoot, SearchOutcome, SearchRecord, run_search
+from tunelab.search import (BootOutcome, SearchBoot, SearchOutcome, SearchRecord, boots_phrase, default_in_space,
+                            run_search)
 
-__all__ = ["run_search_sweep", "record_search", "search_lines"]
+__all__ = ["run_search_sweep", "record_search", "search_lines", "sweep_bundles"]
 
 
 def _minutes(timing: dict, devices: int) -> float:
@@ -36,7 +37,7 @@ def _minutes(timing: dict, devices: int) -> float:
 
 
 def run_search_sweep(run: Any, pools: dict, no_gpu_reason: str, plan: Plan, logger: Any,
-                     validate: Any = None) -> SearchOutcome:
+                     validate: Any = None, outcome: SearchOutcome | None = None) -> SearchOutcome:
     """Run the plan's search on the sweep's trial runner.
 
     Args:
@@ -45,9 +46,16 @@ def run_search_sweep(run: Any, pools: dict, no_gpu_reason: str, plan: Plan, logg
         plan: the plan with ``search:``.
         logger: the sweep's logger.
         validate: ``validate(bundle, plan) -> verdict`` (the sweep's quality gate).
+        outcome: filled in as the search goes (default: a new one): when an interruption (Ctrl-C, a cancel) ends
+            the search, it holds what the search knew (``stop_reason`` ``interrupted``, the boot it ended
+            ``cancelled``) for :func:`record_search`.
 
     Returns:
         :class:`tunelab.search.SearchOutcome`; every boot's bundle and status are in ``run`` (one job each).
+
+    Raises:
+        What the boots raise (an interruption), after every boot's bundle, the cancelled one's included, got its
+        search columns.
     """
     from tunelab.flows.devices import run_on_devices
     from tunelab.flows.trial import WINDOW_CHECKS
@@ -78,6 +86,7 @@ def run_search_sweep(run: Any, pools: dict, no_gpu_reason: str, plan: Plan, logg
                 run.bundles.append(None)
                 run.timings.append(dict(trial_index=job.index))
         trial_id = run.trial_id_of(job)
+        current[:] = [job, trial_id]
         if req.walked:
             logger.info("search: memory walk-down: %s", req.walked)
         WINDOW_CHECKS[trial_id] = req.window_check
@@ -100,17 +109,40 @@ def run_search_sweep(run: Any, pools: dict, no_gpu_reason: str, plan: Plan, logg
                            measurements=meas, usable=st.get("verdict") in ("pass", "warn"),
                            gpu_minutes=_minutes(run.timings[job.index], job.need), trial_id=trial_id)
 
+    current: list = []  # [job, trial_id] of the boot running now
     longest = max(w.prompt_tokens + w.output_tokens for w in plan.workloads)
-    out = run_search(plan.search, base_args=dict(base.engine_args), base_env=dict(base.env), seed=plan.seed,
-                     workload=workload, load=load, slo=plan.slo.model_dump(), boot=boot, min_model_len=longest,
-                     key=lambda a, e: config_key(plan.model_id(), a, e), log=logger.info)
-    by_id = {r.trial_id: r for r in out.records}
-    for j in run.jobs:  # each boot's search columns into its bundle's trial row
-        b = run.bundles[j.index]
-        rec = by_id.get(run.trial_id_of(j))
-        if b is not None and rec is not None:
-            _record_trial(b, rec, logger)
+    out = outcome if outcome is not None else SearchOutcome()
+    try:
+        run_search(plan.search, base_args=dict(base.engine_args), base_env=dict(base.env), seed=plan.seed,
+                   workload=workload, load=load, slo=plan.slo.model_dump(), boot=boot, min_model_len=longest,
+                   key=lambda a, e: config_key(plan.model_id(), a, e), log=logger.info, outcome=out)
+    finally:  # also when interrupted: what the search knew goes into the bundles of the boots it ran
+        if out.records and out.records[-1].state == "cancelled" and current:
+            out.records[-1].trial_id = current[1]
+        by_id = {r.trial_id: r for r in out.records}
+        for j in run.jobs:  # each boot's search columns into its bundle's trial row
+            b = run.bundles[j.index] or _bundle_on_disk(run, j)
+            rec = by_id.get(run.trial_id_of(j))
+            if b is not None and rec is not None:
+                _record_trial(b, rec, logger)
     return out
+
+
+def _bundle_on_disk(run: Any, job: Any) -> Path | None:
+    """The bundle a trial wrote though the sweep did not record it (a trial on the main thread that an interruption
+    ended writes its ``cancelled`` bundle on the way out); None when there is none."""
+    from tunelab.bundle import bundle_dir_for
+
+    try:
+        b = bundle_dir_for(Path(run.base_ctx.results_dir), run.sweep_id, run.trial_id_of(job))
+    except Exception:  # noqa: BLE001 - no bundle to record into
+        return None
+    return b if (b / "manifest.json").is_file() else None
+
+
+def sweep_bundles(run: Any) -> list[Path]:
+    """Every bundle of the sweep's jobs on disk: those it recorded and those an interruption left unrecorded."""
+    return [b for j in run.jobs if (b := run.bundles[j.index] or _bundle_on_disk(run, j)) is not None]
 
 
 def _record_trial(bundle: Path, rec: SearchRecord, logger: Any) -> None:
@@ -152,10 +184,12 @@ def search_lines(plan: Plan, outcome: SearchOutcome) -> list[str]:
     """The search as the lines printed at the end of the sweep."""
     assert plan.search is not None
     obj = plan.search.objective
-    grid = "continuous space" if outcome.grid_size is None else f"grid of {outcome.grid_size} configs"
+    default = next((r for r in outcome.records if r.role == "default"), None)
+    in_grid = None if default is None else default_in_space(plan.search.space, default.engine_args, default.env)
+    boots = boots_phrase(outcome.boots, outcome.grid_size, in_grid,
+                         [(r.role, r.state, r.config_key) for r in outcome.records])
     best = outcome.best()
-    lines = [f"search: {outcome.boots} boots ({grid}), {outcome.gpu_minutes:.2f} GPU-minutes; stopped: "
-             f"{outcome.stop_reason}"]
+    lines = [f"search: {boots}, {outcome.gpu_minutes:.2f} GPU-minutes; stopped: {outcome.stop_reason}"]
     if best is None:
         lines.append("search: no config met the SLO with a usable boot")
     else:

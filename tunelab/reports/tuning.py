@@ -32,6 +32,7 @@ import yaml
 
 from tunelab.load_profiles import load_label
 from tunelab.markdown import markdown_table
+from tunelab.search import SearchSpace, boots_phrase, default_in_space
 
 __all__ = ["TuningReport", "auto_tune_boots", "frontier", "serve_command", "tuning_report"]
 
@@ -126,10 +127,14 @@ def _axes(obj: dict) -> tuple[str, str]:
 
 def tuning_report(db: Path | str | duckdb.DuckDBPyConnection, sweep_id: str | None = None,
                   plots_dir: Path | None = None) -> TuningReport:
-    """The tuning report of a search sweep (default: the latest sweep with ``search_boots``).
+    """The tuning report of a search sweep (default: the latest sweep with ``search_boots``; a newer sweep whose
+    plan has ``search:`` but no search record, one still running or killed before it wrote one, is named in a
+    line). An interrupted search (``search_stop_reason`` ``interrupted``) is reported with the boots it had, and
+    says so.
 
     Raises:
-        ValueError: no such sweep, or the sweep has no search.
+        ValueError: no such sweep; the sweep has no search; or its plan has ``search:`` but the warehouse has no
+            record of that search (the message says why that happens and what to run).
     """
     con, close = _con(db)
     try:
@@ -139,18 +144,47 @@ def tuning_report(db: Path | str | duckdb.DuckDBPyConnection, sweep_id: str | No
             con.close()
 
 
+def _has_search(plan_yaml: Any) -> bool:
+    """Whether a sweep's plan text has a ``search:`` section (False when it cannot be read)."""
+    try:
+        plan = yaml.safe_load(plan_yaml or "")
+    except yaml.YAMLError:
+        return False
+    return isinstance(plan, dict) and plan.get("search") is not None
+
+
+def _unrecorded_searches(con: duckdb.DuckDBPyConnection, after: Any = None) -> list[str]:
+    """Sweeps (started after ``after``; None: any) whose plan has ``search:`` but that have no search record."""
+    rows = con.execute("SELECT sweep_id, plan_yaml, started_at FROM sweeps WHERE search_boots IS NULL "
+                       + ("AND started_at > ? " if after is not None else "") + "ORDER BY started_at",
+                       [after] if after is not None else []).fetchall()
+    return [r[0] for r in rows if _has_search(r[1])]
+
+
+def _no_record(sweep_id: str) -> str:
+    return (f"the search of sweep {sweep_id} has no record: the sweep is still running, or was killed before it "
+            f"could write one (SIGKILL, a lost machine), or its bundles are not loaded yet (`tunelab load`); its "
+            f"trials: `tunelab report --sweep {sweep_id}`")
+
+
 def _report(con: duckdb.DuckDBPyConnection, sweep_id: str | None, plots_dir: Path | None) -> TuningReport:
+    notes: list[str] = []
     if sweep_id is None:
-        row = con.execute("SELECT sweep_id FROM sweeps WHERE search_boots IS NOT NULL ORDER BY started_at DESC "
-                          "LIMIT 1").fetchone()
+        row = con.execute("SELECT sweep_id, started_at FROM sweeps WHERE search_boots IS NOT NULL "
+                          "ORDER BY started_at DESC LIMIT 1").fetchone()
+        newer = _unrecorded_searches(con, row[1] if row is not None else None)
         if row is None:
-            raise ValueError("no sweep with a search in the warehouse (a plan with `search:` makes one)")
+            raise ValueError("no sweep with a search in the warehouse (a plan with `search:` makes one)"
+                             + (f"; {_no_record(newer[-1])}" if newer else ""))
         sweep_id = row[0]
+        notes += [f"note: a newer sweep, {x}, ran a search too; {_no_record(x).split(': ', 1)[1]}" for x in newer]
     sw = con.execute("SELECT * FROM sweeps WHERE sweep_id = ?", [sweep_id]).df()
     if sw.empty:
         raise ValueError(f"sweep {sweep_id!r} is not in the warehouse")
     s = sw.iloc[0]
     if pd.isna(s["search_boots"]):
+        if _has_search(s.get("plan_yaml")):
+            raise ValueError(f"sweep {sweep_id!r} ran a search (its plan has `search:`), but {_no_record(sweep_id)}")
         raise ValueError(f"sweep {sweep_id!r} has no search (its plan has no `search:`)")
     obj = json.loads(s["search_objective"])
     thr, lat = _axes(obj)
@@ -207,6 +241,9 @@ def _report(con: duckdb.DuckDBPyConnection, sweep_id: str | None, plots_dir: Pat
     plot = _plot(cfg, front, best, default, thr, lat, sweep_id, obj, plots_dir) if plots_dir is not None else None
     rep = TuningReport(sweep_id, cfg, front, best, default, verdict, diagnosis, command, plot)
     _render(rep, s, obj, thr, lat)
+    if notes:
+        rep.lines += notes
+        rep.markdown += "\n" + "\n".join(f"- {x}" for x in notes) + "\n"
     return rep
 
 
@@ -219,15 +256,26 @@ def _fmt(v: Any, spec: str = ".4g") -> str:
 
 
 def _render(rep: TuningReport, s: pd.Series, obj: dict, thr: str, lat: str) -> None:
-    grid = "a continuous space (no finite grid)" if pd.isna(s["search_grid_size"]) else \
-        f"a full grid of {int(s['search_grid_size'])} configs"
+    grid = None if pd.isna(s["search_grid_size"]) else int(s["search_grid_size"])
+    in_grid = None
+    if rep.default is not None and s.get("search_space"):
+        try:
+            in_grid = default_in_space(SearchSpace.model_validate(json.loads(s["search_space"])),
+                                       json.loads(rep.default["engine_args"] or "{}"),
+                                       json.loads(rep.default["env"] or "{}"))
+        except (ValueError, TypeError):  # a space this version cannot read: the phrase says less
+            in_grid = None
+    boots = boots_phrase(int(s["search_boots"]), grid, in_grid,
+                         [(r.search_role, r.search_state, r.config_key) for r in rep.configs.itertuples()])
     slo = ", ".join(f"{k} <= {v:g}" for k, v in (obj.get("slo") or {}).items() if v is not None) or "none"
     head = (f"tuning report, sweep {rep.sweep_id}: {obj['direction']} {obj['metric']} at {obj['workload']} "
             f"{obj['load']} under SLO {slo} "
             f"(p{obj.get('slo_percentile', 90)} of each window)")
-    spent = (f"{int(s['search_boots'])} boots against {grid}; {_fmt(s['search_gpu_minutes'], '.2f')} GPU-minutes; "
-             f"stopped: {s['search_stop_reason']}")
+    spent = f"{boots}; {_fmt(s['search_gpu_minutes'], '.2f')} GPU-minutes; stopped: {s['search_stop_reason']}"
     lines = [head, spent]
+    if s["search_stop_reason"] == "interrupted":
+        lines.append(f"interrupted: the search was stopped (Ctrl-C or a cancel) after {int(s['search_boots'])} "
+                     "boot(s); this report has the boots that finished, and its best is the best of those only")
     if not pd.isna(s["search_grid_size"]):
         g = int(s["search_grid_size"])
         lo, hi = auto_tune_boots(g)
