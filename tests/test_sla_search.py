@@ -129,7 +129,7 @@ def test_a_max_accepted_only_by_its_point_estimate_says_so():
     assert res.verdict == "found" and res.max_load == 2 and res.first_fail == 3
     text = res.summary(lambda v: f"c={v:g}")
     assert "max load under SLO c=2 (by point estimate: undecided at the window cap of 4)" in text, text
-    assert "c=3 undecided at the window cap (counted as a fail)" in text and "c=3 fails" not in text, text
+    assert "c=3 undecided at the window cap (counted as a fail: ttft_p99_s " in text and "c=3 fails" not in text, text
     assert res.max_load_shown is False
     row = result_row("w", spec, res)
     assert row["max_load_shown"] is False and "by point estimate" in row["summary"]
@@ -142,7 +142,7 @@ def test_a_max_shown_by_its_bounds_reads_as_before():
     top, ff = res.at(res.max_load), res.at(res.first_fail)
     assert top.verdict == "pass" and ff.verdict == "fail" and res.max_load_shown is True
     text = res.summary(lambda v: f"c={v:g}")
-    assert f"max load under SLO c={res.max_load:g}, c={res.first_fail:g} fails; goodput" in text
+    assert f"max load under SLO c={res.max_load:g}, c={res.first_fail:g} fails (ttft_p99_s " in text
     assert "point estimate" not in text
 
 
@@ -311,7 +311,7 @@ def test_a_trial_with_sla_search_finds_the_fakes_max_concurrency_and_loads_it(tm
     res = load_bundle(db, bundle)
     assert res.status == "loaded" and res.rows["sla_searches"] == 1
     lines = sla_search_lines(db, sweep_id)
-    assert len(lines) == 1 and "max load under SLO c=5, c=6 fails; goodput" in lines[0]
+    assert len(lines) == 1 and "max load under SLO c=5, c=6 fails (" in lines[0], lines
     assert comparison_frame(db, sweep_id, all_quality=True).attrs["sla_search"] == lines
     # compare's boot values average the plan's c=2 window only, not the search's windows at c=2.
     from tunelab.warehouse.compare import _boot_values
@@ -323,3 +323,162 @@ def test_a_trial_with_sla_search_finds_the_fakes_max_concurrency_and_loads_it(tm
     finally:
         con.close()
     assert list(bv["load_value"]) == [2.0] and list(bv["repeats"]) == [1], bv
+
+
+# ---------------------------------------------------------------- what decided a level; the load a level reached
+
+
+def _fake_measure_server(windows_at):
+    """A stand-in for ``tasks.measure.measure_server``: one measurements row (and its request rows) per call from
+    ``windows_at(kind, level, n_window) -> dict`` (measurement columns; ``sends``: the request rows' send_ts)."""
+    import pandas as pd
+
+    from tunelab.tasks.measure import MeasureResult
+
+    calls: dict[float, int] = {}
+
+    def fake(base_url, api_key, model, sub, *, first_repeat=0, **_):
+        prof = sub.load_profiles()[0]
+        i = calls[prof.value] = calls.get(prof.value, 0) + 1
+        row = {"workload": sub.workloads[0].name, "load_kind": prof.kind, "load_value": float(prof.value),
+               "repeat": first_repeat, **windows_at(prof.kind, float(prof.value), i)}
+        sends = row.pop("sends", [])
+        req = pd.DataFrame({"workload": row["workload"], "load_kind": prof.kind, "load_value": float(prof.value),
+                            "repeat": first_repeat, "send_ts": sends})
+        return MeasureResult(req, pd.DataFrame([row]), pd.DataFrame(), [])
+
+    return fake
+
+
+def _sla_plan(sla: dict, num_requests: int = 16, **extra):
+    from tunelab.plan import Plan, Workload
+
+    return Plan(name="sla", model="unused", seed=3, repeats=1, warmup_requests=0, concurrency=[1],
+                slo={"ttft_s": 0.5, "tpot_s": 0.05}, sla_search=sla,
+                workloads=[Workload(name="w", prompt_tokens=16, output_tokens=16, num_requests=num_requests)],
+                **extra)
+
+
+def test_a_level_failed_by_its_error_rate_says_so_and_its_bounds_stay_in_0_1(monkeypatch):
+    """The tiny CPU model at 8 req/s: one request of 16 without text (an error), latencies at 5-7 % of their
+    limits. The log and the summary name the error rate, not a latency at 0.07x; its bounds lie in [0, 1]."""
+    import tunelab.tasks.sla_search as T
+
+    def window(kind, level, i):
+        bad = 1 if level >= 8 and i == 1 else 0  # the first window at 8 req/s has one error
+        return {"completed": 16 - bad, "failed": bad, "ttft_p99_s": 0.025 + 0.0001 * i, "tpot_p99_s": 0.0035,
+                "request_throughput_per_s": level, "goodput_per_s": level, "output_tokens_per_s": 16 * level,
+                "sends": [j / level for j in range(16)]}
+
+    monkeypatch.setattr(T, "measure_server", _fake_measure_server(window))
+    lines: list[str] = []
+    plan = _sla_plan({"load": "rate", "start": 1, "max": 64})
+    _, rows = T.run_sla_search("http://unused", "k", "m", plan, log=lines.append)
+    row = rows.iloc[0]
+    levels = {lv["level"]: lv for lv in json.loads(row["levels"])}
+    eight = levels[8.0]
+    assert eight["counted_as"] == "fail" and eight["decided_by"] == "error_rate"
+    for lv in levels.values():
+        b = lv["metrics"]["error_rate"]
+        assert 0.0 <= b["low"] <= b["centre"] <= b["high"] <= 1.0, lv
+    line8 = next(ln for ln in lines if ln.startswith("sla search w 8 req/s:"))
+    assert "decided by error_rate at" in line8 and "error_rate 0.0" in line8, line8
+    assert "binding metric at 0.0" not in line8
+    assert row["max_load"] < 8, row["summary"]
+    assert "8 req/s undecided at the window cap (counted as a fail: error_rate " in row["summary"], row["summary"]
+    # a pass names the metric closest to its limit: TPOT at 0.07x (TTFT is at 0.05x)
+    line1 = next(ln for ln in lines if ln.startswith("sla search w 1 req/s:"))
+    assert "decided by tpot_p99_s at 0.07x its limit" in line1, line1
+
+
+def test_error_rate_bounds_are_clopper_pearson_on_the_pooled_counts():
+    from scipy import stats
+
+    spec = S.SlaSearchSpec(max_windows_per_level=4, min_windows_per_level=2)
+    alpha = 0.05 / 3
+    wins = [{"ttft_p99_s": 0.1, "error_rate": r, "failed_requests": k, "sent_requests": 16}
+            for r, k in ((1 / 16, 1), (0.0, 0))]
+    verdict, b = S.judge_level(wins, {"ttft_p99_s": 0.5, "error_rate": 0.01}, spec)
+    e = b["error_rate"]
+    assert e.centre == pytest.approx(1 / 32)
+    assert e.low == pytest.approx(stats.beta.ppf(alpha, 1, 32))
+    assert e.high == pytest.approx(stats.beta.ppf(1 - alpha, 2, 31))
+    assert verdict == "undecided"  # 1/32 over the limit by its estimate, not shown above it
+    # without counts (window rates only): a t bound, clipped to [0, 1]
+    _, b = S.judge_level([{"ttft_p99_s": 0.1, "error_rate": r} for r in (1 / 16, 0.0)],
+                         {"ttft_p99_s": 0.5, "error_rate": 0.01}, spec)
+    assert b["error_rate"].low == 0.0 and 0.0 < b["error_rate"].high <= 1.0
+    # error-free windows pass (no bound under 1 % needs to be shown: its estimate is 0)
+    ok = [{"ttft_p99_s": 0.1, "error_rate": 0.0, "failed_requests": 0, "sent_requests": 16}] * 2
+    assert S.judge_level(ok, {"ttft_p99_s": 0.5, "error_rate": 0.01}, spec)[0] == "pass"
+    # many errors: shown above the limit, a fail decided by the error rate
+    bad = [{"ttft_p99_s": 0.1, "error_rate": 0.5, "failed_requests": 8, "sent_requests": 16}] * 2
+    v, bb = S.judge_level(bad, {"ttft_p99_s": 0.5, "error_rate": 0.01}, spec)
+    lv = S.LevelResult(level=4, windows=bad, bounds=bb, verdict=v)
+    assert v == "fail" and lv.decided_by == "error_rate"
+
+
+def test_a_level_whose_concurrency_was_not_reached_does_not_pass(monkeypatch):
+    """max 8 with num_requests 8: the client keeps 3.35 of 8 in flight; the SLO metrics are far under their
+    limits, but c=8 is not a pass and the summary says why."""
+    import tunelab.tasks.sla_search as T
+
+    def window(kind, level, i):
+        in_flight = level if level < 8 else 3.35  # below 8 the window has more requests than slots
+        return {"completed": 8, "failed": 0, "ttft_p99_s": 0.05, "tpot_p99_s": 0.004,
+                "in_flight_while_sending": in_flight, "request_throughput_per_s": level,
+                "goodput_per_s": level, "output_tokens_per_s": 16 * level}
+
+    monkeypatch.setattr(T, "measure_server", _fake_measure_server(window))
+    lines: list[str] = []
+    plan = _sla_plan({"load": "concurrency", "start": 1, "max": 8}, num_requests=8)
+    _, rows = T.run_sla_search("http://unused", "k", "m", plan, log=lines.append)
+    row = rows.iloc[0]
+    assert row["verdict"] == "found" and row["max_load"] == 7 and row["first_fail"] == 8, row["summary"]
+    assert "c=8 fails (load not reached: 3.35 of 8 in flight while sending (under 0.9 x the level))" in row["summary"]
+    eight = next(lv for lv in json.loads(row["levels"]) if lv["level"] == 8)
+    assert eight["counted_as"] == "fail" and eight["load_note"].startswith("load not reached")
+    assert any(ln.startswith("sla search w c=8: fail after 2 window(s): load not reached") for ln in lines), lines
+
+
+def test_a_rate_level_is_judged_on_its_send_rate_with_poisson_room():
+    spec = S.SlaSearchSpec(load="rate")
+    # 2 windows of 16 Poisson-like sends at 7.5 of 8 req/s: within chance, reached
+    near = [{"achieved_load": 7.5, "load_intervals": 15}] * 2
+    assert S.load_shortfall(near, 8, "rate", 0.9) is None
+    # the client sent at 4 of 8 req/s over 2 x 63 intervals: not reached
+    slow = [{"achieved_load": 4.0, "load_intervals": 63}] * 2
+    assert S.load_shortfall(slow, 8, "rate", 0.9).startswith("load not reached: 4 of 8 req/s sent")
+    assert S.load_shortfall([{"achieved_load": 3.35}], 8, "concurrency", 0.9) is not None
+    assert S.load_shortfall([{"achieved_load": 7.5}], 8, "concurrency", 0.9) is None
+    assert S.load_shortfall([{}], 8, "concurrency", 0.9) is None  # not recorded: not judged
+    with pytest.raises(ValueError):
+        S.load_shortfall(near, 8, "rate", 1.5)
+    # the search fails such a level without more windows
+    res = S.search(spec, LIMITS, lambda lv: {"ttft_p99_s": 0.01, "error_rate": 0.0,
+                                            "achieved_load": min(lv, 4.0), "load_intervals": 63},
+                   min_load_ratio=0.9)
+    # (a level up to about 4 / 0.9 plus the Poisson room of 126 intervals passes; none far above it)
+    assert 4.0 <= res.max_load < 5.6 and res.at(res.first_fail).load_note is not None, res.summary()
+
+
+def test_plan_check_warns_when_the_top_of_an_sla_range_cannot_be_reached(tmp_path):
+    from typer.testing import CliRunner
+
+    from tunelab.cli import app
+    from tunelab.plan_cost import plan_cost
+
+    short = _sla_plan({"load": "concurrency", "start": 1, "max": 8}, num_requests=8)
+    (msg,) = [m for m in plan_cost(short).warnings if m.startswith("sla_search:")]
+    assert "window of w at c=8 holds 8 requests, not more than its 8 in flight" in msg
+    assert "raise w's num_requests above 8" in msg and "lower sla_search.max to 7" in msg
+    assert not [m for m in plan_cost(_sla_plan({"load": "concurrency", "start": 1, "max": 8}, num_requests=9)).warnings
+                if m.startswith("sla_search:")]
+    assert not [m for m in plan_cost(_sla_plan({"load": "concurrency", "max": 8}, num_requests=4,
+                                               requests_per_concurrency=2)).warnings if m.startswith("sla_search:")]
+    assert not [m for m in plan_cost(_sla_plan({"load": "rate", "max": 64}, num_requests=8)).warnings
+                if m.startswith("sla_search:")]
+    p = tmp_path / "plan.yaml"
+    p.write_text(_plan_text("sla_search: {load: concurrency, start: 1, max: 8}"))  # num_requests: 8
+    out = CliRunner().invoke(app, ["plan", "check", str(p)])
+    assert "sla_search: the window of" in out.output and "in flight" in out.output, out.output

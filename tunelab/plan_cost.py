@@ -16,7 +16,8 @@ requests in flight, each lasting ``TTFT + output_tokens x TPOT`` with the device
 Limits (:data:`MAX_WINDOW_REQUESTS`, :data:`MAX_WINDOW_PROMPT_TOKENS`) are enforced by the plan's validation
 (``tunelab.plan``): a window's prompts are built before it starts (building them while it runs would put
 ``/tokenize`` calls on the server being measured) and held while it runs, so a window's size bounds memory.
-The warnings (:data:`WARN_SWEEP_S`, :data:`WARN_REQUESTS`) are only printed: a long plan may be meant.
+The warnings (:data:`WARN_SWEEP_S`, :data:`WARN_REQUESTS`, :func:`sla_reach_warnings`) are only printed: a long
+plan may be meant.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from tunelab.plan import MAX_WINDOW_PROMPT_TOKENS, MAX_WINDOW_REQUESTS, Plan, requests_for_level
 
 __all__ = ["MAX_WINDOW_PROMPT_TOKENS", "MAX_WINDOW_REQUESTS", "TYPICAL", "WARN_REQUESTS", "WARN_SWEEP_S",
-           "DeviceFigures", "PlanCost", "cost_lines", "plan_cost"]
+           "DeviceFigures", "PlanCost", "cost_lines", "plan_cost", "sla_reach_warnings"]
 
 #: A plan estimated to run longer than this many seconds gets a warning (a day).
 WARN_SWEEP_S = 24 * 3600.0
@@ -164,7 +165,40 @@ def plan_cost(plan: Plan, devices: dict[str, str] | None = None) -> PlanCost:
     if measured + warm > WARN_REQUESTS:
         cost.warnings.append(f"{measured + warm:,} requests in all, more than {WARN_REQUESTS:,}: check "
                              "num_requests, requests_per_concurrency and repeats")
+    cost.warnings.extend(sla_reach_warnings(plan))
     return cost
+
+
+def sla_reach_warnings(plan: Plan) -> list[str]:
+    """Warnings for an ``sla_search: {load: concurrency}`` whose windows cannot reach the top of its range: a
+    window of ``n <= c`` requests at concurrency ``c`` sends them all at once and drains, with no steady part,
+    so the client never keeps ``c`` in flight and the search fails that level on its load
+    (``sla_search.load_shortfall``). One line per workload, naming the window's size, the highest level its
+    windows can reach and the fix; none for a rate search or a range every window of which is larger than its
+    concurrency."""
+    from tunelab.load_profiles import ConcurrencyProfile
+
+    spec = getattr(plan, "sla_search", None)
+    if spec is None or spec.load != "concurrency":
+        return []
+    out = []
+    top, start = int(spec.max), int(spec.start)
+    for w in plan.workloads:
+        def n_at(c: int) -> int:
+            return requests_for_level(plan, w, ConcurrencyProfile(concurrency=c))
+
+        n = n_at(top)
+        if n > top:
+            continue
+        reach = next((c for c in range(top - 1, start - 1, -1) if n_at(c) > c), None)
+        lower = (f"lower sla_search.max to {reach}" if reach is not None
+                 else f"no level from sla_search.start ({start}) up can be reached")
+        out.append(f"sla_search: the window of {w.name} at c={top} holds {n} request{'s' if n != 1 else ''}, not "
+                   f"more than its {top} in flight: it has no steady part, the client cannot keep c={top} in "
+                   f"flight, and the search will not pass that level (load not reached, under "
+                   f"{plan.quality.min_concurrency_ratio:g} x the level); raise {w.name}'s num_requests above "
+                   f"{top} (or set requests_per_concurrency: 2 or more), or {lower}")
+    return out
 
 
 def _fmt_s(seconds: float) -> str:

@@ -10,20 +10,25 @@ e.g. ``ttft_p99_s``, ``error_rate``, and the throughputs), and brackets the high
 
 A level is never judged by one window. After ``min_windows_per_level`` windows (then after each more, up to
 ``max_windows_per_level``) every SLO metric gets a one-sided t bound from its per-window values: latencies on
-the log scale (a bound on the geometric mean of the windows' percentile), the error rate on its own scale. The
-level **passes** when every metric's upper bound is at or under its limit, **fails** when some metric's lower
-bound is above its limit, and is otherwise **undecided**: another window, or at the cap, treated as a fail
-(the maximum reported is a level shown to meet the SLO). Each bound is at ``(1 - confidence) / looks``
-(Bonferroni over the looks a level may take), so a level whose true value is at its limit is called on the
-wrong side with probability at most ``1 - confidence`` per metric. Method, assumptions and measured error rates:
-docs/tuning.md.
+the log scale (a bound on the geometric mean of the windows' percentile). The error rate gets Clopper-Pearson
+bounds on the failed / sent requests pooled over the level's windows (within [0, 1]; windows without counts: a
+t bound on the window rates, clipped to [0, 1]). The level **passes** when every latency's upper bound is at or
+under its limit and the error rate is too (its point estimate: an error-free level would need about
+``ln(looks / (1 - confidence)) / max_error_rate`` requests to show a bound under the limit), **fails** when some
+metric's lower bound is above its limit, and is otherwise **undecided**: another window, or at the cap, decided
+by the point estimates. Each bound is at ``(1 - confidence) / looks`` (Bonferroni over the looks a level may
+take), so a level whose true latency is at its limit is called on the wrong side with probability at most
+``1 - confidence`` per metric, and one whose true error rate is at its limit is failed wrongly at most that
+often. With ``min_load_ratio``, a level whose windows did not reach its load (:func:`load_shortfall`) fails
+whatever its SLO metrics say. Method, assumptions and measured error rates: docs/sla_search.md.
 
 The result (:class:`SlaResult`) names the highest level that passed (``max_load``; verdict ``found``), or
 ``met_at_max`` (``max`` itself passed: the capacity is at least ``max``), or ``none`` (``start`` failed; the
 nearest level tried is named with how far it was from its limits); goodput and throughput at ``max_load``;
 the knee of the latency-throughput curve (:func:`knee`); every level tried with its windows and verdict.
 
-Domain layer: imports only the standard library, math and pydantic (scipy inside :func:`judge_level`).
+Domain layer: imports only the standard library, math and pydantic (scipy inside :func:`judge_level` and
+:func:`load_shortfall`).
 """
 
 from __future__ import annotations
@@ -44,13 +49,27 @@ __all__ = [
     "search",
     "knee",
     "fixed_grid_levels",
+    "load_shortfall",
     "ERROR_RATE",
+    "FAILED",
+    "SENT",
+    "ACHIEVED_LOAD",
+    "LOAD_INTERVALS",
     "THROUGHPUT",
     "GOODPUT",
 ]
 
 #: Window figure: failed / sent requests of the window (0..1).
 ERROR_RATE = "error_rate"
+#: Window figures (optional): failed and sent requests of the window, the counts behind :data:`ERROR_RATE`.
+FAILED = "failed_requests"
+SENT = "sent_requests"
+#: Window figure (optional): the load the window reached: for a concurrency, the mean requests in flight while
+#: the client was sending (``measurements.in_flight_while_sending``); for a rate, requests sent per second of
+#: sending (intervals between the first and the last send / their seconds).
+ACHIEVED_LOAD = "achieved_load"
+#: Window figure (optional, rate): the number of send intervals behind :data:`ACHIEVED_LOAD` (sent - 1).
+LOAD_INTERVALS = "load_intervals"
 #: Window figure: completed requests per second (``measurements.request_throughput_per_s``).
 THROUGHPUT = "request_throughput_per_s"
 #: Window figure: requests per second that met every SLO bound of the plan (``measurements.goodput_per_s``).
@@ -140,8 +159,9 @@ def slo_limits(spec: SlaSearchSpec, *, ttft_s: float | None = None, tpot_s: floa
 class MetricBound:
     """One SLO metric at one level: its windows' values summarised and its one-sided bounds.
 
-    ``centre``: the geometric mean of the windows' values for a latency, the mean for the error rate;
-    ``low`` / ``high``: its lower / upper confidence bounds (each one-sided at the level's per-look alpha); NaN
+    ``centre``: the geometric mean of the windows' values for a latency, the pooled failed / sent requests for
+    the error rate (the mean of the window rates when a window has no counts); ``low`` / ``high``: its lower /
+    upper confidence bounds (each one-sided at the level's per-look alpha; an error rate's within [0, 1]); NaN
     when fewer than two windows gave a value."""
 
     metric: str
@@ -167,17 +187,23 @@ class MetricBound:
 @dataclass
 class LevelResult:
     """One level tried: its windows' figures (in the order measured), its metrics' bounds and its verdict
-    (``pass`` | ``fail`` | ``undecided``; undecided counts as a fail in the search)."""
+    (``pass`` | ``fail`` | ``undecided``; undecided is decided by the point estimates in the search).
+    ``load_note``: why the level failed although its SLO metrics did not fail it: its windows did not reach
+    the load (:func:`load_shortfall`); None otherwise."""
 
     level: float
     windows: list[dict[str, Any]] = field(default_factory=list)
     bounds: dict[str, MetricBound] = field(default_factory=dict)
     verdict: Literal["pass", "fail", "undecided"] = "undecided"
+    load_note: str | None = None
 
     @property
     def passed(self) -> bool:
         """Counted as a pass by the search: ``pass``, or ``undecided`` at the cap with every metric's centre
-        at or under its limit (the point estimate decides what the bounds could not)."""
+        at or under its limit (the point estimate decides what the bounds could not); never a level whose load
+        was not reached (``load_note``)."""
+        if self.load_note is not None:
+            return False
         if self.verdict == "undecided":
             return bool(self.bounds) and all(math.isfinite(b.centre) and b.centre <= b.limit
                                              for b in self.bounds.values())
@@ -196,9 +222,36 @@ class LevelResult:
 
     @property
     def binding(self) -> str | None:
-        """The metric furthest above (or least below) its limit."""
+        """The metric furthest above (or least below) its limit (largest ``centre / limit``, the error rate
+        included)."""
         r = {m: b.ratio for m, b in self.bounds.items() if math.isfinite(b.centre)}
         return max(r, key=lambda m: r[m]) if r else None
+
+    @property
+    def decided_by(self) -> str | None:
+        """The SLO metric that decided the level: for a ``fail``, the metric shown above its limit (the largest
+        ``low / limit`` among those); otherwise :attr:`binding` (for a pass the metric closest to its limit, for
+        an undecided level the one its point estimate was decided on). None without values, or when the level
+        failed on its load (``load_note``) rather than on a metric."""
+        if self.load_note is not None:
+            return None
+        if self.verdict == "fail":
+            shown = {m: (b.low / b.limit if b.limit > 0 else math.inf) for m, b in self.bounds.items()
+                     if b.n >= 2 and math.isfinite(b.low) and b.low > b.limit}
+            if shown:
+                return max(shown, key=lambda m: shown[m])
+        return self.binding
+
+    def why(self) -> str:
+        """What decided the level, for the logs and the summary: ``error_rate 0.0625 against a limit of 0.01``,
+        the ``load_note``, or empty when nothing was measured."""
+        if self.load_note is not None:
+            return self.load_note
+        m = self.decided_by
+        if m is None:
+            return ""
+        b = self.bounds[m]
+        return f"{m} {b.centre:.4g} against a limit of {b.limit:g}"
 
     def record(self) -> dict[str, Any]:
         """As stored in ``sla_searches.levels``: level, windows, verdict, mean throughputs, each metric's bounds."""
@@ -206,7 +259,8 @@ class LevelResult:
             return None if x is None or not math.isfinite(x) else round(float(x), 6)
 
         return {"level": self.level, "windows": len(self.windows), "verdict": self.verdict,
-                "counted_as": "pass" if self.passed else "fail",
+                "counted_as": "pass" if self.passed else "fail", "decided_by": self.decided_by,
+                "load_note": self.load_note,
                 THROUGHPUT: f(self.mean(THROUGHPUT)), GOODPUT: f(self.mean(GOODPUT)),
                 OUTPUT_TPS: f(self.mean(OUTPUT_TPS)), "metrics": {m: b.record() for m, b in self.bounds.items()}}
 
@@ -249,14 +303,13 @@ class SlaResult:
     def summary(self, unit: Callable[[float], str] = lambda v: f"{v:g}") -> str:
         """One line: the max load (with goodput and throughput there), or why none, and the knee. A max load
         undecided at the window cap (accepted by its point estimate) says ``(by point estimate: ...)``, and a
-        first fail that was undecided says so instead of ``fails``."""
+        first fail that was undecided says so instead of ``fails``. The first fail names what bound the search
+        (:meth:`LevelResult.why`: the metric that failed it with its value and limit, or the load not
+        reached)."""
         knee_txt = f"; knee at {unit(self.knee_load)}" if self.knee_load is not None else ""
         if self.verdict == "none":
             near = self.at(self.nearest_load)
-            why = ""
-            if near is not None and near.binding is not None:
-                b = near.bounds[near.binding]
-                why = f": {near.binding} {b.centre:.4g} against a limit of {b.limit:g}"
+            why = f": {near.why()}" if near is not None and near.why() else ""
             return (f"no load meets the SLO; nearest {unit(self.nearest_load or 0)}{why} "
                     f"({len(self.levels)} level(s), {self.windows} windows){knee_txt}")
         top = self.at(self.max_load)
@@ -267,8 +320,11 @@ class SlaResult:
         nxt = ""
         if self.first_fail is not None:
             ff = self.at(self.first_fail)
-            nxt = (f", {unit(self.first_fail)} fails" if ff is None or ff.verdict == "fail"
-                   else f", {unit(self.first_fail)} undecided at the window cap (counted as a fail)")
+            why = ff.why() if ff is not None else ""
+            nxt = (f", {unit(self.first_fail)} fails{f' ({why})' if why else ''}"
+                   if ff is None or ff.verdict == "fail"
+                   else f", {unit(self.first_fail)} undecided at the window cap (counted as a fail"
+                        f"{f': {why}' if why else ''})")
         return (f"{head}max load under SLO {unit(self.max_load or 0)}{how}{nxt}; goodput "
                 f"{'n/a' if gp is None else f'{gp:.3g} req/s'}, throughput {'n/a' if tp is None else f'{tp:.3g} req/s'}"
                 f"{knee_txt} ({len(self.levels)} levels, {self.windows} windows)")
@@ -283,41 +339,123 @@ def _finite(x: Any) -> bool:
 
 def judge_level(windows: Sequence[Mapping[str, Any]], limits: Mapping[str, float], spec: SlaSearchSpec
                 ) -> tuple[Literal["pass", "fail", "undecided"], dict[str, MetricBound]]:
-    """The verdict of a level from its windows so far (module docstring): per metric a one-sided t bound at
-    ``(1 - confidence) / looks`` on ``n - 1`` df, latencies on the log scale, the error rate on its own; pass
-    when every upper bound is <= its limit, fail when some lower bound is > its limit, else undecided (also
-    with fewer than ``min_windows_per_level`` windows, or a latency metric with fewer than two values)."""
-    from scipy import stats
+    """The verdict of a level from its windows so far (module docstring).
 
+    Per metric, one-sided bounds at ``(1 - confidence) / looks``: a latency gets a t bound on ``n - 1`` df on the
+    log scale; :data:`ERROR_RATE` gets Clopper-Pearson bounds on the failed / sent requests pooled over the
+    windows (:data:`FAILED`, :data:`SENT`; when some window lacks them, a t bound on the window rates, clipped to
+    [0, 1]). Fail when some metric's lower bound is > its limit; pass when every latency's upper bound is <= its
+    limit and the error rate's point estimate is too; else undecided (also with fewer than
+    ``min_windows_per_level`` windows, or a metric with fewer than two windows with a value).
+
+    Args:
+        windows: the level's window figures (:func:`search`'s ``measure`` results), in order.
+        limits: window figure -> limit (:func:`slo_limits`).
+        spec: the search's spec (confidence, looks, minimum windows).
+
+    Returns:
+        (verdict, metric -> :class:`MetricBound`)."""
     alpha = (1.0 - spec.confidence) / spec.looks
     bounds: dict[str, MetricBound] = {}
     for m, limit in limits.items():
-        vals = [float(w[m]) for w in windows if _finite(w.get(m))]
-        log = m != ERROR_RATE
-        if log:
-            vals = [math.log(v) for v in vals if v > 0]
+        if m == ERROR_RATE:
+            bounds[m] = _error_rate_bound(windows, limit, alpha)
+            continue
+        vals = [math.log(float(w[m])) for w in windows if _finite(w.get(m)) and float(w[m]) > 0]
         n = len(vals)
         if n == 0:
             bounds[m] = MetricBound(m, limit, 0, math.nan, math.nan, math.nan)
             continue
         mean = sum(vals) / n
-        if n < 2:
-            lo = hi = math.nan
-        else:
-            sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / (n - 1))
-            half = float(stats.t.ppf(1.0 - alpha, n - 1)) * sd / math.sqrt(n)
-            lo, hi = mean - half, mean + half
-        if log:
-            mean, lo, hi = math.exp(mean), math.exp(lo), math.exp(hi)
-        bounds[m] = MetricBound(m, limit, n, mean, lo, hi)
+        lo, hi = _t_bounds(vals, alpha)
+        bounds[m] = MetricBound(m, limit, n, math.exp(mean), math.exp(lo), math.exp(hi))
     if len(windows) < spec.min_windows_per_level:
         return "undecided", bounds
     if any(b.n >= 2 and b.low > b.limit for b in bounds.values()):
         return "fail", bounds
-    if all(b.n >= 2 and b.high <= b.limit for b in bounds.values()):
+    if all(b.n >= 2 and (b.centre if m == ERROR_RATE else b.high) <= b.limit for m, b in bounds.items()):
         return "pass", bounds
     # Every window failed every request: no latency at all, the error rate decides (above: fail).
     return "undecided", bounds
+
+
+def _t_bounds(vals: Sequence[float], alpha: float) -> tuple[float, float]:
+    """One-sided t bounds (each at ``alpha``) on the mean of ``vals``; NaN with fewer than two values."""
+    from scipy import stats
+
+    n = len(vals)
+    if n < 2:
+        return math.nan, math.nan
+    mean = sum(vals) / n
+    sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / (n - 1))
+    half = float(stats.t.ppf(1.0 - alpha, n - 1)) * sd / math.sqrt(n)
+    return mean - half, mean + half
+
+
+def _error_rate_bound(windows: Sequence[Mapping[str, Any]], limit: float, alpha: float) -> MetricBound:
+    """The error rate's :class:`MetricBound`: Clopper-Pearson on the pooled counts, else clipped t bounds."""
+    from scipy import stats
+
+    rated = [w for w in windows if _finite(w.get(ERROR_RATE))]
+    n = len(rated)
+    if n == 0:
+        return MetricBound(ERROR_RATE, limit, 0, math.nan, math.nan, math.nan)
+    if all(_finite(w.get(FAILED)) and _finite(w.get(SENT)) and float(w[SENT]) > 0 for w in rated):
+        k = sum(int(round(float(w[FAILED]))) for w in rated)
+        sent = sum(int(round(float(w[SENT]))) for w in rated)
+        k = min(max(k, 0), sent)
+        if n < 2:
+            return MetricBound(ERROR_RATE, limit, n, k / sent, math.nan, math.nan)
+        lo = 0.0 if k == 0 else float(stats.beta.ppf(alpha, k, sent - k + 1))
+        hi = 1.0 if k == sent else float(stats.beta.ppf(1.0 - alpha, k + 1, sent - k))
+        return MetricBound(ERROR_RATE, limit, n, k / sent, lo, hi)
+    vals = [float(w[ERROR_RATE]) for w in rated]
+    lo, hi = _t_bounds(vals, alpha)
+    clip = (lambda x: x if math.isnan(x) else min(1.0, max(0.0, x)))
+    return MetricBound(ERROR_RATE, limit, n, sum(vals) / n, clip(lo), clip(hi))
+
+
+def load_shortfall(windows: Sequence[Mapping[str, Any]], level: float, load: Literal["concurrency", "rate"],
+                   ratio: float, alpha: float = 0.05) -> str | None:
+    """Why a level's windows did not reach its load, or None when they did (or did not record it).
+
+    Concurrency: the mean over the windows of :data:`ACHIEVED_LOAD` (requests in flight while the client was
+    sending) below ``ratio * level``. Rate: the send rate pooled over the windows (send intervals / their
+    seconds, :data:`LOAD_INTERVALS` with :data:`ACHIEVED_LOAD`) whose one-sided upper bound at ``alpha`` (a Poisson
+    process: Gamma on the intervals) is below ``ratio * level``, so that Poisson arrivals of a few requests are
+    not taken for a client that fell behind; without intervals, the mean achieved rate. ``ratio`` is the quality
+    gate's ``min_concurrency_ratio`` (0.9: the load reached at least 90 % of the level).
+
+    Returns:
+        ``load not reached: 3.35 of 8 in flight while sending (under 0.9 x the level)`` and the like, or None.
+
+    Raises:
+        ValueError: ``ratio`` outside [0, 1] or a level <= 0."""
+    if not 0.0 <= ratio <= 1.0 or not level > 0:
+        raise ValueError(f"load_shortfall: ratio must be in [0, 1] and level > 0, got ratio {ratio!r}, level {level!r}")
+    got = [w for w in windows if _finite(w.get(ACHIEVED_LOAD))]
+    if not got or ratio == 0:
+        return None
+    want = ratio * level
+    if load == "concurrency":
+        mean = sum(float(w[ACHIEVED_LOAD]) for w in got) / len(got)
+        if mean >= want:
+            return None
+        return (f"load not reached: {mean:.3g} of {level:g} in flight while sending "
+                f"(under {ratio:g} x the level)")
+    timed = [w for w in got if _finite(w.get(LOAD_INTERVALS)) and float(w[LOAD_INTERVALS]) >= 1
+             and float(w[ACHIEVED_LOAD]) > 0]
+    if len(timed) == len(got):
+        from scipy import stats
+
+        k = sum(float(w[LOAD_INTERVALS]) for w in timed)
+        secs = sum(float(w[LOAD_INTERVALS]) / float(w[ACHIEVED_LOAD]) for w in timed)
+        rate, upper = k / secs, float(stats.gamma.ppf(1.0 - alpha, k)) / secs
+    else:
+        rate = upper = sum(float(w[ACHIEVED_LOAD]) for w in got) / len(got)
+    if upper >= want:
+        return None
+    return f"load not reached: {rate:.3g} of {level:g} req/s sent (under {ratio:g} x the level)"
 
 
 def knee(levels: Sequence[LevelResult]) -> float | None:
@@ -367,7 +505,8 @@ def _midpoint(spec: SlaSearchSpec, lo: float, hi: float) -> float | None:
 
 
 def search(spec: SlaSearchSpec, limits: Mapping[str, float], measure: Callable[[float], Mapping[str, Any]],
-           on_level: Callable[[LevelResult], None] | None = None) -> SlaResult:
+           on_level: Callable[[LevelResult], None] | None = None, *,
+           min_load_ratio: float | None = None) -> SlaResult:
     """Grow, then bisect, the load level (module docstring).
 
     Args:
@@ -377,6 +516,9 @@ def search(spec: SlaSearchSpec, limits: Mapping[str, float], measure: Callable[[
             NaN when the window has no value, e.g. no ok request) and, for the report, :data:`THROUGHPUT`,
             :data:`GOODPUT`, :data:`OUTPUT_TPS`. What it raises ends the search.
         on_level: called with each level once judged.
+        min_load_ratio: the quality gate's ``min_concurrency_ratio``: a level whose windows reached less of its
+            load (:func:`load_shortfall`, from the windows' :data:`ACHIEVED_LOAD`) fails with a ``load_note``
+            once it has ``min_windows_per_level`` windows. None: not checked.
 
     Returns:
         :class:`SlaResult`.
@@ -388,6 +530,13 @@ def search(spec: SlaSearchSpec, limits: Mapping[str, float], measure: Callable[[
         while True:
             lv.windows.append(dict(measure(level)))
             lv.verdict, lv.bounds = judge_level(lv.windows, limits, spec)
+            if (min_load_ratio is not None and lv.verdict != "fail"
+                    and len(lv.windows) >= spec.min_windows_per_level):
+                lv.load_note = load_shortfall(lv.windows, level, spec.load, min_load_ratio,
+                                              (1.0 - spec.confidence) / spec.looks)
+                if lv.load_note is not None:
+                    lv.verdict = "fail"
+                    break
             if lv.verdict != "undecided" or len(lv.windows) >= spec.max_windows_per_level:
                 break
         tried.append(lv)

@@ -7,8 +7,9 @@ aggregates and notes as the plan's own windows): the first window at a level war
 ``measurements`` row at its load level; its repeat number follows the windows already measured at that level
 (the plan's own, or the search's earlier ones), so keys never collide, and is marked ``sla_search_window``
 (019): the quality gate's load checks and the compare / A/B level means leave it out. The window's figures
-(:func:`window_figures`: its percentiles, error rate, throughputs) go to the search; its verdict becomes one
-``sla_searches`` row (:func:`result_row`).
+(:func:`window_figures`: its percentiles, error rate with its counts, throughputs, the load it reached) go to
+the search, which fails a level whose windows did not reach its load by the quality gate's own ratio
+(``plan.quality.min_concurrency_ratio``); its verdict becomes one ``sla_searches`` row (:func:`result_row`).
 """
 
 from __future__ import annotations
@@ -21,20 +22,24 @@ import pandas as pd
 
 from tunelab import records as R
 from tunelab import sla_search as S
-from tunelab.load_profiles import load_label
+from tunelab.load_profiles import concurrency_target_kinds, load_label
 from tunelab.plan import Plan, Workload
 from tunelab.tasks.measure import MeasureResult, measure_server
 
-__all__ = ["window_figures", "level_plan", "result_row", "run_sla_search", "SEARCH_WINDOW_SLACK_S"]
+__all__ = ["window_figures", "level_plan", "level_line", "result_row", "run_sla_search", "SEARCH_WINDOW_SLACK_S"]
 
 #: Seconds added to a search window's own deadline (``LoadProfile.window_deadline_s``): prompts, scrapes.
 SEARCH_WINDOW_SLACK_S = 120.0
 
 
-def window_figures(row: Mapping[str, Any]) -> dict[str, Any]:
+def window_figures(row: Mapping[str, Any], requests: pd.DataFrame | None = None) -> dict[str, Any]:
     """The figures of one ``measurements`` row that the search judges and reports: every latency column
-    (``ttft_p99_s`` ...), ``error_rate`` (failed / (completed + failed); 1.0 when nothing completed) and the
-    throughputs (NaN where the row has None)."""
+    (``ttft_p99_s`` ...), ``error_rate`` (failed / (completed + failed); 1.0 when nothing completed) with its
+    counts (``S.FAILED``, ``S.SENT``: NaN when nothing was counted), the throughputs (NaN where the row has None)
+    and the load the window reached (``S.ACHIEVED_LOAD``): for a concurrency window the row's
+    ``in_flight_while_sending`` (requests in flight while the client was sending); for a rate window, from
+    ``requests`` (the window's request rows, ``send_ts`` in seconds), the send intervals / seconds from the
+    first to the last send, with their number as ``S.LOAD_INTERVALS`` (NaN without two sends)."""
 
     def num(key: str) -> float:
         v = row.get(key)
@@ -47,8 +52,17 @@ def window_figures(row: Mapping[str, Any]) -> dict[str, Any]:
     ok, bad = num("completed"), num("failed")
     ok, bad = (0.0 if math.isnan(ok) else ok), (0.0 if math.isnan(bad) else bad)
     out[S.ERROR_RATE] = bad / (ok + bad) if ok + bad > 0 else 1.0
+    out[S.FAILED], out[S.SENT] = (bad, ok + bad) if ok + bad > 0 else (math.nan, math.nan)
     for c in (S.THROUGHPUT, S.GOODPUT, S.OUTPUT_TPS):
         out[c] = num(c)
+    out[S.ACHIEVED_LOAD], out[S.LOAD_INTERVALS] = math.nan, math.nan
+    if row.get("load_kind") in concurrency_target_kinds():
+        out[S.ACHIEVED_LOAD] = num("in_flight_while_sending")
+    elif requests is not None and len(requests) and "send_ts" in requests.columns:
+        send = pd.to_numeric(requests["send_ts"], errors="coerce").dropna()
+        span = float(send.max() - send.min()) if len(send) >= 2 else 0.0
+        if span > 0:
+            out[S.ACHIEVED_LOAD], out[S.LOAD_INTERVALS] = (len(send) - 1) / span, float(len(send) - 1)
     return out
 
 
@@ -84,6 +98,23 @@ def result_row(workload: str, spec: S.SlaSearchSpec, res: S.SlaResult) -> dict[s
         "levels_tried": len(res.levels), "windows": res.windows,
         "summary": res.summary(lambda v: load_label(spec.load, v)),
     }
+
+
+def level_line(workload: str, load: str, lv: S.LevelResult) -> str:
+    """The log line of one judged level: its verdict (how an undecided one was counted), its windows and what
+    decided it: the metric that did (``S.LevelResult.decided_by``) at its centre / limit, or the load not
+    reached. E.g. ``sla search chat 8 req/s: undecided (counted as fail) after 4 window(s), decided by error_rate
+    at 1.56x its limit (error_rate 0.01562 against a limit of 0.01)``."""
+    head = (f"sla search {workload} {load_label(load, lv.level)}: {lv.verdict}"
+            f"{'' if lv.verdict != 'undecided' else ' (counted as ' + ('pass' if lv.passed else 'fail') + ')'}"
+            f" after {len(lv.windows)} window(s)")
+    if lv.load_note is not None:
+        return f"{head}: {lv.load_note}"
+    m = lv.decided_by
+    if m is None:
+        return head
+    r = lv.bounds[m].ratio
+    return f"{head}, decided by {m} at {r:.3g}x its limit ({lv.why()})"
 
 
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
@@ -147,17 +178,14 @@ def run_sla_search(base_url: str, api_key: str, model: str, plan: Plan, *, measu
                 on_window(merged())
             if not len(res.measurements):
                 return {m: math.nan for m in limits}
-            return window_figures(res.measurements.iloc[0].to_dict())
+            return window_figures(res.measurements.iloc[0].to_dict(), res.requests)
 
         def on_level(lv: S.LevelResult, w: Workload = w) -> None:
             if log is not None:
-                ratio = lv.slo_ratio
-                log(f"sla search {w.name} {load_label(spec.load, lv.level)}: {lv.verdict}"
-                    f"{'' if lv.verdict != 'undecided' else ' (counted as ' + ('pass' if lv.passed else 'fail') + ')'}"
-                    f" after {len(lv.windows)} window(s)"
-                    f"{'' if math.isnan(ratio) else f', binding metric at {ratio:.2f}x its limit'}")
+                log(level_line(w.name, spec.load, lv))
 
-        result = S.search(spec, limits, measure, on_level=on_level)
+        result = S.search(spec, limits, measure, on_level=on_level,
+                          min_load_ratio=plan.quality.min_concurrency_ratio)
         row = result_row(w.name, spec, result)
         rows.append(row)
         if log is not None:
