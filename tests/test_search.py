@@ -592,6 +592,10 @@ def test_a_search_sweep_interrupted_by_ctrl_c_keeps_its_record_and_reports_it(tm
     assert rep.returncode == 0, rep.stdout[-3000:] + rep.stderr[-3000:]
     assert "2 boots (the default + 0 of a grid of 3 configs + 1 cancelled)" in rep.stdout, rep.stdout
     assert "stopped: interrupted" in rep.stdout and "interrupted: the search was stopped" in rep.stdout, rep.stdout
+    import re
+
+    assert re.search(r"^  #\d+ VLLM_FAKE_KNOB=\d \[\w+\]: cancelled, output_tokens_per_s = - \(cancelled\)$",
+                     rep.stdout, re.M), rep.stdout
 
 
 def test_the_trial_flow_stops_measuring_when_the_search_prunes_and_keeps_the_windows(tmp_path, monkeypatch):

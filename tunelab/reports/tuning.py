@@ -317,7 +317,8 @@ def _render(rep: TuningReport, s: pd.Series, obj: dict, thr: str, lat: str) -> N
     for r in rep.configs.itertuples():
         trial = "" if pd.isna(r.search_trial) else f"#{int(r.search_trial)} "
         lines.append(f"  {trial}{r.config_label} [{r.config_key}]: {r.search_state}, {obj['metric']} = "
-                     f"{_fmt(r.search_value)}" + ("" if r.status == "ok" else f" ({r.status}: {r.failure_class})"))
+                     f"{_fmt(r.search_value)}" + ("" if r.status == "ok" else f" ({r.status}"
+                                                 + ("" if pd.isna(r.failure_class) else f": {r.failure_class}") + ")"))
     rep.lines = lines
 
     show = rep.configs[["config_label", "config_key", "search_role", "search_trial", "search_state", "status",
