@@ -154,6 +154,33 @@ def test_report_of_a_cancelled_sweep_says_cancelled(warehouse):
     assert doc["status"] == "cancelled" and doc["comparison"] == []
 
 
+def test_report_of_a_sweep_stopped_between_trials_says_incomplete(tmp_path):
+    """No trial was running when the sweep stopped, so none is cancelled: the plan's 3 trials against the 1 recorded
+    tell it (a plan decided while it runs, replicates: auto or search:, has no such count)."""
+    import yaml
+
+    from tunelab.warehouse.loader import insert_trial_tables
+    from tunelab.warehouse.migrate import connect
+    from tunelab.warehouse.synthetic import synthetic_trial
+
+    db = tmp_path / "wh.duckdb"
+    plan = {"name": "stopped", "model": "m", "runtime": "cpu", "engine_args": {"max-num-seqs": [1, 2, 4]},
+            "workloads": [{"name": "chat", "prompt_tokens": 8, "output_tokens": 4, "num_requests": 4}]}
+    st = synthetic_trial(sweep_id="20260101T000000Z-stopped-0001", config_key="k1", boot_sd_rel=0.01,
+                         rng=np.random.default_rng(1))
+    st.sweep["plan_yaml"] = yaml.safe_dump(plan)
+    con = connect(db)
+    con.execute("BEGIN")
+    insert_trial_tables(con, st.trial["trial_id"], {"sweep": pd.DataFrame([st.sweep]),
+                                                    "trial": pd.DataFrame([st.trial]), **st.tables}, source="test")
+    con.execute("COMMIT")
+    con.close()
+    doc = json.loads(cli("report", "--db", str(db), "--json").stdout)
+    assert doc["status"] == "incomplete" and doc["trials"] == 1 and doc["planned_trials"] == 3, doc
+    r = cli("report", "--db", str(db))
+    assert "(incomplete: 1 of 3 planned trial(s) recorded" in r.output.replace("\n", " "), r.output
+
+
 # -- 7: failure reasons --------------------------------------------------------------------------------------------
 def test_report_shortens_a_long_failure_reason_with_a_pointer_and_the_log(warehouse):
     db, log = warehouse
@@ -230,10 +257,13 @@ def test_compare_cli_paired_pairs_boots_of_one_sweep_and_replicate(warehouse):
 
 
 # -- 3: the closing line of a cancelled `tunelab run` -----------------------------------------------------------------
-@pytest.mark.parametrize("sig,code,how", [("SIGINT", 130, "Ctrl-C"), ("SIGTERM", 143, "SIGTERM")])
-def test_cancelled_run_prints_what_finished_what_was_cancelled_and_where_the_data_is(tmp_path, sig, code, how):
+@pytest.mark.parametrize("sig,code,how,kept", [("SIGINT", 130, "Ctrl-C", False), ("SIGTERM", 143, "SIGTERM", False),
+                                              ("SIGINT", 130, "Ctrl-C", True)])
+def test_cancelled_run_prints_what_finished_what_was_cancelled_and_where_the_data_is(tmp_path, sig, code, how, kept):
     """Real `tunelab run` and sweep flow (ephemeral Prefect); FAKE trial bodies (tests/fakes/fake_sweep_cli.py): the
-    first trial finishes, the second blocks until the signal, the third never starts."""
+    first trial finishes, the second blocks until the signal, the third never starts. ``kept``: the second had kept
+    its windows (an ``incomplete`` bundle) and is interrupted before its final bundle, as in its teardown: it is
+    recorded ``cancelled``, not left reading "killed or its host lost", and the report calls the sweep cancelled."""
     import signal
     import time
 
@@ -247,7 +277,7 @@ def test_cancelled_run_prints_what_finished_what_was_cancelled_and_where_the_dat
         "concurrency": [4], "repeats": 3}))
     db, res, mark = tmp_path / "wh.duckdb", tmp_path / "results", tmp_path / "blocking"
     env = dict(os.environ, TUNELAB_DB=str(db), TUNELAB_RESULTS=str(res), TUNELAB_HOME=str(tmp_path / "home"),
-               FAKE_BLOCK_FROM="1", FAKE_BLOCK_MARK=str(mark), COLUMNS="400")
+               FAKE_BLOCK_FROM="1", FAKE_BLOCK_MARK=str(mark), COLUMNS="400", FAKE_BLOCK_KEPT="1" if kept else "0")
     env.pop("PREFECT_API_URL", None)
     p = subprocess.Popen([sys.executable, str(REPO / "tests" / "fakes" / "fake_sweep_cli.py"), "run", str(plan)],
                          cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -270,6 +300,20 @@ def test_cancelled_run_prints_what_finished_what_was_cancelled_and_where_the_dat
     assert "1 of 3 trial(s) finished (ok 1), 1 cancelled while running, 1 not started" in line
     assert str(res / sweep_id) in line and str(db) in line and f"--sweep {sweep_id}" in line
     assert "Traceback" not in errs.split(line)[-1]  # nothing after the closing line
+    if kept:
+        import duckdb
+
+        con = duckdb.connect(str(db), read_only=True)
+        try:
+            rows = con.execute("SELECT status, failure_reason FROM trials WHERE sweep_id = ? ORDER BY started_at",
+                               [sweep_id]).fetchall()
+        finally:
+            con.close()
+        assert [r[0] for r in rows] == ["ok", "cancelled"], rows
+        assert rows[1][1].startswith("cancelled while running (the trial then saw incomplete"), rows
+        rep = subprocess.run([sys.executable, "-m", "tunelab.cli", "report", "--db", str(db), "--sweep", sweep_id,
+                              "--json"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        assert rep.returncode == 0 and json.loads(rep.stdout)["status"] == "cancelled", rep.stdout[-2000:]
 
 
 # -- 8: plots ----------------------------------------------------------------------------------------------------------

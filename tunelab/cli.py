@@ -597,6 +597,24 @@ def _json_out(doc: object) -> None:
 
 
 #: A sweep "has results" when it has measurements; "cancelled" when one of its trials was cancelled.
+def _planned_trials(plan_yaml: str | None) -> int | None:
+    """How many trials the sweep's plan (``sweeps.plan_yaml``) expands to; None for a plan whose count is decided
+    while it runs (``replicates: auto``, ``search:``) or that no longer validates (an older plan format)."""
+    if not plan_yaml:
+        return None
+    try:
+        import yaml
+
+        from tunelab.plan import Plan
+
+        plan = Plan.model_validate(yaml.safe_load(plan_yaml))
+        if plan.replicates == "auto" or plan.search is not None:
+            return None
+        return len(plan.trials())
+    except Exception:  # noqa: BLE001 - a count we cannot tell is no count, never a failed report
+        return None
+
+
 _SWEEP_STATE_SQL = """
     SELECT s.sweep_id, s.started_at, count(t.trial_id) AS trials,
            count(*) FILTER (WHERE t.status = 'cancelled') AS cancelled,
@@ -663,10 +681,14 @@ def report(
                            r)) for r in failed]
         notes = con.execute("SELECT config_label, replicate, measurement_notes FROM trials WHERE sweep_id = ? "
                             "ORDER BY started_at", [sweep]).fetchall()
+        plan_yaml = con.execute("SELECT plan_yaml FROM sweeps WHERE sweep_id = ?", [sweep]).fetchone()
     finally:
         con.close()
     st = state[sweep]
-    status = "cancelled" if st["cancelled"] else "finished"
+    planned = _planned_trials(plan_yaml[0] if plan_yaml else None)
+    # A sweep stopped between two trials has no cancelled trial: it is told by fewer trials than its plan expands to.
+    status = "cancelled" if st["cancelled"] else \
+        "incomplete" if planned is not None and st["trials"] < planned else "finished"
     comp = comparison_frame(dbp, sweep, all_quality=all_quality)
     plot_paths = []
     if plots is not None:
@@ -685,7 +707,8 @@ def report(
         # Stable keys, listed in docs/sla_search.md ("Results") and docs/measurement.md ("Bottleneck diagnosis"):
         # the SLA searches (reports.report.SLA_SEARCH_KEYS), every window's checks (WINDOW_DIAGNOSIS_KEYS) and the
         # flagged ones (view window_findings).
-        _json_out({"sweep_id": sweep, "status": status, "trials": st["trials"], "cancelled_trials": st["cancelled"],
+        _json_out({"sweep_id": sweep, "status": status, "trials": st["trials"], "planned_trials": planned,
+                   "cancelled_trials": st["cancelled"],
                    "comparison": comp.to_dict("records"), "left_out": comp.attrs.get("left_out", []),
                    "failed_trials": failed, "notes": [dataclasses.asdict(g) for g in group_notes(notes)],
                    "skipped_sweeps": [{**k, "status": "cancelled" if k["cancelled"] else "no results"} for k in skipped],
@@ -700,8 +723,10 @@ def report(
                       f"sweep with results; `tunelab report --sweep {k['sweep_id']}` shows it", highlight=False,
                       soft_wrap=True)
     title = f"sweep {sweep}" + (f" (cancelled: {st['cancelled']} of {st['trials']} trial(s) cancelled)"
-                                if st["cancelled"] else "")
-    if status == "cancelled" or comp.empty:
+                                if st["cancelled"] else
+                                f" (incomplete: {st['trials']} of {planned} planned trial(s) recorded; it was stopped "
+                                "between trials or is still running)" if status == "incomplete" else "")
+    if status in ("cancelled", "incomplete") or comp.empty:
         console.print(title, highlight=False, soft_wrap=True)
     print_comparison(comp, title=title)
     _print_failed(failed, sweep)

@@ -7,7 +7,9 @@ that need no real server, e.g. a warehouse file locked by another process when t
 
 ``FAKE_BLOCK_FROM=N``: trials N, N+1, ... (0-based, in start order) block instead of writing their bundle, after
 creating the file ``FAKE_BLOCK_MARK``; interrupted (Ctrl-C, SIGTERM), such a trial writes a ``cancelled`` bundle
-and re-raises, as the real trial flow does. For tests of cancelling a running sweep.
+and re-raises, as the real trial flow does. For tests of cancelling a running sweep. With ``FAKE_BLOCK_KEPT=1`` a
+blocking trial first writes the windows-so-far bundle (``status='incomplete'``, as ``flows.trial._keep_windows``)
+and, interrupted, writes nothing more: a trial interrupted after its windows, in its teardown.
 """
 
 from __future__ import annotations
@@ -43,11 +45,18 @@ def _install_fakes() -> None:
         _started.append(trial_id)
         block_from = os.environ.get("FAKE_BLOCK_FROM")
         if block_from is not None and len(_started) > int(block_from):
+            kept = os.environ.get("FAKE_BLOCK_KEPT") == "1"
+            if kept:
+                row.update(status="incomplete", failure_reason="the trial ended without its final bundle after 1 "
+                           "measured window(s): killed or its host lost; these windows were kept as they ended")
+                write_bundle(Path(ctx.results_dir), ctx.sweep, row, {})
             Path(os.environ["FAKE_BLOCK_MARK"]).write_text(trial_id)
             try:
                 while True:
                     time.sleep(0.1)
             except BaseException as e:  # cancelled: record it, as flows.trial.run_trial does
+                if kept:
+                    raise
                 row.update(status="cancelled", failure_reason=f"{type(e).__name__}: {e}",
                            finished_at=dt.datetime.now(dt.timezone.utc).isoformat())
                 write_bundle(Path(ctx.results_dir), ctx.sweep, row, {})

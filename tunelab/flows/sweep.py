@@ -57,7 +57,7 @@ from prefect.cache_policies import NO_CACHE
 import tunelab
 from tunelab import progress, records
 from tunelab.flows.trial import TrialContext, run_trial, trial_row_base
-from tunelab.bundle import read_bundle, update_bundle_table, write_bundle
+from tunelab.bundle import bundle_dir_for, read_bundle, update_bundle_table, write_bundle
 from tunelab.tasks.engine import stop_leftovers, tracked_servers
 from tunelab.tasks.gpu import inventory
 from tunelab.reports import report as R
@@ -629,7 +629,15 @@ class _SweepTrials:
             running_then = set(self.cancelled) | set(self.in_flight) | self.unrecorded
         self.logger.warning("sweep %s cancelled; %d trial(s) were running", self.sweep_id, len(running_then))
         for i in running_then:
-            _mark_cancelled(self.bundles[i], self.statuses[i], self.logger)
+            bundle = self.bundles[i]
+            if bundle is None:
+                # Interrupted after it kept windows but before its final bundle (e.g. in teardown): the bundle on
+                # disk is the windows-so-far one, which would read "killed or its host lost".
+                job = next((j for j in self.jobs if j.index == i), None)
+                kept = bundle_dir_for(Path(self.base_ctx.results_dir), self.sweep_id, self.trial_id_of(job)) \
+                    if job is not None else None
+                bundle = kept if kept is not None and kept.exists() else None
+            _mark_cancelled(bundle, self.statuses[i], self.logger)
         return len(running_then)
 
 
