@@ -265,9 +265,9 @@ def test_cancelled_run_prints_what_finished_what_was_cancelled_and_where_the_dat
     its windows (an ``incomplete`` bundle) and is interrupted before its final bundle, as in its teardown: it is
     recorded ``cancelled``, not left reading "killed or its host lost", and the report calls the sweep cancelled."""
     import signal
-    import time
 
     import yaml
+    from fakes.cancel_run import run_until_blocked_then_signal
 
     plan = tmp_path / "plan.yaml"
     plan.write_text(yaml.safe_dump({
@@ -279,21 +279,8 @@ def test_cancelled_run_prints_what_finished_what_was_cancelled_and_where_the_dat
     env = dict(os.environ, TUNELAB_DB=str(db), TUNELAB_RESULTS=str(res), TUNELAB_HOME=str(tmp_path / "home"),
                FAKE_BLOCK_FROM="1", FAKE_BLOCK_MARK=str(mark), COLUMNS="400", FAKE_BLOCK_KEPT="1" if kept else "0")
     env.pop("PREFECT_API_URL", None)
-    p = subprocess.Popen([sys.executable, str(REPO / "tests" / "fakes" / "fake_sweep_cli.py"), "run", str(plan)],
-                         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
-    try:
-        deadline = time.monotonic() + 240
-        while not mark.exists():
-            assert p.poll() is None, p.communicate()[1][-3000:]
-            assert time.monotonic() < deadline, "the second trial never started"
-            time.sleep(0.2)
-        p.send_signal(getattr(signal, sig))
-        out, errs = p.communicate(timeout=120)
-    finally:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-    assert p.returncode == code, errs[-3000:]
+    rc, out, errs = run_until_blocked_then_signal(plan, env, getattr(signal, sig), "the second trial")
+    assert rc == code, errs[-3000:]
     (line,) = [ln for ln in errs.splitlines() if "cancelled (" in ln and "not started" in ln]
     sweep_id = line.split()[1]
     assert f"cancelled ({how}" in line

@@ -240,14 +240,19 @@ def test_the_sweep_end_says_what_it_could_detect_and_warns_when_the_precision_wa
     con.close()
 
 
+def _auto_plan() -> Plan:
+    """The precision plan of this file as ``replicates: auto`` (3 windows per boot, the A/B at c=32, 8 boots)."""
+    d = _plan_dict(replicates="auto", repeats=3, ab={"metrics": ["output_tokens_per_s"], "loads": ["c=32"],
+                                                     "budget": {"boots": 8}})
+    del d["precision"]
+    return Plan.model_validate(d)
+
+
 # -- the sequential rule's history ---------------------------------------------------------------------------------
 def test_ab_priors_come_from_the_noise_model_of_both_configs(tmp_path):
     from tunelab.flows.ab_auto import ab_cells, ab_priors
 
-    d = _plan_dict(replicates="auto", repeats=3, ab={"metrics": ["output_tokens_per_s"], "loads": ["c=32"],
-                                                     "budget": {"boots": 8}})
-    del d["precision"]
-    plan = Plan.model_validate(d)
+    plan = _auto_plan()
     db = tmp_path / "w.duckdb"
     assert ab_priors(plan, db) == {}  # no warehouse: no history
     con = connect(db)
@@ -376,10 +381,7 @@ def test_sla_search_windows_do_not_feed_the_design_or_its_history_count():
 def test_ab_priors_leave_sla_search_windows_out(tmp_path):
     from tunelab.flows.ab_auto import ab_cells, ab_priors
 
-    d = _plan_dict(replicates="auto", repeats=3, ab={"metrics": ["output_tokens_per_s"], "loads": ["c=32"],
-                                                     "budget": {"boots": 8}})
-    del d["precision"]
-    plan = Plan.model_validate(d)
+    plan = _auto_plan()
     db = tmp_path / "w.duckdb"
     con = connect(db)
     _history(con, plan, boots=3, windows=3, sd={0: (0.04, 0.02), 1: (0.04, 0.02)})

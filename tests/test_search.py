@@ -541,11 +541,11 @@ def test_a_search_sweep_interrupted_by_ctrl_c_keeps_its_record_and_reports_it(tm
     import signal
     import subprocess
     import sys
-    import time
     from pathlib import Path
 
     import duckdb
     import yaml
+    from fakes.cancel_run import run_until_blocked_then_signal
 
     repo = Path(__file__).resolve().parent.parent
     plan = tmp_path / "plan.yaml"
@@ -559,21 +559,8 @@ def test_a_search_sweep_interrupted_by_ctrl_c_keeps_its_record_and_reports_it(tm
     env = dict(os.environ, TUNELAB_DB=str(db), TUNELAB_RESULTS=str(res), TUNELAB_HOME=str(tmp_path / "home"),
                FAKE_BLOCK_FROM="1", FAKE_BLOCK_MARK=str(mark), COLUMNS="400", PREFECT_HOME=str(tmp_path / "prefect"))
     env.pop("PREFECT_API_URL", None)
-    p = subprocess.Popen([sys.executable, str(repo / "tests" / "fakes" / "fake_sweep_cli.py"), "run", str(plan)],
-                         cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
-    try:
-        deadline = time.monotonic() + 240
-        while not mark.exists():
-            assert p.poll() is None, p.communicate()[1][-3000:]
-            assert time.monotonic() < deadline, "boot 2 never started"
-            time.sleep(0.2)
-        p.send_signal(signal.SIGINT)
-        out, errs = p.communicate(timeout=120)
-    finally:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-    assert p.returncode == 130, errs[-3000:]
+    code, out, errs = run_until_blocked_then_signal(plan, env, signal.SIGINT, "boot 2")
+    assert code == 130, errs[-3000:]
     (line,) = [ln for ln in errs.splitlines() if "cancelled (" in ln and "not started" in ln]
     sweep_id = line.split()[1]
     assert "1 of 3 trial(s) finished (ok 1), 1 cancelled while running, 1 not started" in line, line
