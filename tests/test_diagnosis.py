@@ -132,6 +132,94 @@ def test_server_process_cpu_by_role_from_a_fake_proc_tree(tmp_path, monkeypatch)
     assert host_load.ServerProcSample.read(None) is None
 
 
+# ---------------------------------------------------------------- api server: the frontend delivers late
+# Figures of the H200 windows (vLLM 0.25.1, ~1.1B Llama, c=256, 4 s windows, tiny requests of 32 + 8 tokens).
+def _cpu(busiest: float, process: float, engine: float = 0.48) -> dict:
+    return {"api_server": {"cpu": process, "busiest_thread": busiest, "processes": 1},
+            "engine_core": {"cpu": engine, "busiest_thread": engine, "processes": 1}}
+
+
+def test_the_h200_default_tiny_window_is_api_server_bound_by_the_frontend_lag():
+    cpu = _cpu(0.53, 0.60)
+    assert D.api_server_finding(cpu, gpu_util_pct=20.0).flagged is False  # today's CPU rule alone misses it
+    f = D.api_server_finding(cpu, gpu_util_pct=20.0, client_itl_mean_s=0.0263, engine_itl_mean_s=0.0093,
+                             client_bound=False)
+    assert f.flagged is True and f.value == 0.53 and f.threshold == D.API_SERVER_CPU_FRAC
+    assert f.metric == "api_server_busiest_thread"
+    assert f.evidence["client_itl_mean_s"] == 0.0263 and f.evidence["engine_itl_mean_s"] == 0.0093
+    assert f.evidence["frontend_lag_ratio"] == pytest.approx(0.0263 / 0.0093)
+    assert ("client ITL 2.8x the engine's (26.3 vs 9.3 ms) with the client not bound: the API process delivers "
+            "late") in f.summary
+    assert "flagged by the frontend lag only" in f.summary
+    assert "vllm:inter_token_latency_seconds" in f.sources and "--api-server-count" in f.remedy
+    # VLLM_USE_FASTOKENS=1, still one API server: 26.2-27.4 vs 8.9-10.6 ms, GPU 4-14 %
+    assert D.api_server_finding(_cpu(0.50, 0.58), 4.0, client_itl_mean_s=0.0274, engine_itl_mean_s=0.0106,
+                                client_bound=False).flagged is True
+
+
+def test_windows_not_bound_by_the_api_server_are_not_flagged_by_the_frontend_path():
+    # --api-server-count 4: client 11.8 vs engine 10.5 ms (1.1x), GPU 19 %
+    f = D.api_server_finding(_cpu(0.38, 0.40), 19.0, client_itl_mean_s=0.0118, engine_itl_mean_s=0.0105,
+                             client_bound=False)
+    assert f.flagged is False and f.evidence["frontend_lag_ratio"] == pytest.approx(0.0118 / 0.0105)
+    assert "client ITL 1.1x the engine's (11.8 vs 10.5 ms)" in f.summary and "delivers late" not in f.summary
+    assert "flagged" not in f.summary
+    # 768-token prompts on the default: 28.5 vs 22.0 ms (1.3x), GPU 66 % busy
+    assert D.api_server_finding(_cpu(0.53, 0.60), 66.0, client_itl_mean_s=0.0285, engine_itl_mean_s=0.022,
+                                client_bound=False).flagged is False
+    # --api-server-count 2 --max-num-seqs 1024: 26.3 vs 23.7 ms, GPU 23 %
+    assert D.api_server_finding(_cpu(0.40, 0.45), 23.0, client_itl_mean_s=0.0263, engine_itl_mean_s=0.0237,
+                                client_bound=False).flagged is False
+
+
+def test_the_frontend_path_needs_an_idle_gpu_a_healthy_client_and_a_millisecond():
+    lag = {"client_itl_mean_s": 0.0263, "engine_itl_mean_s": 0.0093}
+    assert D.api_server_finding(_cpu(0.53, 0.60), 20.0, **lag, client_bound=False).flagged is True
+    assert D.api_server_finding(_cpu(0.53, 0.60), 66.0, **lag, client_bound=False).flagged is False  # GPU busy
+    assert D.api_server_finding(_cpu(0.53, 0.60), None, **lag, client_bound=False).flagged is True  # no GPU figure
+    f = D.api_server_finding(_cpu(0.53, 0.60), 20.0, **lag, client_bound=True)  # the client is what is late
+    assert f.flagged is False and "delivers late" not in f.summary
+    for unknown in (None, float("nan"), pd.NA):  # cannot say: this path does not flag
+        assert D.api_server_finding(_cpu(0.53, 0.60), 20.0, **lag, client_bound=unknown).flagged is False
+    # 3x, but 0.4 ms apart: the client's own stamping, not a late frontend
+    assert D.api_server_finding(_cpu(0.53, 0.60), 20.0, client_itl_mean_s=0.0006, engine_itl_mean_s=0.0002,
+                                client_bound=False).flagged is False
+    assert D.api_server_finding(_cpu(0.53, 0.60), 20.0, client_itl_mean_s=0.0263, engine_itl_mean_s=None,
+                                client_bound=False).flagged is False
+    # a server whose process tree is not on this host: the frontend path still decides when it flags
+    f = D.api_server_finding(None, 20.0, **lag, client_bound=False)
+    assert f.flagged is True and f.value is None and "flagged by the frontend lag only" in f.summary
+    assert D.api_server_finding(None, 20.0, client_itl_mean_s=0.0118, engine_itl_mean_s=0.0105,
+                                client_bound=False).flagged is None
+
+
+def test_the_cpu_path_still_flags_a_saturated_api_thread():
+    f = D.api_server_finding(_cpu(0.95, 1.02), 10.0)
+    assert f.flagged is True and f.value == 0.95 and "flagged by the busiest thread" in f.summary
+    assert f.evidence["frontend_lag_ratio"] is None
+    f = D.api_server_finding(_cpu(0.95, 1.02), 10.0, client_itl_mean_s=0.0118, engine_itl_mean_s=0.0105,
+                             client_bound=True)
+    assert f.flagged is True and "flagged by the busiest thread)" in f.summary
+    f = D.api_server_finding(_cpu(0.95, 1.02), 10.0, client_itl_mean_s=0.0263, engine_itl_mean_s=0.0093,
+                             client_bound=False)
+    assert f.flagged is True and "flagged by the busiest thread and the frontend lag" in f.summary
+    assert D.api_server_finding(_cpu(0.95, 1.02), 90.0).flagged is False
+
+
+def test_diagnose_window_passes_the_client_and_engine_itl_to_the_api_server_check():
+    meas = {**KEY, "ttft_mean_s": 0.55, "tpot_p50_s": 0.026, "itl_mean_s": 0.0263, "client_bound": False}
+    sm = [{**KEY, "metric": "server_ttft", "kind": "histogram", "value": 0.44},
+          {**KEY, "metric": "server_itl", "kind": "histogram", "value": 0.0093}]
+    f = D.diagnose_window(meas, sm, [], process_cpu=_cpu(0.53, 0.60), gpu_util_pct=20.0)[0]
+    assert f.bottleneck == "api_server" and f.flagged is True
+    assert f.evidence["client_itl_mean_s"] == 0.0263 and f.evidence["engine_itl_mean_s"] == 0.0093
+    assert f.evidence["ttft_outside_engine_s"] == pytest.approx(0.11)
+    assert D.diagnose_window({**meas, "client_bound": True}, sm, [], process_cpu=_cpu(0.53, 0.60),
+                             gpu_util_pct=20.0)[0].flagged is False
+    assert D.diagnose_window(meas, sm[:1], [], process_cpu=_cpu(0.53, 0.60),
+                             gpu_util_pct=20.0)[0].flagged is False  # no server_itl row: the path cannot say
+
+
 def test_a_busy_process_in_a_fake_server_tree_reads_near_a_core():
     # FAKE server tree: the root (the 'API server') spins, its child named EngineCore sleeps.
     code = ("import subprocess, sys, time\n"
@@ -252,6 +340,19 @@ def test_a_clean_window_flags_nothing_and_every_check_has_its_evidence(tmp_path)
     assert floor["value"] == pytest.approx(0.01 / 1e-6) and "table:H200" in floor["summary"]
     assert json.loads(df.set_index("bottleneck").loc["api_server", "evidence"])["gpu_util_pct"] == 95.0
     R.frame(R.WindowDiagnosis, df, without=("trial_id",))  # the record's columns and types
+
+
+def test_a_late_frontend_is_flagged_through_the_window_frames(tmp_path):
+    meas, reqs, sm, gpu, model = _clean_frames(tmp_path)
+    meas["itl_mean_s"] = 0.0263
+    sm = pd.concat([sm, pd.DataFrame([{**KEY, "metric": "server_itl", "kind": "histogram", "value": 0.0093}])],
+                   ignore_index=True)
+    gpu["utilization_pct"] = 20.0
+    df = window_diagnoses(meas, reqs, sm, gpu).set_index("bottleneck")
+    assert df.loc["api_server", "flagged"] == True  # noqa: E712 (a frame's bool)
+    ev = json.loads(df.loc["api_server", "evidence"])
+    assert ev["frontend_lag_ratio"] == pytest.approx(0.0263 / 0.0093) and ev["gpu_util_pct"] == 20.0
+    assert "the API process delivers late" in df.loc["api_server", "summary"]
 
 
 # ---------------------------------------------------------------- warehouse: table, view, query, report

@@ -8,9 +8,13 @@ figures were there and said no. ``flagged`` None: the evidence was missing (e.g.
 =====================  =========================================================================================
 bottleneck             evidence (source)
 =====================  =========================================================================================
-api_server             CPU of the server's API-server process(es) (busiest thread, cores; ``/proc/<pid>/task``
-                       via ``tasks.host_load.server_process_cpu``) >= :data:`API_SERVER_CPU_FRAC` while the GPU
-                       was busy < :data:`GPU_BUSY_PCT` of the window (NVML utilisation, ``gpu_samples``).
+api_server             while the GPU was busy < :data:`GPU_BUSY_PCT` of the window (NVML utilisation,
+                       ``gpu_samples``; or not measured), either path: (a) CPU of the server's API-server
+                       process(es) (busiest thread, cores; ``/proc/<pid>/task`` via
+                       ``tasks.host_load.server_process_cpu``) >= :data:`API_SERVER_CPU_FRAC`; or (b) the frontend
+                       delivers late: the client's mean ITL (``measurements.itl_mean_s``) >= :data:`FRONTEND_LAG_RATIO`
+                       x the engine's (vLLM ``vllm:inter_token_latency_seconds`` mean, ``server_itl``) and >=
+                       :data:`FRONTEND_LAG_MIN_S` longer, with ``measurements.client_bound`` False.
                        Context: vLLM ``vllm:request_queue_time_seconds`` mean, and the client's TTFT minus the
                        server's ``vllm:time_to_first_token_seconds`` (time spent before the engine saw it).
 kv_cache               ``vllm:num_preemptions_total`` delta > 0, or ``vllm:kv_cache_usage_perc`` peak >=
@@ -41,6 +45,8 @@ __all__ = [
     "BOTTLENECKS",
     "COINCIDE_LIFT",
     "COINCIDE_SHARE",
+    "FRONTEND_LAG_MIN_S",
+    "FRONTEND_LAG_RATIO",
     "Finding",
     "GPU_BUSY_PCT",
     "GPU_FLOOR_RATIO",
@@ -68,6 +74,22 @@ API_SERVER_CPU_FRAC = 0.9
 #: NVML utilisation is the share of time a kernel ran. Below half, the GPU waited for the host most of the
 #: window (on the H200 the host-bound c=1 windows read 45-61 %); an API server at a full core then holds it back.
 GPU_BUSY_PCT = 50.0
+#: The API process can hold the GPU back without any of its threads near a core (it waits on its own queues, the
+#: GIL, the engine's output socket): then the client sees tokens later than the engine made them. vLLM v1 computes
+#: ``vllm:inter_token_latency_seconds`` from the engine core's timestamps, so client mean ITL / that mean says how
+#: late the frontend delivers. On the H200 (vLLM 0.25.1, ~1.1B Llama, c=256, 4 s windows) one API server on tiny
+#: requests (32 prompt / 8 output tokens) read 2.5-3x (client 26.3-31.1 ms vs engine 8.4-10.8 ms; also with
+#: VLLM_USE_FASTOKENS=1: 26.2-27.4 vs 8.9-10.6) with its busiest thread at only 0.50-0.54 cores, GPU 4-24 % busy,
+#: the client healthy; ``--api-server-count 4`` more than doubled output throughput (3,300-3,760 -> 6,900-8,540
+#: tokens/s), cut TTFT p50 from 430-490 to 155-197 ms and brought the ratio to 1.1-1.2. Windows not bound by the
+#: API server read 1.1-1.3 (768-token prompts, GPU 58-77 % busy: 25.1-28.5 vs 19.5-22.0 ms; ``--api-server-count
+#: 2 --max-num-seqs 1024``: 26.3 vs 23.7, 23.3 vs 18.7 ms). 1.5 lies between. The default on 256/32-token chat
+#: read 1.7-2.0 (23.8 vs 14.1, 22.3 vs 10.9 ms, GPU 29-35 %) and is flagged; whether more API servers help there
+#: was not measured.
+FRONTEND_LAG_RATIO = 1.5
+#: ... and the client's mean ITL must be at least 1 ms longer than the engine's: at sub-millisecond gaps a ratio
+#: is the client's own stamping and event loop, not a frontend that delivers late.
+FRONTEND_LAG_MIN_S = 0.001
 #: A request waits for KV blocks when the free share of the cache is smaller than its own blocks, which with few
 #: large requests happens far below 1: on the H200 (``evidence/h200-2026-12-02-bottlenecks``, 512 KV blocks = 8,192
 #: tokens, requests of 2,048 + 128 tokens at c=64) three requests held the cache at a peak usage of 0.79 while 61
@@ -160,6 +182,16 @@ def _num(v: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
+def _bool(v: Any) -> bool | None:
+    """True/False, or None for None, NaN and pandas' NA (a column read back from a frame)."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return None
+    try:
+        return bool(v)
+    except TypeError:  # pd.NA
+        return None
+
+
 def _fmt(v: Any, spec: str = ".2f") -> str:
     f = _num(v)
     return "n/a" if f is None else format(f, spec)
@@ -167,44 +199,77 @@ def _fmt(v: Any, spec: str = ".2f") -> str:
 
 # -- api server ----------------------------------------------------------------------------------------------
 def api_server_finding(process_cpu: Mapping[str, Mapping[str, float]] | None, gpu_util_pct: float | None,
-                       queue_time_mean_s: float | None = None, ttft_outside_engine_s: float | None = None
-                       ) -> Finding:
-    """API-server / tokeniser bound: the API server's busiest thread near a full core while the GPU waits.
+                       queue_time_mean_s: float | None = None, ttft_outside_engine_s: float | None = None, *,
+                       client_itl_mean_s: float | None = None, engine_itl_mean_s: float | None = None,
+                       client_bound: bool | None = None) -> Finding:
+    """API-server / tokeniser bound: while the GPU waits, the API server's busiest thread is near a full core, or
+    the frontend delivers tokens late (the client's ITL well above the engine's).
 
     Args:
         process_cpu: ``{role: {"cpu": cores, "busiest_thread": cores, "processes": n}}`` over the window, roles
             ``api_server`` (the server's root process, or processes named APIServer), ``engine_core`` (cmdline or
             name with 'EngineCore'), ``worker``, ``other`` (``tasks.host_load.server_process_cpu``); cores = CPU
             seconds / wall seconds. None: not sampled.
-        gpu_util_pct: mean NVML utilisation over the window, percent; None on a CPU runtime / no samples (the
-            check then rests on the CPU figure alone).
+        gpu_util_pct: mean NVML utilisation over the window, percent; None on a CPU runtime / no samples (both
+            paths then count the GPU as idle).
         queue_time_mean_s: mean of vLLM ``vllm:request_queue_time_seconds`` in the window (context).
         ttft_outside_engine_s: client TTFT mean - server ``vllm:time_to_first_token_seconds`` mean, seconds:
             time a request spent before the engine saw it (HTTP, tokenising; context).
+        client_itl_mean_s: the client's mean gap between token chunks, seconds (``measurements.itl_mean_s``).
+        engine_itl_mean_s: mean of vLLM ``vllm:inter_token_latency_seconds`` in the window, seconds (the
+            ``server_itl`` row of ``server_metrics``; vLLM v1 takes it from the engine core's timestamps, so it
+            does not include the API process's delay).
+        client_bound: ``measurements.client_bound``; only False lets the frontend path flag (True: the client
+            is what is late; None: cannot say).
 
     Returns:
-        The finding; value = the API server's busiest thread, cores; flagged when >= :data:`API_SERVER_CPU_FRAC`
-        and the GPU was busy < :data:`GPU_BUSY_PCT` % (or not measured).
+        The finding; value = the API server's busiest thread, cores, threshold :data:`API_SERVER_CPU_FRAC` (also
+        when the frontend path decided). Flagged when the GPU was busy < :data:`GPU_BUSY_PCT` % (or not
+        measured) and either the busiest thread >= :data:`API_SERVER_CPU_FRAC`, or client ITL / engine ITL >=
+        :data:`FRONTEND_LAG_RATIO` with client - engine >= :data:`FRONTEND_LAG_MIN_S` and ``client_bound``
+        False. None when the threads were not sampled and the frontend path does not flag. Evidence adds
+        ``client_itl_mean_s``, ``engine_itl_mean_s`` (s) and ``frontend_lag_ratio`` (client / engine). Caveat:
+        the client's ITL is per chunk; a server that sends several tokens per chunk on purpose (a stream
+        interval > 1) reads as late on this path.
     """
     api = (process_cpu or {}).get("api_server") or {}
     busiest = _num(api.get("busiest_thread"))
+    c_itl, e_itl = _num(client_itl_mean_s), _num(engine_itl_mean_s)
+    ratio = c_itl / e_itl if c_itl is not None and e_itl is not None and e_itl > 0 else None
     ev = {"api_server_cpu": _num(api.get("cpu")), "api_server_busiest_thread": busiest,
           "engine_core_cpu": _num(((process_cpu or {}).get("engine_core") or {}).get("cpu")),
           "gpu_util_pct": _num(gpu_util_pct), "queue_time_mean_s": _num(queue_time_mean_s),
-          "ttft_outside_engine_s": _num(ttft_outside_engine_s)}
+          "ttft_outside_engine_s": _num(ttft_outside_engine_s), "client_itl_mean_s": c_itl,
+          "engine_itl_mean_s": e_itl, "frontend_lag_ratio": ratio}
     src = ("/proc/<pid>/task/<tid>/stat of the server's process tree; NVML utilisation; "
-           "vllm:request_queue_time_seconds, vllm:time_to_first_token_seconds")
-    if busiest is None:
-        return Finding("api_server", None, "api_server_busiest_thread", None, API_SERVER_CPU_FRAC,
-                       "server processes not sampled", ev, REMEDIES["api_server"], src)
+           "vllm:request_queue_time_seconds, vllm:time_to_first_token_seconds; "
+           "measurements.itl_mean_s, client_bound, vllm:inter_token_latency_seconds")
     gpu_idle = ev["gpu_util_pct"] is None or ev["gpu_util_pct"] < GPU_BUSY_PCT
-    flagged = busiest >= API_SERVER_CPU_FRAC and gpu_idle
+    cpu_path = busiest is not None and busiest >= API_SERVER_CPU_FRAC and gpu_idle
+    frontend_path = bool(ratio is not None and ratio >= FRONTEND_LAG_RATIO
+                         and c_itl - e_itl >= FRONTEND_LAG_MIN_S and _bool(client_bound) is False and gpu_idle)
+    lag = "" if ratio is None else (
+        f"; client ITL {ratio:.1f}x the engine's ({c_itl * 1e3:.1f} vs {e_itl * 1e3:.1f} ms)"
+        + (" with the client not bound: the API process delivers late" if frontend_path else ""))
+    if busiest is None:
+        if frontend_path:
+            return Finding("api_server", True, "api_server_busiest_thread", None, API_SERVER_CPU_FRAC,
+                           f"server processes not sampled; GPU busy {_fmt(ev['gpu_util_pct'], '.0f')} %{lag} "
+                           "(flagged by the frontend lag only)", ev, REMEDIES["api_server"], src)
+        return Finding("api_server", None, "api_server_busiest_thread", None, API_SERVER_CPU_FRAC,
+                       "server processes not sampled" + lag, ev, REMEDIES["api_server"], src)
     summary = (f"API server thread at {busiest:.2f} cores (process {_fmt(ev['api_server_cpu'])}), engine core "
                f"{_fmt(ev['engine_core_cpu'])} cores, GPU busy {_fmt(ev['gpu_util_pct'], '.0f')} %, "
                f"queue {_fmt(ev['queue_time_mean_s'], '.4f')} s, TTFT outside engine "
-               f"{_fmt(ev['ttft_outside_engine_s'], '.4f')} s")
-    return Finding("api_server", flagged, "api_server_busiest_thread", busiest, API_SERVER_CPU_FRAC, summary, ev,
-                   REMEDIES["api_server"], src)
+               f"{_fmt(ev['ttft_outside_engine_s'], '.4f')} s{lag}")
+    if cpu_path and frontend_path:
+        summary += " (flagged by the busiest thread and the frontend lag)"
+    elif cpu_path:
+        summary += " (flagged by the busiest thread)"
+    elif frontend_path:
+        summary += f" (flagged by the frontend lag only: the busiest thread is below {API_SERVER_CPU_FRAC} cores)"
+    return Finding("api_server", cpu_path or frontend_path, "api_server_busiest_thread", busiest,
+                   API_SERVER_CPU_FRAC, summary, ev, REMEDIES["api_server"], src)
 
 
 # -- kv cache ------------------------------------------------------------------------------------------------
@@ -403,7 +468,8 @@ def diagnose_window(measurement: Mapping[str, Any], server_metrics: Sequence[Map
     """Every check of :data:`BOTTLENECKS` for one window.
 
     Args:
-        measurement: the window's ``measurements`` row (needs ``ttft_mean_s``, ``tpot_p50_s``, ``client_bound``).
+        measurement: the window's ``measurements`` row (needs ``ttft_mean_s``, ``tpot_p50_s``, ``client_bound``,
+            ``itl_mean_s``).
         server_metrics: its ``server_metrics`` rows (canonical names of ``tasks.server_metrics``, plus the
             ``kv_cache_usage_peak`` / ``num_requests_waiting_peak`` rows sampled during the window).
         requests: its ``requests`` rows.
@@ -419,7 +485,10 @@ def diagnose_window(measurement: Mapping[str, Any], server_metrics: Sequence[Map
     kv_peak = _metric(server_metrics, "kv_cache_usage_peak")
     waiting_peak = _metric(server_metrics, "num_requests_waiting_peak")
     return [
-        api_server_finding(process_cpu, gpu_util_pct, _metric(server_metrics, "server_queue_time"), outside),
+        api_server_finding(process_cpu, gpu_util_pct, _metric(server_metrics, "server_queue_time"), outside,
+                           client_itl_mean_s=_num(measurement.get("itl_mean_s")),
+                           engine_itl_mean_s=_metric(server_metrics, "server_itl"),
+                           client_bound=_bool(measurement.get("client_bound"))),
         kv_cache_finding(_metric(server_metrics, "preemptions"),
                          kv_peak if kv_peak is not None else _metric(server_metrics, "kv_cache_usage"),
                          waiting_peak if waiting_peak is not None else _metric(server_metrics, "num_requests_waiting")),
