@@ -170,6 +170,25 @@ def _stall(rows, factor=20.0, cols=("e2el_s", "tpot_s"), repeat=1):
     return mutate
 
 
+def _client_evidence(t, client_bound=False, same_read=0.0, loop_lag=0.0011, cpu=0.07):
+    """The client-evidence columns of ``measurements`` (schema 004) on every window; default: the H200 client's
+    figures (not bound, thread 0.07 of a core, no gap in one read, loop lag p99 1.1 ms)."""
+    m = t["measurements"]
+    m["client_bound"] = client_bound
+    m["same_read_itl_frac"] = same_read
+    m["loop_lag_p99_s"] = loop_lag
+    m["client_cpu_frac"] = cpu
+
+
+def _h200_frontend_lag(t, client_itl=0.0262, server_itl=0.00927, **evidence):
+    """One API server at concurrency 256 on an H200: client ITL 26.2 ms vs vLLM's engine-side ITL 9.27 ms, the
+    client healthy by its own evidence."""
+    t["measurements"]["itl_mean_s"] = client_itl
+    sm = t["server_metrics"]
+    sm.loc[sm["metric"] == "server_itl", "value"] = server_itl
+    _client_evidence(t, **evidence)
+
+
 def _throttle(t):
     t["gpu_samples"].loc[5:8, "throttle_reasons"] = HW_THERMAL | SW_POWER_CAP
 
@@ -224,6 +243,7 @@ CASES = {
                                  {"server_client_ttft_agree": "fail"}),
     "server_client_itl_agree": (_set("measurements", "itl_mean_s", 0.0001), {}, {},
                                 {"server_client_itl_agree": "fail"}),
+    "server_frontend_lag": (_h200_frontend_lag, {}, {}, {"server_frontend_lag": "warn"}),
     "preemptions": (_set("server_metrics", "value", 5.0, slice(2, 3)), {}, {},
                     {"preemptions": "warn"}),
     "warmup_ttft_settled": (_first_k_slower("ttft_s", 5.0), {}, {}, {"warmup_ttft_settled": "warn"}),
@@ -445,6 +465,110 @@ def test_bursty_delivery_fails():
     assert f["server_client_ttft_agree"] == "fail"
 
 
+# ------------------------------------------------------------------ server frontend lag (attributed disagreement)
+
+
+def test_h200_single_api_server_window_is_frontend_lag_not_a_fail():
+    """The H200 window: client ITL 0.0262 s vs engine 0.00927 s, client not bound, no gap in one read, loop lag
+    p99 1.1 ms. The delay was added after the engine by vLLM's API process: warn, not fail."""
+    tables = make_tables()
+    _h200_frontend_lag(tables)
+    res = validate_trial(tables, make_trial(), QualityThresholds())
+    assert res.verdict == "warn", res.summary
+    assert failed(res) == {"server_frontend_lag": "warn"}
+    assert "server_client_itl_agree" in skipped(res)  # every window attributed: nothing left to judge
+    itl = _row(res, "server_client_itl_agree")
+    assert "attributed to the server's frontend" in itl["detail"]
+    lag = _row(res, "server_frontend_lag")
+    assert lag["severity"] == "warn" and lag["suite"] == "server_vs_client"
+    for text in ("client ITL 0.0262 s vs engine 0.00927 s (chat/concurrency/4/", "thread 0.07 cores",
+                 "0 % of gaps in one read", "loop lag p99 1.1 ms", "window_diagnoses api_server"):
+        assert text in lag["observed"], lag["observed"]
+    assert "ITL chat/concurrency/4/0" in lag["detail"]  # the failing rows are named
+    assert _row(res, "server_client_ttft_agree")["success"] == True  # noqa: E712 - TTFT agreed: judged
+    assert "server_frontend_lag" in quality_markdown(res)
+
+
+def test_h200_ttft_window_is_frontend_lag_not_a_fail():
+    """TTFT likewise: one window read client TTFT mean 0.405 s vs server 0.256 s."""
+    tables = make_tables(ttft=0.405, server_ttft=0.256)
+    _client_evidence(tables)
+    res = validate_trial(tables, make_trial(), QualityThresholds())
+    assert res.verdict == "warn", res.summary
+    assert failed(res) == {"server_frontend_lag": "warn"}
+    assert "server_client_ttft_agree" in skipped(res)
+    assert "client TTFT 0.405 s vs engine 0.256 s" in _row(res, "server_frontend_lag")["observed"]
+
+
+def _drop_evidence(t, cols=("same_read_itl_frac", "loop_lag_p99_s")):
+    _h200_frontend_lag(t)
+    t["measurements"] = t["measurements"].drop(columns=list(cols))
+
+
+def _null_evidence(col):
+    def mutate(t):
+        _h200_frontend_lag(t)
+        t["measurements"][col] = np.nan if col != "client_bound" else None
+    return mutate
+
+
+NOT_ATTRIBUTED = {
+    "client_bound": (lambda t: _h200_frontend_lag(t, client_bound=True), {}),
+    "bursty_same_read": (lambda t: _h200_frontend_lag(t, same_read=0.4), {}),
+    "loop_lag": (lambda t: _h200_frontend_lag(t, loop_lag=0.02), {}),
+    "client_faster": (lambda t: _h200_frontend_lag(t, client_itl=0.004, server_itl=0.02), {}),
+    "no_evidence_columns": (_drop_evidence, {}),
+    "null_same_read": (_null_evidence("same_read_itl_frac"), {}),
+    "null_loop_lag": (_null_evidence("loop_lag_p99_s"), {}),
+    "null_client_bound": (_null_evidence("client_bound"), {}),
+    "attribution_off": (_h200_frontend_lag, {"attribute_frontend_lag": False}),
+}
+
+
+@pytest.mark.parametrize("case", list(NOT_ATTRIBUTED))
+def test_disagreement_not_attributed_to_the_frontend_still_fails(case):
+    """A client that was bound, delivered in lumps (40 % of gaps in one read), woke late, was faster than the
+    engine, or has no (or null) evidence, or attribution turned off: the ITL disagreement fails as before."""
+    mutate, th = NOT_ATTRIBUTED[case]
+    tables = make_tables()
+    mutate(tables)
+    res = validate_trial(tables, make_trial(), QualityThresholds(**th))
+    assert res.verdict == "fail", res.summary
+    f = failed(res)
+    assert f["server_client_itl_agree"] == "fail"
+    assert "server_frontend_lag" not in f
+    if case == "attribution_off":
+        assert f == {"server_client_itl_agree": "fail"}  # today's behaviour: nothing else changes
+        assert "server_frontend_lag" in skipped(res)
+    else:
+        assert _row(res, "server_frontend_lag")["observed"] == "no window"
+
+
+def test_only_the_clean_window_is_attributed():
+    """Repeat 1's client was bound: that window still fails the agree check (and is the one named); repeats 0
+    and 2 are attributed to the frontend."""
+    tables = make_tables()
+    _h200_frontend_lag(tables)
+    tables["measurements"].loc[1, "client_bound"] = True
+    res = validate_trial(tables, make_trial(), QualityThresholds())
+    assert res.verdict == "fail", res.summary
+    f = failed(res)
+    assert f["server_client_itl_agree"] == "fail" and f["server_frontend_lag"] == "warn"
+    itl = _row(res, "server_client_itl_agree")
+    assert "failing: chat/concurrency/4/1" in itl["detail"] and "/4/0" not in itl["detail"]
+    assert "2 window(s) attributed" in itl["observed"]
+    lag = _row(res, "server_frontend_lag")
+    assert "ITL chat/concurrency/4/0" in lag["detail"] and "ITL chat/concurrency/4/1" not in lag["detail"]
+
+
+def test_clean_evidence_and_agreement_passes():
+    tables = make_tables()
+    _client_evidence(tables)
+    res = validate_trial(tables, make_trial(), QualityThresholds())
+    assert res.verdict == "pass", res.summary
+    assert _row(res, "server_frontend_lag")["observed"] == "no window"
+
+
 # ------------------------------------------------------------------ no GPU, missing parts
 
 
@@ -473,7 +597,8 @@ def test_missing_server_metrics_are_skipped_not_passed():
     tables = make_tables()
     tables["server_metrics"] = None
     res = validate_trial(tables, make_trial(), QualityThresholds())
-    assert {"server_client_ttft_agree", "server_client_itl_agree", "preemptions"} <= skipped(res)
+    assert {"server_client_ttft_agree", "server_client_itl_agree", "server_frontend_lag",
+            "preemptions"} <= skipped(res)
     assert res.verdict == "pass"
 
 

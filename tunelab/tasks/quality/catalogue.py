@@ -11,6 +11,7 @@ import pandas as pd
 import pynvml
 
 from tunelab import records as R
+from tunelab.tasks.measure import LOOP_LAG_NOTE_S, SAME_READ_NOTE_FRAC
 
 Verdict = Literal["pass", "warn", "fail", "unvalidated"]
 Severity = Literal["fail", "warn"]
@@ -141,10 +142,21 @@ CHECKS: dict[str, CheckInfo] = {
     # server vs client
     "server_client_ttft_agree": _ci("server_vs_client",
                                     "ExpectColumnPairValuesAToBeGreaterThanB", "fail",
-                                    "|client ttft_mean_s - server TTFT mean| <= allowed"),
+                                    "|client ttft_mean_s - server TTFT mean| <= allowed, windows "
+                                    "attributed to the server's frontend (server_frontend_lag) "
+                                    "excepted"),
     "server_client_itl_agree": _ci("server_vs_client",
                                    "ExpectColumnPairValuesAToBeGreaterThanB", "fail",
-                                   "|client itl_mean_s - server ITL mean| <= allowed"),
+                                   "|client itl_mean_s - server ITL mean| <= allowed, windows "
+                                   "attributed to the server's frontend (server_frontend_lag) "
+                                   "excepted"),
+    "server_frontend_lag": _ci("server_vs_client", "ExpectColumnValuesToBeInSet", "warn",
+                               "no window's client TTFT/ITL mean exceeds the server mean by more than the "
+                               "agree checks allow while the client's evidence is clean (client_bound false, "
+                               f"same_read_itl_frac <= {SAME_READ_NOTE_FRAC}, loop_lag_p99_s <= "
+                               f"{LOOP_LAG_NOTE_S} s): such a window is the "
+                               "server's API process delivering late, not a measurement fault, and is taken "
+                               "out of server_client_*_agree (QualityThresholds.attribute_frontend_lag)"),
     "preemptions": _ci("server_vs_client", "ExpectColumnValuesToBeBetween", "warn",
                        "preemptions counter delta per measurement <= max_preemptions"),
     # warmup

@@ -14,6 +14,7 @@ import pandas as pd
 
 from tunelab.load_profiles import concurrency_target_kinds
 from tunelab.quality_thresholds import QualityThresholds
+from tunelab.tasks.measure import LOOP_LAG_NOTE_S, SAME_READ_NOTE_FRAC
 from tunelab.tasks.quality.catalogue import (
     _GPU_IDLE_BIT,
     _GROUP_KEY,
@@ -466,15 +467,58 @@ def _suite_environment(gxe: Any, gpu: pd.DataFrame | None, trial: Mapping[str, A
                                f"CV <= {th.max_sm_clock_cv}"))
 
 
+def _clean_client(meas: pd.DataFrame) -> pd.Series:
+    """Per measurement row: True when the client's own evidence says it kept up - ``client_bound`` is False,
+    ``same_read_itl_frac`` <= ``SAME_READ_NOTE_FRAC`` and ``loop_lag_p99_s`` <= ``LOOP_LAG_NOTE_S`` (the
+    limits above which tunelab.tasks.measure notes a window). A missing column or value is not clean (a
+    warehouse older than schema 004 keeps the strict check)."""
+    clean = _bool_obj(meas["client_bound"]).map(lambda v: v is False).astype(bool)  # a required column
+    for col, limit in (("same_read_itl_frac", SAME_READ_NOTE_FRAC), ("loop_lag_p99_s", LOOP_LAG_NOTE_S)):
+        if col not in meas.columns:
+            return clean & False
+        clean &= (_num(meas[col]) <= limit).fillna(False).astype(bool)  # NaN <= x is False
+    return clean
+
+
+_EVIDENCE_COLUMNS = ("client_cpu_frac", "same_read_itl_frac", "loop_lag_p99_s")
+
+
+def _frontend_lag_observed(f: pd.DataFrame) -> str:
+    """``server_frontend_lag``'s observed text: the attributed window with the largest excess over its allowed
+    difference, with the client evidence that cleared the client."""
+    lag = f[f["frontend_lag"]]
+    if lag.empty:
+        return "no window"
+    w = (lag["excess_s"] / lag["allowed_diff_s"]).idxmax()
+    r = lag.loc[w]
+    same = _num(pd.Series([r.get("same_read_itl_frac")])).iloc[0]
+    loop = _num(pd.Series([r.get("loop_lag_p99_s")])).iloc[0]
+    cpu = _num(pd.Series([r.get("client_cpu_frac")])).iloc[0]
+    more = f"{len(lag)} of {len(f)} window-metrics; worst: " if len(lag) > 1 else ""
+    return (f"{more}client {r['what']} {_fmt(r['client_mean_s'])} s vs engine {_fmt(r['server_mean_s'])} s "
+            f"({r['window']}): client not bound (thread {_fmt(cpu, 2)} cores), "
+            f"{_fmt(same * 100, 2)} % of gaps in one read, loop lag p99 {_fmt(loop * 1000, 2)} ms: the server's "
+            "API process delivered late (see window_diagnoses api_server)")
+
+
 def _suite_server_vs_client(gxe: Any, meas: pd.DataFrame | None, sm: pd.DataFrame | None,
                             th: QualityThresholds, out: _Collector) -> None:
+    """Client TTFT/ITL means against vLLM's engine-side histograms, per window. With
+    ``th.attribute_frontend_lag`` a window whose client is slower than the engine beyond the allowed difference
+    while the client's own evidence is clean (``_clean_client``) is attributed to the server's frontend (its
+    API process delivered late): it leaves the ``server_client_*_agree`` (fail) frame and is reported by
+    ``server_frontend_lag`` (warn). A client faster than the engine, or one whose evidence is not clean, still
+    fails the agree check."""
     pairs = (
-        ("server_client_ttft_agree", "server_ttft", "ttft_mean_s",
+        ("server_client_ttft_agree", "TTFT", "server_ttft", "ttft_mean_s",
          th.server_client_ttft_tolerance, th.server_client_ttft_floor_s),
-        ("server_client_itl_agree", "server_itl", "itl_mean_s",
+        ("server_client_itl_agree", "ITL", "server_itl", "itl_mean_s",
          th.server_client_itl_tolerance, th.server_client_itl_floor_s),
     )
-    for name, metric, client_col, rel, floor in pairs:
+    lag_thr = ("client slower than engine beyond the agree check's allowed difference, with client not bound, "
+               f"same_read_itl_frac <= {SAME_READ_NOTE_FRAC}, loop_lag_p99_s <= {LOOP_LAG_NOTE_S} s: none")
+    judged: list[pd.DataFrame] = []
+    for name, what, metric, client_col, rel, floor in pairs:
         thr = f"<= max({rel} x server, {floor} s)"
         if sm is None or meas is None:
             out.skips.append(_Skip(name, "no server_metrics rows" if sm is None
@@ -489,6 +533,10 @@ def _suite_server_vs_client(gxe: Any, meas: pd.DataFrame | None, sm: pd.DataFram
             continue
         cli = meas[_MEASUREMENT_KEY + [client_col]].copy()
         cli["client_mean_s"] = _num(cli[client_col])
+        cli["client_clean"] = _clean_client(meas)
+        for col in _EVIDENCE_COLUMNS:
+            if col in meas.columns:
+                cli[col] = _num(meas[col])
         for df in (srv, cli):
             df["load_value"] = _num(df["load_value"])
             df["repeat"] = _num(df["repeat"])
@@ -502,14 +550,45 @@ def _suite_server_vs_client(gxe: Any, meas: pd.DataFrame | None, sm: pd.DataFram
         j["abs_diff_s"] = (j["client_mean_s"] - j["server_mean_s"]).abs()
         j["allowed_diff_s"] = np.maximum(rel * j["server_mean_s"], floor)
         j["excess_s"] = j["abs_diff_s"] - j["allowed_diff_s"]
-        w = j["excess_s"].idxmax()
-        observed = (f"client {_fmt(j.at[w, 'client_mean_s'])} s vs server "
-                    f"{_fmt(j.at[w, 'server_mean_s'])} s ({j.at[w, 'label']})")
-        out.plans.append(_Plan(j, [_Spec(
+        # Client slower than the engine beyond the allowed difference, with a clean client: delay added after
+        # the engine, by the server's API process (H200, one API server at c=256: client ITL 26-31 ms vs
+        # engine 8.4-10.8 ms with the client idle at 0.07 of a core).
+        slower = (j["client_mean_s"] - j["server_mean_s"]) > j["allowed_diff_s"]
+        j["frontend_lag"] = (slower & j["client_clean"]).astype(bool) if th.attribute_frontend_lag \
+            else False
+        judged.append(j.assign(what=what, window=j["label"], label=what + " " + j["label"]))
+        kept = j[~j["frontend_lag"]].reset_index(drop=True)
+        if kept.empty:
+            out.skips.append(_Skip(name, f"every window's {what} disagreement ({len(j)}) is attributed to the "
+                                   "server's frontend (client slower, client evidence clean): see "
+                                   "server_frontend_lag", thr))
+            continue
+        w = kept["excess_s"].idxmax()
+        observed = (f"client {_fmt(kept.at[w, 'client_mean_s'])} s vs server "
+                    f"{_fmt(kept.at[w, 'server_mean_s'])} s ({kept.at[w, 'label']})")
+        if len(kept) < len(j):
+            observed += f"; {len(j) - len(kept)} window(s) attributed to the server's frontend"
+        out.plans.append(_Plan(kept.drop(columns=["client_clean", "frontend_lag"]), [_Spec(
             name,
             gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A="allowed_diff_s",
                                                         column_B="abs_diff_s", or_equal=True),
             thr, observed)]))
+
+    if not th.attribute_frontend_lag:
+        out.skips.append(_Skip("server_frontend_lag", "attribute_frontend_lag is false: every disagreement "
+                               "counts against server_client_*_agree", lag_thr))
+    elif not judged:
+        out.skips.append(_Skip("server_frontend_lag", "no window has both a client and a server TTFT or ITL "
+                               "mean", lag_thr))
+    else:
+        f = pd.concat(judged, ignore_index=True)
+        keep = ["label", "what", "window", "client_mean_s", "server_mean_s", "allowed_diff_s", "excess_s",
+                "frontend_lag"] + [c for c in _EVIDENCE_COLUMNS if c in f.columns]
+        f = f[keep]
+        out.plans.append(_Plan(f, [_Spec(
+            "server_frontend_lag",
+            gxe.ExpectColumnValuesToBeInSet(column="frontend_lag", value_set=[False]),
+            lag_thr, _frontend_lag_observed(f))]))
 
     thr = f"<= {th.max_preemptions}"
     if sm is None:
