@@ -7,6 +7,7 @@
     tunelab run PLAN                            a sweep now, with a live display (Prefect ephemeral unless PREFECT_API_URL is set)
     tunelab clean                               after a killed sweep: stop its servers, free its slots, crash its runs
     tunelab load                                load bundles not yet in the warehouse
+    tunelab recheck [--sweep ID] [--dry-run]    re-judge stored trials with today's quality rules and diagnosis
     tunelab report [--sweep ID] [--plots DIR] [--json]   a sweep's comparison (default: latest with results)
     tunelab compare --baseline SEL --candidate SEL [--mix-keys] [--json]   A/B + regressions (flow `compare`)
     tunelab export --out DIR [--format parquet|csv|json]   warehouse tables as files
@@ -525,6 +526,43 @@ def load(
         err.print(f"[red]not loaded:[/] {r.bundle_dir}: {r.error}", highlight=False)
     if by["failed"]:
         raise typer.Exit(EXIT_FAILED)
+
+
+@app.command("recheck")
+def recheck_cmd(
+    sweep: Optional[list[str]] = typer.Option(None, help="Only these sweep ids (repeatable); default every sweep."),
+    db: Optional[Path] = typer.Option(None, help="DuckDB file."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Say what would change; write nothing."),
+    lock_timeout_s: float = typer.Option(60.0, "--lock-timeout-s", help="How long to wait for another process "
+                                         "holding the warehouse file (s); then exit 3, nothing changed."),
+) -> None:
+    """Re-judge stored trials with today's quality rules and bottleneck checks (after a rule changed): replaces
+    their quality verdict, quality_checks and window_diagnoses in the warehouse and in their bundles on disk.
+    Nothing is measured again."""
+    from tunelab.flows.recheck import recheck
+    from tunelab.warehouse.loader import WarehouseLocked
+
+    dbp = db or paths.db_path()
+    if not Path(dbp).exists():
+        _fail(f"no warehouse at {dbp}: give --db, or run a sweep first (tunelab run PLAN)")
+    try:
+        rows = recheck(dbp, list(sweep) if sweep else None, dry_run=dry_run, lock_timeout_s=lock_timeout_s)
+    except ValueError as e:
+        _fail(str(e))
+    except WarehouseLocked as e:
+        err.print(f"[red]not rechecked:[/] {e}", highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_NOT_LOADED)
+    changed = [r for r in rows if r.changed]
+
+    def flags(d: dict[str, int]) -> str:
+        return ", ".join(f"{k} x{v}" for k, v in sorted(d.items())) or "none"
+    for r in changed:  # one line per trial: sweep ids and config labels are too long for table cells
+        console.print(f"{r.sweep_id} {r.config_label} r{r.replicate}: verdict {r.old_verdict} -> {r.new_verdict}; "
+                      f"failed checks {', '.join(r.old_failed) or 'none'} -> {', '.join(r.new_failed) or 'none'}; "
+                      f"flagged windows {flags(r.old_flagged)} -> {flags(r.new_flagged)}"
+                      + ("" if dry_run else f"; bundle {r.bundle}"), highlight=False, soft_wrap=True, markup=False)
+    console.print(f"{len(rows)} measured trial(s) rechecked: {len(changed)} changed"
+                  + (" (dry run: nothing written)" if dry_run else ""), highlight=False)
 
 
 @import_app.command("vllm-bench")

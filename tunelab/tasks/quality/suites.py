@@ -227,7 +227,8 @@ def _suite_requests(gxe: Any, req: pd.DataFrame, trial: Mapping[str, Any],
     mono: list[bool | None] = []
     if offsets is not None:
         for v in offsets:
-            if v is None or (isinstance(v, float) and math.isnan(v)):
+            # NULL arrives as None or NaN from a bundle's Parquet, as pd.NA from a DuckDB query (tunelab recheck)
+            if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
                 mono.append(None)
                 continue
             arr = np.asarray(v, dtype="float64")

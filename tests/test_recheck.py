@@ -1,0 +1,144 @@
+"""`tunelab recheck` (tunelab/flows/recheck.py): stored trials re-judged with today's quality rules and diagnosis.
+
+The case is the one that made the command: on an H200 a server with one API-server process delivered tokens late
+from its frontend (client mean ITL 26.2 ms against vLLM's engine-side 9.27 ms) while the client was healthy; the
+rule of that day failed the trial (server_client_itl_agree), today's attributes the gap to the server
+(server_frontend_lag, warn). The trial rows here are synthetic (``warehouse.synthetic``) with those figures put in;
+the rules, the warehouse, the bundles and the loader are the real code.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import duckdb
+import pandas as pd
+import pytest
+import yaml
+
+from tunelab.bundle import read_bundle, verify_bundle, write_bundle
+from tunelab.flows.recheck import recheck
+from tunelab.tasks.quality import validate_trial
+from tunelab.warehouse.loader import load_bundle, load_pending
+from tunelab.warehouse.synthetic import synthetic_trial
+
+CLIENT_ITL_S, ENGINE_ITL_S = 0.0262, 0.00927  # the H200 window (default config, tiny prompts, c=256)
+
+
+def _trial(sweep_id: str, quality: dict | None = None, *, client_bound: bool = False):
+    st = synthetic_trial(sweep_id=sweep_id, config_key="cfg1", requests_per_repeat=8, repeats=2,
+                         quality_verdict="fail")
+    m = st.tables["measurements"]
+    m["tpot_p50_s"] = m["tpot_mean_s"]
+    m["itl_mean_s"] = CLIENT_ITL_S
+    m["achieved_concurrency"] = m["load_value"]
+    m["client_cpu_frac"] = 0.07
+    m["client_bound"] = client_bound
+    m["same_read_itl_frac"] = 0.0
+    m["loop_lag_p99_s"] = 0.0011
+    key = m[["trial_id", "workload", "load_kind", "load_value", "repeat"]]
+    st.tables["server_metrics"] = key.assign(metric="server_itl", kind="histogram", value=ENGINE_ITL_S)
+    # the judgement of the day the trial ran: a failed agreement check (what the old rule said)
+    st.tables["quality_checks"] = pd.DataFrame([{
+        "trial_id": st.trial["trial_id"], "suite": "server_vs_client", "expectation": "server_client_itl_agree",
+        "success": False, "severity": "fail", "observed": "client 0.0262 s vs server 0.00927 s",
+        "threshold": "<= max(0.5 x server, 0.001 s)", "detail": None}])
+    st.sweep["plan_yaml"] = yaml.safe_dump({"name": "h200-like", "quality": quality or {}})
+    return st
+
+
+def _load(tmp_path, *trials):
+    db, results = tmp_path / "wh.duckdb", tmp_path / "results"
+    paths = [write_bundle(results, st.sweep, st.trial, st.tables) for st in trials]
+    for p in paths:
+        assert load_bundle(db, p).status == "loaded"
+    return db, results, paths
+
+
+def _rows(db, sql, params=()):
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return con.execute(sql, list(params)).fetchall()
+    finally:
+        con.close()
+
+
+def test_recheck_replaces_an_old_verdict_in_the_warehouse_and_the_bundle(tmp_path):
+    st = _trial("sw1")
+    db, results, (path,) = _load(tmp_path, st)
+    tid = st.trial["trial_id"]
+    expected = validate_trial({**read_bundle(path), "trial": None}, {**st.trial, "status": "ok"}).verdict
+    assert expected == "warn"  # today's rule: the gap is the server's frontend, the client was healthy
+
+    rows = recheck(db)
+    assert [(r.trial_id, r.old_verdict, r.new_verdict) for r in rows] == [(tid, "fail", "warn")]
+    assert rows[0].old_failed == ["server_client_itl_agree"]
+    assert "server_frontend_lag" in rows[0].new_failed and "server_client_itl_agree" not in rows[0].new_failed
+    assert rows[0].bundle == "updated"
+    assert _rows(db, "SELECT quality_verdict FROM trials WHERE trial_id = ?", [tid]) == [("warn",)]
+    failed = {r[0] for r in _rows(db, "SELECT expectation FROM quality_checks WHERE trial_id = ? AND NOT success",
+                                  [tid])}
+    assert failed == set(rows[0].new_failed)
+    # the bundle holds the same judgement, and the loader sees it as already loaded
+    b = read_bundle(path)
+    assert b["trial"].at[0, "quality_verdict"] == "warn"
+    assert set(b["quality_checks"].loc[b["quality_checks"]["success"] == False, "expectation"]) == failed  # noqa: E712
+    assert _rows(db, "SELECT sha256 FROM loaded_bundles WHERE bundle_id = ?", [tid]) == [
+        (verify_bundle(path)["manifest_sha256"],)]
+    assert [r.status for r in load_pending(db, results) if r.status != "skipped"] == []
+    # a second recheck changes nothing
+    again = recheck(db)
+    assert [r.changed for r in again] == [False] and again[0].bundle == "unchanged"
+
+
+def test_recheck_uses_the_plans_own_thresholds(tmp_path):
+    # a plan that turned the attribution off keeps the strict agreement check: fail stays fail
+    strict, lenient = _trial("strict", {"attribute_frontend_lag": False}), _trial("lenient")
+    db, _, _ = _load(tmp_path, strict, lenient)
+    by_sweep = {r.sweep_id: r for r in recheck(db)}
+    assert by_sweep["strict"].new_verdict == "fail"
+    assert by_sweep["strict"].new_failed == by_sweep["strict"].old_failed == ["server_client_itl_agree"]
+    assert by_sweep["lenient"].new_verdict == "warn"
+
+
+def test_a_bound_client_still_fails(tmp_path):
+    st = _trial("sw1", client_bound=True)
+    db, _, _ = _load(tmp_path, st)
+    (row,) = recheck(db)
+    assert row.new_verdict == "fail" and "server_client_itl_agree" in row.new_failed
+
+
+def test_dry_run_writes_nothing_and_a_missing_bundle_updates_the_warehouse_alone(tmp_path):
+    st = _trial("sw1")
+    db, _, (path,) = _load(tmp_path, st)
+    before = _rows(db, "SELECT * FROM quality_checks ORDER BY expectation")
+    (row,) = recheck(db, dry_run=True)
+    assert row.changed and row.new_verdict == "warn"
+    assert _rows(db, "SELECT * FROM quality_checks ORDER BY expectation") == before
+    assert _rows(db, "SELECT quality_verdict FROM trials") == [("fail",)]
+    # a warehouse whose bundles are gone (rebuilt from exported Parquet) is updated in place
+    import shutil
+    shutil.rmtree(path)
+    (row,) = recheck(db)
+    assert row.bundle == "absent" and _rows(db, "SELECT quality_verdict FROM trials") == [("warn",)]
+
+
+def test_unknown_sweep_is_refused_by_name(tmp_path):
+    db, _, _ = _load(tmp_path, _trial("sw1"))
+    with pytest.raises(ValueError, match="--sweep nope: not in .*sw1"):
+        recheck(db, ["nope"])
+    assert _rows(db, "SELECT quality_verdict FROM trials") == [("fail",)]
+
+
+def test_cli_recheck_prints_the_change_and_exits_2_on_a_bad_sweep(tmp_path):
+    db, _, _ = _load(tmp_path, _trial("sw1"))
+    cmd = [sys.executable, "-m", "tunelab.cli", "recheck", "--db", str(db)]
+    bad = subprocess.run(cmd + ["--sweep", "nope"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--sweep nope" in bad.stdout + bad.stderr
+    dry = subprocess.run(cmd + ["--dry-run"], capture_output=True, text=True)
+    assert dry.returncode == 0, dry.stderr
+    assert "verdict fail -> warn" in dry.stdout and "1 changed (dry run: nothing written)" in dry.stdout
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    assert run.returncode == 0 and "bundle updated" in run.stdout
+    assert _rows(db, "SELECT quality_verdict FROM trials") == [("warn",)]

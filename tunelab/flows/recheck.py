@@ -1,0 +1,210 @@
+"""Re-judge stored trials with today's quality rules and bottleneck checks (``tunelab recheck``).
+
+A trial's quality verdict and its window diagnoses are computed once, when the trial ends, by the code of that day.
+When a rule changes (a check learns to tell a slow server frontend from a distorted client, a threshold is
+corrected from measured cases), the trials already in the warehouse keep the old judgement, and A/Bs and searches
+read it: a boot the old rule left out stays out. ``recheck`` runs the current quality suites
+(``tasks.quality.validate_trial``, with the thresholds of the trial's own plan, ``sweeps.plan_yaml``) and the
+current diagnosis (``tasks.diagnose.window_diagnoses``) on the stored rows of each measured trial and replaces
+``quality_checks``, ``trials.quality_verdict`` and ``window_diagnoses``, one transaction per trial.
+
+What it reads is what the trial recorded (``requests``, ``measurements``, ``server_metrics``, ``gpu_samples``):
+nothing is measured again, so a check whose inputs the trial did not record is skipped as it was then. The
+``gpu_floor`` rows are kept as stored: that check needs the model's weight files and the GPU's bus width, which
+belong to the host that ran the trial, and no rule of it changed by re-reading them.
+
+The result bundle, where it is still on disk (``loaded_bundles.bundle_path``), gets the same new tables (atomic
+``bundle.update_bundle_table``) and ``loaded_bundles`` its new sha256, so that a warehouse rebuilt from the bundles
+holds the same judgement and ``tunelab load`` does not load it again. A warehouse rebuilt from exported Parquet
+(bundles gone) is updated in place.
+
+The flow moves data between ``tasks`` (the rules) and ``warehouse`` (the rows), which must not import each other:
+that is why it lives here.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from tunelab import records as R
+from tunelab.bundle import read_bundle, update_bundle_table, verify_bundle
+from tunelab.plan import Plan
+from tunelab.quality_thresholds import QualityThresholds
+from tunelab.tasks.diagnose import window_diagnoses
+from tunelab.tasks.quality import validate_trial
+from tunelab.warehouse.loader import DEFAULT_LOCK_TIMEOUT_S, open_warehouse
+
+__all__ = ["RecheckRow", "recheck"]
+
+#: The tables a trial's judgement is computed from.
+_INPUTS = ("requests", "measurements", "server_metrics", "gpu_samples")
+
+
+@dataclass
+class RecheckRow:
+    """What recheck did to one trial.
+
+    Attributes:
+        trial_id, sweep_id, config_label, replicate: the trial.
+        old_verdict, new_verdict: ``trials.quality_verdict`` before and after (pass | warn | fail | unvalidated).
+        old_failed, new_failed: names of the failed checks (``quality_checks.expectation``), before and after.
+        old_flagged, new_flagged: ``{bottleneck: windows flagged}`` of ``window_diagnoses``, before and after.
+        bundle: ``updated`` (the bundle on disk got the new tables), ``absent`` (no bundle on disk: the
+            warehouse alone was updated) or ``unchanged`` (nothing changed, nothing written).
+    """
+
+    trial_id: str
+    sweep_id: str
+    config_label: str
+    replicate: int
+    old_verdict: str | None
+    new_verdict: str
+    old_failed: list[str] = field(default_factory=list)
+    new_failed: list[str] = field(default_factory=list)
+    old_flagged: dict[str, int] = field(default_factory=dict)
+    new_flagged: dict[str, int] = field(default_factory=dict)
+    bundle: str = "unchanged"
+
+    @property
+    def changed(self) -> bool:
+        """True when the verdict, the failed checks or the flagged windows differ."""
+        return (self.old_verdict != self.new_verdict or sorted(self.old_failed) != sorted(self.new_failed)
+                or self.old_flagged != self.new_flagged)
+
+
+def _plan_inputs(plan_yaml: str | None) -> tuple[QualityThresholds, bool | None]:
+    """The plan's quality thresholds and whether every workload fixed its output length (ignore_eos).
+
+    A stored plan that today's Plan model no longer accepts (fields renamed since) still gives its ``quality:``
+    section when that parses; else the defaults."""
+    raw = yaml.safe_load(plan_yaml) if plan_yaml else None
+    if not isinstance(raw, dict):
+        return QualityThresholds(), None
+    try:
+        plan = Plan.model_validate(raw)
+        return plan.quality, all(w.ignore_eos for w in plan.workloads)
+    except Exception:  # noqa: BLE001 - an old plan: its thresholds alone, or the defaults
+        try:
+            return QualityThresholds(**(raw.get("quality") or {})), None
+        except Exception:  # noqa: BLE001
+            return QualityThresholds(), None
+
+
+def _flagged(diag: pd.DataFrame) -> dict[str, int]:
+    if diag is None or len(diag) == 0:
+        return {}
+    f = diag[diag["flagged"].fillna(False).astype(bool)]
+    return {str(k): int(v) for k, v in f.groupby("bottleneck").size().items()}
+
+
+def _failed(checks: pd.DataFrame) -> list[str]:
+    if checks is None or len(checks) == 0:
+        return []
+    return sorted(str(e) for e in checks.loc[checks["success"].astype("boolean").eq(False).fillna(False),
+                                             "expectation"])
+
+
+def _json_col(df: pd.DataFrame, col: str) -> pd.DataFrame:
+    """DuckDB returns JSON columns as text already; a dict (from a fresh computation) is written as JSON."""
+    if col in df.columns:
+        df[col] = df[col].map(lambda v: json.dumps(v, sort_keys=True, default=str) if isinstance(v, dict) else v)
+    return df
+
+
+def recheck(db: str | Path, sweeps: list[str] | None = None, *, dry_run: bool = False,
+            lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> list[RecheckRow]:
+    """Re-run today's quality suites and bottleneck checks on stored trials and store the new judgement.
+
+    Args:
+        db: the DuckDB warehouse file.
+        sweeps: sweep ids to recheck (None: every sweep). Unknown ids raise.
+        dry_run: compute and return the rows, write nothing.
+        lock_timeout_s: how long to wait for another process holding the warehouse (``open_warehouse``).
+
+    Returns:
+        One :class:`RecheckRow` per measured trial (``trials.status = 'ok'``), in sweep, config, replicate order.
+        Trials that did not measure (boot_failed, failed, cancelled) have nothing to judge and are not returned.
+
+    Raises:
+        ValueError: a sweep id that is not in the warehouse (naming the ids that are).
+        warehouse.loader.WarehouseLocked: another process held the warehouse for ``lock_timeout_s``.
+    """
+    con = open_warehouse(db, lock_timeout_s=lock_timeout_s)
+    try:
+        known = {r[0]: r[1] for r in con.execute("SELECT sweep_id, plan_yaml FROM sweeps").fetchall()}
+        if sweeps:
+            missing = [s for s in sweeps if s not in known]
+            if missing:
+                listed = ", ".join(sorted(known)[-5:]) or "none"
+                raise ValueError(f"--sweep {', '.join(missing)}: not in {db} (latest sweeps: {listed})")
+        chosen = list(sweeps) if sweeps else sorted(known)
+        trials = con.execute(
+            "SELECT * FROM trials WHERE status = 'ok' AND sweep_id IN (SELECT unnest(?)) "
+            "ORDER BY sweep_id, config_label, replicate, trial_id", [chosen]).df()
+        plans = {s: _plan_inputs(known.get(s)) for s in chosen}
+        bundle_paths = dict(con.execute("SELECT bundle_id, bundle_path FROM loaded_bundles").fetchall())
+        out: list[RecheckRow] = []
+        for trial in trials.to_dict("records"):
+            tid = trial["trial_id"]
+            th, ignore_eos = plans[trial["sweep_id"]]
+            tables = {t: con.execute(f"SELECT * FROM {t} WHERE trial_id = ?", [tid]).df() for t in _INPUTS}
+            old_checks = con.execute("SELECT * FROM quality_checks WHERE trial_id = ?", [tid]).df()
+            old_diag = con.execute("SELECT * FROM window_diagnoses WHERE trial_id = ?", [tid]).df()
+            judged = dict(trial)
+            if ignore_eos is not None:
+                judged["ignore_eos"] = ignore_eos
+            res = validate_trial(tables, judged, th)
+            diag = window_diagnoses(tables["measurements"], tables["requests"], tables["server_metrics"],
+                                    tables["gpu_samples"], model=None, gpu_name=None, gpu_index=None)
+            # the GPU floor needs the model files and the GPU of the host that ran the trial: keep its stored rows
+            diag = diag[diag["bottleneck"] != "gpu_floor"]
+            kept = old_diag[old_diag["bottleneck"] == "gpu_floor"] if len(old_diag) else old_diag
+            diag = pd.concat([d for d in (diag, kept.drop(columns=["trial_id"], errors="ignore")) if len(d)],
+                             ignore_index=True) if len(kept) else diag
+            diag = _json_col(diag.assign(trial_id=tid), "evidence")
+            row = RecheckRow(tid, trial["sweep_id"], trial["config_label"], int(trial["replicate"]),
+                             trial.get("quality_verdict"), res.verdict, _failed(old_checks), _failed(res.checks),
+                             _flagged(old_diag), _flagged(diag))
+            out.append(row)
+            if dry_run or not row.changed:
+                continue
+            wcols = list(R.columns(R.WindowDiagnosis))
+            con.execute("BEGIN TRANSACTION")
+            try:
+                con.execute("DELETE FROM quality_checks WHERE trial_id = ?", [tid])
+                con.register("_tl_checks", res.checks)
+                con.execute("INSERT INTO quality_checks BY NAME SELECT * FROM _tl_checks")
+                con.unregister("_tl_checks")
+                con.execute("UPDATE trials SET quality_verdict = ? WHERE trial_id = ?", [res.verdict, tid])
+                con.execute("DELETE FROM window_diagnoses WHERE trial_id = ?", [tid])
+                if len(diag):
+                    con.register("_tl_diag", diag[wcols])
+                    con.execute("INSERT INTO window_diagnoses BY NAME SELECT * FROM _tl_diag")
+                    con.unregister("_tl_diag")
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            bpath = bundle_paths.get(tid)
+            if bpath and Path(bpath).is_dir():
+                # the bundle first, then its new sha in loaded_bundles: a crash between leaves a bundle that
+                # `tunelab load` loads again, which gives the same rows
+                tdf = read_bundle(Path(bpath))["trial"].copy()
+                tdf["quality_verdict"] = res.verdict
+                update_bundle_table(Path(bpath), "quality_checks", res.checks)
+                update_bundle_table(Path(bpath), "window_diagnoses", diag[wcols])
+                update_bundle_table(Path(bpath), "trial", tdf)
+                con.execute("UPDATE loaded_bundles SET sha256 = ? WHERE bundle_id = ?",
+                            [verify_bundle(Path(bpath))["manifest_sha256"], tid])
+                row.bundle = "updated"
+            else:
+                row.bundle = "absent"
+        return out
+    finally:
+        con.close()
