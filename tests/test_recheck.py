@@ -9,6 +9,7 @@ the rules, the warehouse, the bundles and the loader are the real code.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -142,3 +143,29 @@ def test_cli_recheck_prints_the_change_and_exits_2_on_a_bad_sweep(tmp_path):
     run = subprocess.run(cmd, capture_output=True, text=True)
     assert run.returncode == 0 and "bundle updated" in run.stdout
     assert _rows(db, "SELECT quality_verdict FROM trials") == [("warn",)]
+
+
+def test_a_search_boot_the_old_rule_left_out_gets_its_value_and_can_become_the_best(tmp_path):
+    # the H200 search: the default's boot was left out (state fail, no value) by the old agreement rule
+    objective = {"metric": "output_tokens_per_s", "direction": "maximize", "workload": "chat",
+                 "load": "c=4", "slo": {"ttft_s": 1.0, "tpot_s": 0.05, "e2el_s": None}, "slo_percentile": 90}
+    st = _trial("search1")
+    m = st.tables["measurements"]
+    m["ttft_p90_s"], m["tpot_p90_s"] = [0.712, 1.073], [0.0249, 0.0227]  # the H200 default's two windows
+    st.trial.update(search_role="default", search_state="fail", search_value=None, search_slo_violation=None)
+    st.sweep.update(search_objective=json.dumps(objective),
+                    search_best_config_key=None, search_boots=1)
+    db, _, (path,) = _load(tmp_path, st)
+
+    (row,) = recheck(db)
+    assert (row.old_search_state, row.new_search_state) == ("fail", "complete")
+    # the search's own rule: mean of the windows; SLO met on average (-29 % and +7 % over TTFT 1 s)
+    assert row.new_search_value == pytest.approx(float(m["output_tokens_per_s"].mean()))
+    (state, value, violation), = _rows(db, "SELECT search_state, search_value, search_slo_violation FROM trials")
+    assert state == "complete" and value == pytest.approx(row.new_search_value)
+    assert violation == pytest.approx(((0.712 - 1) + (1.073 - 1)) / 2)
+    # the only complete boot is now the best, in the warehouse and in the sweep row of the bundle
+    assert _rows(db, "SELECT search_best_config_key FROM sweeps") == [(st.trial["config_key"],)]
+    assert read_bundle(path)["sweep"].at[0, "search_best_config_key"] == st.trial["config_key"]
+    assert read_bundle(path)["trial"].at[0, "search_state"] == "complete"
+    assert _rows(db, "SELECT sha256 FROM loaded_bundles") == [(verify_bundle(path)["manifest_sha256"],)]

@@ -560,6 +560,9 @@ def recheck_cmd(
         console.print(f"{r.sweep_id} {r.config_label} r{r.replicate}: verdict {r.old_verdict} -> {r.new_verdict}; "
                       f"failed checks {', '.join(r.old_failed) or 'none'} -> {', '.join(r.new_failed) or 'none'}; "
                       f"flagged windows {flags(r.old_flagged)} -> {flags(r.new_flagged)}"
+                      + ("" if r.old_search_state == r.new_search_state else
+                         f"; search state {r.old_search_state} -> {r.new_search_state}"
+                         + ("" if r.new_search_value is None else f" ({r.new_search_value:.4g})"))
                       + ("" if dry_run else f"; bundle {r.bundle}"), highlight=False, soft_wrap=True, markup=False)
     console.print(f"{len(rows)} measured trial(s) rechecked: {len(changed)} changed"
                   + (" (dry run: nothing written)" if dry_run else ""), highlight=False)

@@ -8,6 +8,12 @@ read it: a boot the old rule left out stays out. ``recheck`` runs the current qu
 current diagnosis (``tasks.diagnose.window_diagnoses``) on the stored rows of each measured trial and replaces
 ``quality_checks``, ``trials.quality_verdict`` and ``window_diagnoses``, one transaction per trial.
 
+A boot of a ``search:`` counts for the search only when its quality verdict is pass or warn, so its search state
+follows the new verdict: a boot the old rule left out (state ``fail``, no value) gets its objective value and SLO
+verdict from its stored windows (``search.objective_value``, the rule the search ran), one that the new rule
+leaves out loses them, and ``sweeps.search_best_config_key`` is recomputed over the boots that are ``complete``
+(met the SLO). A pruned boot stays pruned (the search stopped it early; it has no full record to judge).
+
 What it reads is what the trial recorded (``requests``, ``measurements``, ``server_metrics``, ``gpu_samples``):
 nothing is measured again, so a check whose inputs the trial did not record is skipped as it was then. The
 ``gpu_floor`` rows are kept as stored: that check needs the model's weight files and the GPU's bus width, which
@@ -36,6 +42,7 @@ from tunelab import records as R
 from tunelab.bundle import read_bundle, update_bundle_table, verify_bundle
 from tunelab.plan import Plan
 from tunelab.quality_thresholds import QualityThresholds
+from tunelab.search import objective_value
 from tunelab.tasks.diagnose import window_diagnoses
 from tunelab.tasks.quality import validate_trial
 from tunelab.warehouse.loader import DEFAULT_LOCK_TIMEOUT_S, open_warehouse
@@ -57,6 +64,9 @@ class RecheckRow:
         old_flagged, new_flagged: ``{bottleneck: windows flagged}`` of ``window_diagnoses``, before and after.
         bundle: ``updated`` (the bundle on disk got the new tables), ``absent`` (no bundle on disk: the
             warehouse alone was updated) or ``unchanged`` (nothing changed, nothing written).
+        old_search_state, new_search_state, new_search_value: a search boot's ``trials.search_state`` (complete |
+            infeasible | fail) before and after, and its objective value after (None: not a search boot, or the
+            boot does not count).
     """
 
     trial_id: str
@@ -70,12 +80,15 @@ class RecheckRow:
     old_flagged: dict[str, int] = field(default_factory=dict)
     new_flagged: dict[str, int] = field(default_factory=dict)
     bundle: str = "unchanged"
+    old_search_state: str | None = None
+    new_search_state: str | None = None
+    new_search_value: float | None = None
 
     @property
     def changed(self) -> bool:
         """True when the verdict, the failed checks or the flagged windows differ."""
         return (self.old_verdict != self.new_verdict or sorted(self.old_failed) != sorted(self.new_failed)
-                or self.old_flagged != self.new_flagged)
+                or self.old_flagged != self.new_flagged or self.old_search_state != self.new_search_state)
 
 
 def _plan_inputs(plan_yaml: str | None) -> tuple[QualityThresholds, bool | None]:
@@ -110,6 +123,53 @@ def _failed(checks: pd.DataFrame) -> list[str]:
                                              "expectation"])
 
 
+_USABLE = ("pass", "warn")
+
+
+def _search_state(trial: dict, meas: pd.DataFrame, objective: dict | None, verdict: str
+                  ) -> tuple[str | None, float | None, float | None]:
+    """(search_state, search_value, search_slo_violation) of a measured search boot under ``verdict``, by the rule of
+    ``search.SearchRunner`` (a boot counts when its quality verdict is pass or warn). A boot that is not part of a
+    search, or was pruned, keeps what it has."""
+    state = trial.get("search_state")
+    if not objective or pd.isna(trial.get("search_role")) or state == "pruned":
+        return state, trial.get("search_value"), trial.get("search_slo_violation")
+    if verdict not in _USABLE:
+        return "fail", None, None
+    ov = objective_value(meas, objective["metric"], objective["workload"], objective["load"],
+                         objective.get("slo") or {}, int(objective.get("slo_percentile") or 90))
+    if ov.value is None:
+        return "fail", None, None
+    return ("complete" if ov.feasible else "infeasible"), ov.value, ov.violation
+
+
+def _best_key(con: Any, sweep_id: str, objective: dict) -> str | None:
+    """The best ``complete`` boot's config key (the search's rule: the SLO met, then the objective)."""
+    order = "DESC" if objective.get("direction", "maximize") == "maximize" else "ASC"
+    r = con.execute(f"SELECT config_key FROM trials WHERE sweep_id = ? AND search_state = 'complete' "
+                    f"AND search_value IS NOT NULL ORDER BY search_value {order}, started_at LIMIT 1",
+                    [sweep_id]).fetchall()
+    return r[0][0] if r else None
+
+
+def _store_best(con: Any, sweep_id: str, objective: dict, bundle_paths: dict[str, str]) -> None:
+    """Recompute ``sweeps.search_best_config_key``; when it changed, write it to the warehouse and to the sweep
+    row every bundle of the sweep carries (the loader upserts the sweep row from them)."""
+    old = con.execute("SELECT search_best_config_key FROM sweeps WHERE sweep_id = ?", [sweep_id]).fetchall()[0][0]
+    new = _best_key(con, sweep_id, objective)
+    if new == old:
+        return
+    con.execute("UPDATE sweeps SET search_best_config_key = ? WHERE sweep_id = ?", [new, sweep_id])
+    for (tid,) in con.execute("SELECT trial_id FROM trials WHERE sweep_id = ?", [sweep_id]).fetchall():
+        bpath = bundle_paths.get(tid)
+        if bpath and Path(bpath).is_dir():
+            sdf = read_bundle(Path(bpath))["sweep"].copy()
+            sdf["search_best_config_key"] = new
+            update_bundle_table(Path(bpath), "sweep", sdf)
+            con.execute("UPDATE loaded_bundles SET sha256 = ? WHERE bundle_id = ?",
+                        [verify_bundle(Path(bpath))["manifest_sha256"], tid])
+
+
 def _json_col(df: pd.DataFrame, col: str) -> pd.DataFrame:
     """DuckDB returns JSON columns as text already; a dict (from a fresh computation) is written as JSON."""
     if col in df.columns:
@@ -138,6 +198,11 @@ def recheck(db: str | Path, sweeps: list[str] | None = None, *, dry_run: bool = 
     con = open_warehouse(db, lock_timeout_s=lock_timeout_s)
     try:
         known = {r[0]: r[1] for r in con.execute("SELECT sweep_id, plan_yaml FROM sweeps").fetchall()}
+        cols = {r[0] for r in con.execute("SELECT column_name FROM information_schema.columns "
+                                          "WHERE table_name = 'sweeps'").fetchall()}
+        objectives = ({r[0]: json.loads(r[1]) for r in con.execute(
+            "SELECT sweep_id, search_objective FROM sweeps WHERE search_objective IS NOT NULL").fetchall()}
+            if "search_objective" in cols else {})
         if sweeps:
             missing = [s for s in sweeps if s not in known]
             if missing:
@@ -168,9 +233,14 @@ def recheck(db: str | Path, sweeps: list[str] | None = None, *, dry_run: bool = 
             diag = pd.concat([d for d in (diag, kept.drop(columns=["trial_id"], errors="ignore")) if len(d)],
                              ignore_index=True) if len(kept) else diag
             diag = _json_col(diag.assign(trial_id=tid), "evidence")
+            objective = objectives.get(trial["sweep_id"])
+            state, value, violation = _search_state(trial, tables["measurements"], objective, res.verdict)
             row = RecheckRow(tid, trial["sweep_id"], trial["config_label"], int(trial["replicate"]),
                              trial.get("quality_verdict"), res.verdict, _failed(old_checks), _failed(res.checks),
-                             _flagged(old_diag), _flagged(diag))
+                             _flagged(old_diag), _flagged(diag),
+                             old_search_state=trial.get("search_state") if objective else None,
+                             new_search_state=state if objective else None,
+                             new_search_value=value if objective else None)
             out.append(row)
             if dry_run or not row.changed:
                 continue
@@ -182,6 +252,9 @@ def recheck(db: str | Path, sweeps: list[str] | None = None, *, dry_run: bool = 
                 con.execute("INSERT INTO quality_checks BY NAME SELECT * FROM _tl_checks")
                 con.unregister("_tl_checks")
                 con.execute("UPDATE trials SET quality_verdict = ? WHERE trial_id = ?", [res.verdict, tid])
+                if objective:
+                    con.execute("UPDATE trials SET search_state = ?, search_value = ?, search_slo_violation = ? "
+                                "WHERE trial_id = ?", [state, value, violation, tid])
                 con.execute("DELETE FROM window_diagnoses WHERE trial_id = ?", [tid])
                 if len(diag):
                     con.register("_tl_diag", diag[wcols])
@@ -197,6 +270,8 @@ def recheck(db: str | Path, sweeps: list[str] | None = None, *, dry_run: bool = 
                 # `tunelab load` loads again, which gives the same rows
                 tdf = read_bundle(Path(bpath))["trial"].copy()
                 tdf["quality_verdict"] = res.verdict
+                if objective:
+                    tdf["search_state"], tdf["search_value"], tdf["search_slo_violation"] = state, value, violation
                 update_bundle_table(Path(bpath), "quality_checks", res.checks)
                 update_bundle_table(Path(bpath), "window_diagnoses", diag[wcols])
                 update_bundle_table(Path(bpath), "trial", tdf)
@@ -205,6 +280,10 @@ def recheck(db: str | Path, sweeps: list[str] | None = None, *, dry_run: bool = 
                 row.bundle = "updated"
             else:
                 row.bundle = "absent"
+        if not dry_run:
+            for sid, objective in objectives.items():
+                if sid in chosen:
+                    _store_best(con, sid, objective, bundle_paths)
         return out
     finally:
         con.close()
