@@ -169,3 +169,25 @@ def test_a_search_boot_the_old_rule_left_out_gets_its_value_and_can_become_the_b
     assert read_bundle(path)["sweep"].at[0, "search_best_config_key"] == st.trial["config_key"]
     assert read_bundle(path)["trial"].at[0, "search_state"] == "complete"
     assert _rows(db, "SELECT sha256 FROM loaded_bundles") == [(verify_bundle(path)["manifest_sha256"],)]
+
+
+def test_findings_the_rerun_cannot_judge_keep_their_stored_rows(tmp_path):
+    # an exported warehouse whose requests.chunk_offsets_s were nulled to keep it small: the stored
+    # prefill_interference judgement (made when the offsets were there) and the gpu_floor rows survive a recheck
+    st = _trial("sw1")
+    key = st.tables["measurements"][["trial_id", "workload", "load_kind", "load_value", "repeat"]]
+    stored = pd.concat([key.assign(bottleneck="prefill_interference", flagged=True, metric="itl_p99_over_p50",
+                                   value=7.5, threshold=3.0, summary="stored when the offsets were there"),
+                        key.assign(bottleneck="gpu_floor", flagged=False, metric="tpot_over_floor", value=12.1,
+                                   threshold=1.25, summary="floor 0.46 ms")], ignore_index=True)
+    st.tables["window_diagnoses"] = stored.assign(evidence="{}", remedy="", sources="")
+    db, _, _ = _load(tmp_path, st)
+    (row,) = recheck(db)
+    assert row.new_flagged == {"api_server": 2, "prefill_interference": 2}
+    got = _rows(db, "SELECT bottleneck, flagged, summary FROM window_diagnoses WHERE bottleneck IN "
+                    "('prefill_interference', 'gpu_floor') ORDER BY 1, repeat")
+    assert got == [("gpu_floor", False, "floor 0.46 ms")] * 2 + [
+        ("prefill_interference", True, "stored when the offsets were there")] * 2
+    # every check still has one row per window (nothing doubled, nothing lost)
+    assert _rows(db, "SELECT count(*), count(DISTINCT (workload, load_kind, load_value, repeat, bottleneck)) "
+                     "FROM window_diagnoses") == [(10, 10)]

@@ -17,7 +17,9 @@ leaves out loses them, and ``sweeps.search_best_config_key`` is recomputed over 
 What it reads is what the trial recorded (``requests``, ``measurements``, ``server_metrics``, ``gpu_samples``):
 nothing is measured again, so a check whose inputs the trial did not record is skipped as it was then. The
 ``gpu_floor`` rows are kept as stored: that check needs the model's weight files and the GPU's bus width, which
-belong to the host that ran the trial, and no rule of it changed by re-reading them.
+belong to the host that ran the trial, and no rule of it changed by re-reading them. Likewise a finding the re-run
+cannot judge (``flagged`` NULL: its inputs are gone, e.g. ``requests.chunk_offsets_s`` nulled to keep an exported
+warehouse small) keeps its stored row when that row had a judgement: a recheck never replaces evidence with none.
 
 The result bundle, where it is still on disk (``loaded_bundles.bundle_path``), gets the same new tables (atomic
 ``bundle.update_bundle_table``) and ``loaded_bundles`` its new sha256, so that a warehouse rebuilt from the bundles
@@ -170,6 +172,28 @@ def _store_best(con: Any, sweep_id: str, objective: dict, bundle_paths: dict[str
                         [verify_bundle(Path(bpath))["manifest_sha256"], tid])
 
 
+_WINDOW = ["workload", "load_kind", "load_value", "repeat", "bottleneck"]
+
+
+def _keep_stored(new: pd.DataFrame, old: pd.DataFrame) -> pd.DataFrame:
+    """``new`` diagnoses (without ``trial_id``) with the stored ``old`` row kept for every ``gpu_floor`` finding and
+    every finding ``new`` could not judge (flagged NULL) that ``old`` had judged."""
+    if old is None or len(old) == 0:
+        return new
+    old = old.drop(columns=["trial_id"], errors="ignore")
+    judged = old[(old["bottleneck"] == "gpu_floor") | old["flagged"].notna()]
+    if len(new):
+        k_new = new[_WINDOW].astype(str).agg("|".join, axis=1)
+        k_old = judged[_WINDOW].astype(str).agg("|".join, axis=1)
+        replace = set(k_old[judged["bottleneck"] == "gpu_floor"]) | (
+            set(k_new[new["flagged"].isna()]) & set(k_old))
+        keep_new = new[~k_new.isin(replace)]
+        take_old = judged[k_old.isin(replace) | ~k_old.isin(set(k_new))]
+    else:
+        keep_new, take_old = new, judged
+    return pd.concat([d for d in (keep_new, take_old) if len(d)], ignore_index=True) if len(take_old) else keep_new
+
+
 def _json_col(df: pd.DataFrame, col: str) -> pd.DataFrame:
     """DuckDB returns JSON columns as text already; a dict (from a fresh computation) is written as JSON."""
     if col in df.columns:
@@ -227,11 +251,7 @@ def recheck(db: str | Path, sweeps: list[str] | None = None, *, dry_run: bool = 
             res = validate_trial(tables, judged, th)
             diag = window_diagnoses(tables["measurements"], tables["requests"], tables["server_metrics"],
                                     tables["gpu_samples"], model=None, gpu_name=None, gpu_index=None)
-            # the GPU floor needs the model files and the GPU of the host that ran the trial: keep its stored rows
-            diag = diag[diag["bottleneck"] != "gpu_floor"]
-            kept = old_diag[old_diag["bottleneck"] == "gpu_floor"] if len(old_diag) else old_diag
-            diag = pd.concat([d for d in (diag, kept.drop(columns=["trial_id"], errors="ignore")) if len(d)],
-                             ignore_index=True) if len(kept) else diag
+            diag = _keep_stored(diag, old_diag)
             diag = _json_col(diag.assign(trial_id=tid), "evidence")
             objective = objectives.get(trial["sweep_id"])
             state, value, violation = _search_state(trial, tables["measurements"], objective, res.verdict)
