@@ -94,6 +94,7 @@ from tunelab.offline.resolve import (
 )
 from tunelab.offline.parts import (
     join_parts,
+    resplit_bundle,
     split_file,
     split_stream,
 )
@@ -139,6 +140,7 @@ __all__ = [
     "split_stream",
     "split_file",
     "join_parts",
+    "resplit_bundle",
     "prune_site",
     "scan_module_level_imports",
     "bundle_runtime",

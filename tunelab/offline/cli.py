@@ -9,6 +9,7 @@ from pathlib import Path
 
 
 from tunelab.offline.manifest import (
+    BundleManifest,
     DEFAULT_PART_SIZE_MIB,
     MIB,
     OfflineBundleError,
@@ -20,6 +21,9 @@ from tunelab.offline.pack import (
 from tunelab.offline.install import (
     install_bundle,
 )
+from tunelab.offline.parts import (
+    resplit_bundle,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         python -m tunelab.offline install MANIFEST_OR_DIR DEST [--parts-dir DIR ...] [--python PY]
         python -m tunelab.offline bundle-runtime vllm==0.25.1 OUT_DIR [--no-fastokens] [--wheel-dir DIR]
         python -m tunelab.offline bundle-orchestrator OUT_DIR [--python-version 3.12]
+        python -m tunelab.offline resplit BUNDLE_DIR [--part-size-mib N]   # new part size, no rebuild
 
     Prints the runtime record path or the manifest summary; returns a process exit code.
     """
@@ -52,8 +57,20 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--python-version", default="3.12")
     c.add_argument("--wheel-dir", default=None)
     c.add_argument("--part-size-mib", type=int, default=DEFAULT_PART_SIZE_MIB)
+    r = sub.add_parser("resplit", help="re-split a built bundle folder into parts of another size (no rebuild)")
+    r.add_argument("bundle_dir")
+    r.add_argument("--part-size-mib", type=int, default=DEFAULT_PART_SIZE_MIB)
     ns = ap.parse_args(argv)
     try:
+        if ns.cmd == "resplit":
+            old = BundleManifest.load(Path(ns.bundle_dir))
+            m = resplit_bundle(Path(ns.bundle_dir), ns.part_size_mib)
+            print(f"{m.name}: {len(old.parts)} parts of at most {max((p.size_bytes for p in old.parts), default=0) / MIB:.2f} "
+                  f"MiB -> {len(m.parts)} parts of at most {ns.part_size_mib} MiB "
+                  f"(largest {max((p.size_bytes for p in m.parts), default=0) / MIB:.2f} MiB); archive "
+                  f"{m.archive_name} {m.archive_bytes / MIB:.2f} MiB, sha256 {m.archive_sha256} unchanged; "
+                  f"manifest rewritten: {Path(ns.bundle_dir) / 'manifest.json'}")
+            return 0
         if ns.cmd == "install":
             rec = install_bundle(Path(ns.manifest), Path(ns.dest), [Path(d) for d in ns.parts_dir or []] or None,
                                  python=ns.python)

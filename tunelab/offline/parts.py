@@ -5,10 +5,12 @@ Both the packing (``pack``) and the installing (``install``) side use these.
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import BinaryIO
@@ -16,6 +18,7 @@ from typing import BinaryIO
 
 from tunelab.offline.manifest import (
     BundleManifest,
+    DEFAULT_PART_SIZE_MIB,
     MIB,
     OfflineBundleError,
     PartChecksumError,
@@ -132,6 +135,98 @@ def join_parts(manifest: BundleManifest, parts_dirs: Sequence[Path], dest_file: 
         raise PartChecksumError(manifest.archive_name, f"joined archive sha256 {h.hexdigest()} != manifest "
                                 f"{manifest.archive_sha256}: parts are from different builds")
     return dest_file
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def resplit_bundle(bundle_dir: Path, part_size_mib: int = DEFAULT_PART_SIZE_MIB, *,
+                   part_size_bytes: int | None = None) -> BundleManifest:
+    """Re-split an existing bundle folder into parts of a new size, without rebuilding it.
+
+    Args:
+        bundle_dir: a bundle folder as written by ``bundle-runtime`` / ``bundle-orchestrator``:
+            ``manifest.json`` and the parts ``<archive_name>.partNN`` directly inside it.
+        part_size_mib: largest new part, MiB (1..4096, like the bundlers).
+        part_size_bytes: largest new part in bytes (>= 1); overrides ``part_size_mib`` (for tests).
+    Returns:
+        the rewritten manifest (also saved as ``bundle_dir/manifest.json``): only ``parts`` differs;
+        ``archive_sha256`` / ``archive_bytes`` stay the same because the joined bytes are the same.
+    Raises:
+        OfflineBundleError: no or invalid ``manifest.json``; ``bundle_dir`` is missing (the message
+            names the work folder an interrupted earlier re-split left behind, if any).
+        PartChecksumError: a listed part is missing from ``bundle_dir``, or has the wrong size or sha256,
+            or the joined archive's sha256 differs; ``.part`` names it. The bundle is then left unchanged.
+        ValueError: a part size out of range.
+
+    The archive is joined (every part and the whole checked by :func:`join_parts`) into a work folder
+    ``.<bundle>.resplit-*`` next to ``bundle_dir``, split with :func:`split_file`, and the new bundle
+    folder (new parts, new manifest, hard links to the folder's other files such as ``build.log``;
+    part files not in the new list are left out) replaces ``bundle_dir`` by two renames.
+    Needs free space for about twice the archive on ``bundle_dir``'s file system while it runs.
+    """
+    bundle_dir = Path(bundle_dir).resolve()  # a symlinked folder: swap the real one, the link keeps pointing at it
+    if part_size_bytes is None:
+        if not 1 <= part_size_mib <= 4096:
+            raise ValueError(f"part_size_mib={part_size_mib}: must be within 1..4096")
+        part_size_bytes = part_size_mib * MIB
+    elif part_size_bytes < 1:
+        raise ValueError(f"part_size_bytes={part_size_bytes}: must be >= 1")
+    parent = bundle_dir.parent
+    prefix = f".{bundle_dir.name}.resplit-"
+    leftovers = sorted(parent.glob(prefix + "*"))
+    if not bundle_dir.is_dir():
+        hint = (f"; an interrupted re-split left {', '.join(map(str, leftovers))}: move its 'new' (or 'old') "
+                f"folder back to {bundle_dir}") if leftovers else ""
+        raise OfflineBundleError(f"bundle folder not found: {bundle_dir}{hint}")
+    m = BundleManifest.load(bundle_dir / "manifest.json")
+    # With bundle_dir present, work folders of an earlier interrupted run hold only redundant copies.
+    for old_work in leftovers:
+        shutil.rmtree(old_work, ignore_errors=True)
+    for p in m.parts:  # only the folder itself: join_parts would also search subfolders (e.g. a work folder)
+        if not (bundle_dir / p.name).is_file():
+            raise PartChecksumError(p.name, f"bundle {bundle_dir}: part {p.name} listed in manifest.json is missing; "
+                                    "copy it back from where the bundle was built (or rebuild the bundle), "
+                                    "then re-split. Nothing was changed")
+    work = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    try:
+        joined = join_parts(m, [bundle_dir], work / "joined" / m.archive_name)
+        new_dir = work / "new"
+        parts, sha, total = split_file(joined, new_dir, part_size_bytes)
+        joined.unlink()
+        if sha != m.archive_sha256 or total != m.archive_bytes:
+            raise OfflineBundleError(f"re-split of {bundle_dir}: split archive sha256 {sha} / {total} bytes != manifest "
+                                     f"{m.archive_sha256} / {m.archive_bytes} bytes (archive_bytes in manifest.json wrong?)")
+        new_m = m.model_copy(update={"parts": parts})
+        new_m.save(new_dir / "manifest.json")
+        # Everything else in the folder comes along (hard links, so no copy of large files); old parts do not.
+        skip = {"manifest.json"} | {p.name for p in m.parts}
+        for entry in bundle_dir.iterdir():
+            if entry.name in skip or entry.name.startswith(f"{m.archive_name}.part"):
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.copytree(entry, new_dir / entry.name, symlinks=True, copy_function=_link_or_copy)
+            elif entry.is_symlink():
+                os.symlink(os.readlink(entry), new_dir / entry.name)
+            else:
+                _link_or_copy(str(entry), str(new_dir / entry.name))
+        shutil.copymode(bundle_dir, new_dir)
+        # Why a folder swap and not moving parts in one by one: the new parts reuse the old names
+        # (<archive>.part00, ...), so while files were being moved bundle_dir would hold a manifest and
+        # parts from different splits (the host would reject them as corrupt). Here bundle_dir is always
+        # either the complete old bundle or the complete new one; if the process dies between the two renames,
+        # bundle_dir is absent and both complete copies are in the work folder (work/old, work/new), which a
+        # later call names.
+        os.rename(bundle_dir, work / "old")
+        os.rename(new_dir, bundle_dir)
+    finally:
+        if bundle_dir.is_dir():
+            shutil.rmtree(work, ignore_errors=True)
+    return new_m
 
 
 def _unpack(archive: Path, dest: Path) -> None:
