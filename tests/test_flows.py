@@ -280,7 +280,11 @@ def test_sweep_on_two_fake_gpus(prefect_server, fake_host, tmp_path):
     # warehouse rows, verdicts and the report
     con = duckdb.connect(out.db, read_only=True)
     rows = con.execute("SELECT trial_id, gpu_index, status, quality_verdict FROM trials ORDER BY trial_id").fetchall()
+    # a plain sweep (no A/B, no search) is finished in `sweeps` too, after its last trial
+    (finished, last), = con.execute("SELECT s.finished_at, max(t.finished_at) FROM sweeps s JOIN trials t "
+                                    "USING (sweep_id) GROUP BY s.finished_at").fetchall()
     con.close()
+    assert finished is not None and finished >= last
     assert len(rows) == 4 and all(r[2] == "ok" and r[3] in ("pass", "warn", "fail", "unvalidated") for r in rows)
     assert sum(out.quality.values()) == 4
     assert "## Quality" in out.report_markdown and "data-parallel-size=2" in out.report_markdown

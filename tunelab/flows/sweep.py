@@ -778,6 +778,10 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
         from tunelab.flows.search import record_search
 
         record_search(sweep, plan, search, run.bundles)
+    if ab is None and search is None:
+        # The bundles carry the sweep row as it was at the start (finished_at NULL) and the loader upserts it from
+        # them: without this every plain sweep stayed unfinished in `sweeps` (seen in the H200 evidence of 2026-12-02).
+        _store_sweep_row(sweep, run.bundles)
     progress.emit("load")
     outcome = load_task(db_path, results_dir, lock_timeout_s)
     progress.emit("report")
@@ -793,6 +797,16 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
         _search_report(plan, search, summary, report_db=db_path if summary.not_loaded is None else None,
                        plots=plots, logger=logger)
     return summary
+
+
+def _store_sweep_row(sweep: records.Sweep, bundles: list[Path | None]) -> None:
+    """Write the sweep's record into the ``sweep`` table of every bundle of the sweep (None: a trial without one)."""
+    import pandas as pd
+
+    row = records.frame(records.Sweep, pd.DataFrame([records.to_row(records.Sweep, sweep)]))
+    for b in bundles:
+        if b is not None:
+            update_bundle_table(b, "sweep", row)
 
 
 def _record_interrupted_search(plan: Plan, sweep: records.Sweep, run: "_SweepTrials", partial: Any,
