@@ -191,3 +191,23 @@ def test_findings_the_rerun_cannot_judge_keep_their_stored_rows(tmp_path):
     # every check still has one row per window (nothing doubled, nothing lost)
     assert _rows(db, "SELECT count(*), count(DISTINCT (workload, load_kind, load_value, repeat, bottleneck)) "
                      "FROM window_diagnoses") == [(10, 10)]
+
+
+def test_rows_with_new_evidence_but_the_same_judgement_are_rewritten(tmp_path):
+    # the stored api_server rows already flagged, by a rule of the day whose summary had no ITL ratio: the judgement
+    # is the same today (not "changed"), but the rows get today's figures
+    st = _trial("sw1")
+    key = st.tables["measurements"][["trial_id", "workload", "load_kind", "load_value", "repeat"]]
+    st.tables["window_diagnoses"] = key.assign(
+        bottleneck="api_server", flagged=True, metric="api_server_busiest_thread", value=0.95, threshold=0.9,
+        summary="old text", evidence="{}", remedy="", sources="")
+    today = validate_trial({k: v for k, v in st.tables.items() if k != "quality_checks"}, {**st.trial, "status": "ok"})
+    st.tables["quality_checks"], st.trial["quality_verdict"] = today.checks, today.verdict  # today's, already
+    db, _, (path,) = _load(tmp_path, st)
+    (row,) = recheck(db)
+    assert not row.changed  # same verdict, same failed checks, same flagged windows
+    summaries = {r[0] for r in _rows(db, "SELECT summary FROM window_diagnoses WHERE bottleneck = 'api_server'")}
+    assert summaries and all("the engine's" in x for x in summaries)  # today's text (client ITL vs the engine's)
+    assert row.bundle == "updated"
+    assert all("the engine's" in x for x in read_bundle(path)["window_diagnoses"].query(
+        "bottleneck == 'api_server'")["summary"])

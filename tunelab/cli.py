@@ -564,7 +564,9 @@ def recheck_cmd(
                          f"; search state {r.old_search_state} -> {r.new_search_state}"
                          + ("" if r.new_search_value is None else f" ({r.new_search_value:.4g})"))
                       + ("" if dry_run else f"; bundle {r.bundle}"), highlight=False, soft_wrap=True, markup=False)
+    rewritten = sum(r.bundle != "unchanged" for r in rows)
     console.print(f"{len(rows)} measured trial(s) rechecked: {len(changed)} changed"
+                  + ("" if dry_run else f"; rows rewritten for {rewritten} (today's figures and texts)")
                   + (" (dry run: nothing written)" if dry_run else ""), highlight=False)
 
 

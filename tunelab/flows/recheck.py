@@ -173,6 +173,35 @@ def _store_best(con: Any, sweep_id: str, objective: dict, bundle_paths: dict[str
 
 
 _WINDOW = ["workload", "load_kind", "load_value", "repeat", "bottleneck"]
+_CHECK_COLS = ["suite", "expectation", "success", "severity", "observed", "threshold", "detail"]
+_DIAG_COLS = _WINDOW + ["flagged", "metric", "value", "threshold", "summary", "evidence", "remedy", "sources"]
+
+
+def _differs(old: pd.DataFrame, new: pd.DataFrame, cols: list[str], key: list[str]) -> bool:
+    """Whether two tables of one trial hold different rows (compared as text, in key order)."""
+    if len(old) != len(new):
+        return True
+    if len(old) == 0:
+        return False
+
+    def canon(df: pd.DataFrame) -> list[tuple[str, ...]]:
+        d = df.reindex(columns=cols).astype(object).where(df.reindex(columns=cols).notna(), None)
+        rows = [tuple(_canon_cell(v) for v in r) for r in d.itertuples(index=False)]
+        return sorted(rows)
+    return canon(old) != canon(new)
+
+
+def _canon_cell(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, str) and v[:1] == "{":
+        try:  # JSON text: key order and spacing are not content
+            return json.dumps(json.loads(v), sort_keys=True)
+        except ValueError:
+            return v
+    if isinstance(v, float):
+        return format(v, ".12g")
+    return str(v)
 
 
 def _keep_stored(new: pd.DataFrame, old: pd.DataFrame) -> pd.DataFrame:
@@ -262,9 +291,12 @@ def recheck(db: str | Path, sweeps: list[str] | None = None, *, dry_run: bool = 
                              new_search_state=state if objective else None,
                              new_search_value=value if objective else None)
             out.append(row)
-            if dry_run or not row.changed:
-                continue
             wcols = list(R.columns(R.WindowDiagnosis))
+            # Rows are rewritten when anything in them differs, not only the judgement: a rule may add evidence
+            # (figures, a summary) without changing a verdict, and the stored rows should be today's.
+            if dry_run or not (row.changed or _differs(old_checks, res.checks, _CHECK_COLS, ["suite", "expectation"])
+                               or _differs(old_diag, diag, _DIAG_COLS, _WINDOW)):
+                continue
             con.execute("BEGIN TRANSACTION")
             try:
                 con.execute("DELETE FROM quality_checks WHERE trial_id = ?", [tid])

@@ -347,13 +347,13 @@ def _render(rep: TuningReport, s: pd.Series, obj: dict, thr: str, lat: str) -> N
 
 def _plot(cfg: pd.DataFrame, front: pd.DataFrame, best: dict | None, default: dict | None, thr: str, lat: str,
           sweep_id: str, obj: dict, out_dir: Path) -> Path | None:
-    from tunelab.reports.plots import _legend_outside, _plt, _safe, _save
+    from tunelab.reports.plots import _plt, _safe, _save
 
     d = cfg.dropna(subset=[thr, lat])
     if d.empty:
         return None
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(8, 5.5))
     for state, g in d.groupby("search_state"):
         ax.scatter(g[thr], g[lat] * 1000, s=22, alpha=0.7, label=f"{state} ({len(g)})")
     if not front.empty:
@@ -368,6 +368,9 @@ def _plot(cfg: pd.DataFrame, front: pd.DataFrame, best: dict | None, default: di
     ax.set_xlabel(f"{thr} (mean of windows) at {obj['workload']} {obj['load']}")
     ax.set_ylabel(f"{lat.removesuffix('_s').replace('_', ' ').upper()} (ms)")
     ax.grid(alpha=0.3)
-    _legend_outside(ax)
+    ax.margins(x=0.08, y=0.08)  # the default and the best sit at the ends of the range: keep their markers whole
+    # below the axes, in two columns: beside them, config labels of a few engine args took half the figure's width
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
+    fig.tight_layout()
     fig.suptitle(f"search {sweep_id}: configs tried and their frontier", fontsize=9)
     return _save(fig, out_dir, f"tuning_{_safe(sweep_id)}.png")
