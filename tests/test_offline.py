@@ -193,7 +193,8 @@ def test_resplit_corrupted_part_refused_and_bundle_unchanged(tmp_path):
         off.resplit_bundle(bdir, part_size_bytes=1500)
     assert ei.value.part == m.parts[2].name and m.parts[2].name in str(ei.value) and "sha256" in str(ei.value)
     assert _snapshot(bdir) == before  # same files, same manifest bytes
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # work folder removed
+    # work folder removed; the lock file stays (see parts._resplit_lock)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == [".parts.resplit.lock"]
 
 
 def test_resplit_missing_part_refused_with_its_name(tmp_path):
@@ -251,6 +252,135 @@ def test_resplit_cli_exit_codes(tmp_path):
     r = subprocess.run([sys.executable, "-m", "tunelab.offline", "resplit", str(bdir)],
                        capture_output=True, text=True, env=env)
     assert r.returncode == 2 and new.parts[0].name in r.stderr and "copy it again" in r.stderr
+
+
+def _run_cli(*args: str):
+    import subprocess
+
+    repo = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run([sys.executable, "-m", "tunelab.offline", *args], capture_output=True, text=True, env=env)
+
+
+def _interrupt_between_renames(bdir: Path, monkeypatch) -> None:
+    """Leave the state of a re-split killed between its two renames: no bundle folder, work/old and work/new."""
+    real_rename, calls = os.rename, []
+
+    def rename(a, b):
+        calls.append(b)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        real_rename(a, b)
+
+    monkeypatch.setattr(os, "rename", rename)
+    with pytest.raises(KeyboardInterrupt):
+        off.resplit_bundle(bdir, part_size_bytes=1500)
+    monkeypatch.setattr(os, "rename", real_rename)
+    assert not bdir.exists()
+
+
+def test_resplit_cli_prints_the_recovery_hint_of_an_interrupted_resplit(tmp_path, monkeypatch):
+    arc, bdir, m = _bundle_dir(tmp_path)
+    _interrupt_between_renames(bdir, monkeypatch)
+    (work,) = tmp_path.glob(".parts.resplit-*")
+    for arg in (bdir, bdir / "manifest.json"):
+        r = _run_cli("resplit", str(arg), "--part-size-mib", "1")
+        assert r.returncode == 2, r.stderr
+        assert "interrupted re-split left" in r.stderr and str(work) in r.stderr and "move its 'new'" in r.stderr, r.stderr
+        assert "manifest not found" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not bdir.exists() and BundleManifest.load(work / "old") == m  # both copies still there
+    assert BundleManifest.load(work / "new").parts != m.parts
+
+
+def test_resplit_accepts_the_manifest_json_path(tmp_path):
+    arc, bdir, m = _bundle_dir(tmp_path)
+    new = off.resplit_bundle(bdir / "manifest.json", part_size_bytes=1500)
+    assert new == BundleManifest.load(bdir) and new.parts != m.parts
+    assert join_parts(new, [bdir], tmp_path / "j" / arc.name).read_bytes() == arc.read_bytes()
+    r = _run_cli("resplit", str(bdir / "manifest.json"), "--part-size-mib", "1")
+    assert r.returncode == 0, r.stderr
+    one = BundleManifest.load(bdir)
+    assert len(one.parts) == 1 and f"{len(new.parts)} parts" in r.stdout and "-> 1 parts" in r.stdout, r.stdout
+    assert f"manifest rewritten: {bdir / 'manifest.json'}" in r.stdout, r.stdout
+    assert join_parts(one, [bdir], tmp_path / "k" / arc.name).read_bytes() == arc.read_bytes()
+    assert sorted(f.name for f in bdir.iterdir()) == sorted([one.parts[0].name, "manifest.json", "build.log"])
+
+
+def test_second_resplit_while_one_runs_is_refused_and_touches_nothing(tmp_path, monkeypatch):
+    """A run paused after its join (work folder full) holds the lock: a second run refuses at once, naming the
+    first one's pid, and neither deletes that work folder nor changes the bundle; the first then finishes."""
+    import threading
+
+    from tunelab.offline import parts as parts_mod
+
+    arc, bdir, m = _bundle_dir(tmp_path)
+    before = _snapshot(bdir)
+    real_split, paused, go = parts_mod.split_file, threading.Event(), threading.Event()
+
+    def split_file(*a, **kw):
+        if not paused.is_set():  # only the first run pauses (a second one, if let through, must not hang)
+            paused.set()
+            assert go.wait(30)
+        return real_split(*a, **kw)
+
+    monkeypatch.setattr(parts_mod, "split_file", split_file)
+    result: dict = {}
+
+    def first():
+        try:
+            result["m"] = off.resplit_bundle(bdir, part_size_bytes=1500)
+        except BaseException as e:  # noqa: BLE001 - reported by the assertions below
+            result["e"] = e
+
+    t = threading.Thread(target=first)
+    t.start()
+    try:
+        assert paused.wait(30)
+        (work,) = tmp_path.glob(".parts.resplit-*")
+        work_before = _snapshot(work)
+        assert work_before  # the joined archive is in it
+        with pytest.raises(OfflineBundleError, match="another resplit of .* is running") as ei:
+            off.resplit_bundle(bdir, part_size_bytes=400)
+        assert f"pid {os.getpid()}" in str(ei.value) and "wait for it to end" in str(ei.value)
+        assert _snapshot(bdir) == before and work.is_dir() and _snapshot(work) == work_before
+    finally:
+        go.set()
+        t.join(30)
+    assert "e" not in result, result.get("e")
+    assert result["m"] == BundleManifest.load(bdir) and max(p.size_bytes for p in result["m"].parts) == 1500
+    assert not list(tmp_path.glob(".parts.resplit-*"))
+
+
+def test_resplit_cli_refuses_while_the_lock_is_held_even_between_renames(tmp_path, monkeypatch):
+    """Lock held by another process (here: this test, as fcntl.flock on the same lock file) with the bundle
+    folder moved into a work folder, as between the renames of a live run: exit 2 with "another resplit",
+    no recovery hint (the folder comes back by itself), nothing moved or deleted."""
+    import fcntl
+
+    arc, bdir, m = _bundle_dir(tmp_path)
+    _interrupt_between_renames(bdir, monkeypatch)  # what a live run between its two renames looks like
+    (work,) = tmp_path.glob(".parts.resplit-*")
+    work_before = _snapshot(work)
+    with open(tmp_path / ".parts.resplit.lock", "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fh.seek(0)
+        fh.truncate()  # the interrupted run above left its pid in it
+        fh.write("4242\n")
+        fh.flush()
+        r = _run_cli("resplit", str(bdir), "--part-size-mib", "1")
+        assert r.returncode == 2 and "another resplit of" in r.stderr and "(pid 4242)" in r.stderr, r.stderr
+        assert "interrupted re-split" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert not bdir.exists() and _snapshot(work) == work_before
+        # with the folder back but the lock still held: the work folder is not taken for a leftover and removed
+        os.rename(work / "old", bdir)
+        bdir_before, work_before = _snapshot(bdir), _snapshot(work)
+        r = _run_cli("resplit", str(bdir), "--part-size-mib", "1")
+        assert r.returncode == 2 and "another resplit of" in r.stderr, r.stderr
+        assert _snapshot(bdir) == bdir_before and _snapshot(work) == work_before
+    # lock released: the same call now cleans the leftover and re-splits
+    r = _run_cli("resplit", str(bdir), "--part-size-mib", "1")
+    assert r.returncode == 0, r.stderr
+    assert not list(tmp_path.glob(".parts.resplit-*")) and len(BundleManifest.load(bdir).parts) == 1
 
 
 # ----------------------------------------------------------------------------- install

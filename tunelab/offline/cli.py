@@ -22,6 +22,7 @@ from tunelab.offline.install import (
     install_bundle,
 )
 from tunelab.offline.parts import (
+    bundle_dir_of,
     resplit_bundle,
 )
 
@@ -63,13 +64,18 @@ def main(argv: list[str] | None = None) -> int:
     ns = ap.parse_args(argv)
     try:
         if ns.cmd == "resplit":
-            old = BundleManifest.load(Path(ns.bundle_dir))
-            m = resplit_bundle(Path(ns.bundle_dir), ns.part_size_mib)
-            print(f"{m.name}: {len(old.parts)} parts of at most {max((p.size_bytes for p in old.parts), default=0) / MIB:.2f} "
-                  f"MiB -> {len(m.parts)} parts of at most {ns.part_size_mib} MiB "
+            bundle = bundle_dir_of(Path(ns.bundle_dir))  # a path to manifest.json means its folder, as in resplit_bundle
+            try:  # the old parts, for the summary only: resplit_bundle checks the folder and reports what is wrong
+                old_parts: list | None = BundleManifest.load(bundle / "manifest.json").parts
+            except OfflineBundleError:
+                old_parts = None
+            m = resplit_bundle(bundle, ns.part_size_mib)
+            was = (f"{len(old_parts)} parts of at most {max((p.size_bytes for p in old_parts), default=0) / MIB:.2f} MiB"
+                   if old_parts is not None else "parts")
+            print(f"{m.name}: {was} -> {len(m.parts)} parts of at most {ns.part_size_mib} MiB "
                   f"(largest {max((p.size_bytes for p in m.parts), default=0) / MIB:.2f} MiB); archive "
                   f"{m.archive_name} {m.archive_bytes / MIB:.2f} MiB, sha256 {m.archive_sha256} unchanged; "
-                  f"manifest rewritten: {Path(ns.bundle_dir) / 'manifest.json'}")
+                  f"manifest rewritten: {bundle / 'manifest.json'}")
             return 0
         if ns.cmd == "install":
             rec = install_bundle(Path(ns.manifest), Path(ns.dest), [Path(d) for d in ns.parts_dir or []] or None,

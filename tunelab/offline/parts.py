@@ -4,6 +4,8 @@ Both the packing (``pack``) and the installing (``install``) side use these.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
@@ -144,13 +146,54 @@ def _link_or_copy(src: str, dst: str) -> None:
         shutil.copy2(src, dst)
 
 
+def bundle_dir_of(path: Path) -> Path:
+    """The bundle folder that ``path`` names: ``path`` itself, or the folder of a ``.../manifest.json`` path
+    (which need not exist: after an interrupted re-split the folder is absent). Used by :func:`resplit_bundle`
+    and the ``resplit`` command, so both take the same arguments."""
+    path = Path(path)
+    return path.parent if path.name == "manifest.json" and not path.is_dir() else path
+
+
+@contextlib.contextmanager
+def _resplit_lock(bundle_dir: Path):
+    """Hold ``<parent>/.<bundle>.resplit.lock`` (flock, exclusive, non-blocking) for the ``with`` body; the
+    holder's pid is written into it. Raises OfflineBundleError at once if another process holds it.
+
+    The lock file is left in place afterwards: removing it would let a third run lock a new file of the same
+    name while a second still waits on (or holds) the unlinked one, i.e. two re-splits at once again.
+    """
+    lock_path = bundle_dir.parent / f".{bundle_dir.name}.resplit.lock"
+    try:
+        fh = open(lock_path, "a+")  # "a+", not "w": truncating before holding the lock would erase the holder's pid
+    except OSError as e:
+        raise OfflineBundleError(f"cannot open the re-split lock file {lock_path}: {e}") from e
+    with fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            pid = fh.read().strip()
+            raise OfflineBundleError(
+                f"another resplit of {bundle_dir} is running{f' (pid {pid})' if pid.isdigit() else ''}; "
+                f"wait for it to end (lock file {lock_path}). Nothing was changed") from None
+        try:
+            fh.seek(0)
+            fh.truncate()
+            fh.write(f"{os.getpid()}\n")
+            fh.flush()
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def resplit_bundle(bundle_dir: Path, part_size_mib: int = DEFAULT_PART_SIZE_MIB, *,
                    part_size_bytes: int | None = None) -> BundleManifest:
     """Re-split an existing bundle folder into parts of a new size, without rebuilding it.
 
     Args:
         bundle_dir: a bundle folder as written by ``bundle-runtime`` / ``bundle-orchestrator``:
-            ``manifest.json`` and the parts ``<archive_name>.partNN`` directly inside it.
+            ``manifest.json`` and the parts ``<archive_name>.partNN`` directly inside it; or the path of
+            that ``manifest.json`` (its folder is meant).
         part_size_mib: largest new part, MiB (1..4096, like the bundlers).
         part_size_bytes: largest new part in bytes (>= 1); overrides ``part_size_mib`` (for tests).
     Returns:
@@ -158,7 +201,8 @@ def resplit_bundle(bundle_dir: Path, part_size_mib: int = DEFAULT_PART_SIZE_MIB,
         ``archive_sha256`` / ``archive_bytes`` stay the same because the joined bytes are the same.
     Raises:
         OfflineBundleError: no or invalid ``manifest.json``; ``bundle_dir`` is missing (the message
-            names the work folder an interrupted earlier re-split left behind, if any).
+            names the work folder an interrupted earlier re-split left behind, if any); another re-split of
+            the same bundle is running (nothing is touched then).
         PartChecksumError: a listed part is missing from ``bundle_dir``, or has the wrong size or sha256,
             or the joined archive's sha256 differs; ``.part`` names it. The bundle is then left unchanged.
         ValueError: a part size out of range.
@@ -168,8 +212,10 @@ def resplit_bundle(bundle_dir: Path, part_size_mib: int = DEFAULT_PART_SIZE_MIB,
     folder (new parts, new manifest, hard links to the folder's other files such as ``build.log``;
     part files not in the new list are left out) replaces ``bundle_dir`` by two renames.
     Needs free space for about twice the archive on ``bundle_dir``'s file system while it runs.
+    The whole run holds an exclusive lock ``.<bundle>.resplit.lock`` next to ``bundle_dir``; a second run on
+    the same bundle meanwhile raises at once.
     """
-    bundle_dir = Path(bundle_dir).resolve()  # a symlinked folder: swap the real one, the link keeps pointing at it
+    bundle_dir = bundle_dir_of(Path(bundle_dir)).resolve()  # a symlinked folder: swap the real one, the link keeps pointing at it
     if part_size_bytes is None:
         if not 1 <= part_size_mib <= 4096:
             raise ValueError(f"part_size_mib={part_size_mib}: must be within 1..4096")
@@ -178,13 +224,27 @@ def resplit_bundle(bundle_dir: Path, part_size_mib: int = DEFAULT_PART_SIZE_MIB,
         raise ValueError(f"part_size_bytes={part_size_bytes}: must be >= 1")
     parent = bundle_dir.parent
     prefix = f".{bundle_dir.name}.resplit-"
+    if not parent.is_dir() or not (bundle_dir.is_dir() or any(parent.glob(prefix + "*"))):
+        raise OfflineBundleError(f"bundle folder not found: {bundle_dir}")  # nothing to lock (nor a lock file to leave)
+    # The lock is held before anything is looked at: while another run is between its two renames the bundle
+    # folder is absent and its work folder holds both copies; without the lock, this run would tell the user to
+    # move one back (or, with the folder back, delete that run's work folder as a "leftover" under its feet).
+    with _resplit_lock(bundle_dir):
+        return _resplit_locked(bundle_dir, prefix, part_size_bytes)
+
+
+def _resplit_locked(bundle_dir: Path, prefix: str, part_size_bytes: int) -> BundleManifest:
+    """:func:`resplit_bundle`'s work, called with the bundle's re-split lock held."""
+    parent = bundle_dir.parent
     leftovers = sorted(parent.glob(prefix + "*"))
     if not bundle_dir.is_dir():
         hint = (f"; an interrupted re-split left {', '.join(map(str, leftovers))}: move its 'new' (or 'old') "
                 f"folder back to {bundle_dir}") if leftovers else ""
         raise OfflineBundleError(f"bundle folder not found: {bundle_dir}{hint}")
     m = BundleManifest.load(bundle_dir / "manifest.json")
-    # With bundle_dir present, work folders of an earlier interrupted run hold only redundant copies.
+    # With bundle_dir present, work folders of an earlier interrupted run hold only redundant copies. Only
+    # removed here, with the lock held: then no other re-split is running, so none of them is a live run's
+    # work folder (removing one of those would break that run or, between its renames, lose the bundle).
     for old_work in leftovers:
         shutil.rmtree(old_work, ignore_errors=True)
     for p in m.parts:  # only the folder itself: join_parts would also search subfolders (e.g. a work folder)
