@@ -211,3 +211,49 @@ def test_rows_with_new_evidence_but_the_same_judgement_are_rewritten(tmp_path):
     assert row.bundle == "updated"
     assert all("the engine's" in x for x in read_bundle(path)["window_diagnoses"].query(
         "bottleneck == 'api_server'")["summary"])
+
+
+def test_a_bundle_that_cannot_be_written_leaves_its_trial_as_it_was_and_the_others_go_on(tmp_path, monkeypatch):
+    import tunelab.flows.recheck as rc
+
+    a, b = _trial("swA"), _trial("swB")
+    db, results, (pa, pb) = _load(tmp_path, a, b)
+    real = rc.update_bundle_table
+
+    def refuse_a(path, name, df):  # FAULT INJECTION: swA's bundle is not writable (read-only disk, gone, ...)
+        if str(path) == str(pa):
+            raise OSError(30, "Read-only file system", str(path))
+        return real(path, name, df)
+    monkeypatch.setattr(rc, "update_bundle_table", refuse_a)
+    by = {r.sweep_id: r for r in recheck(db)}
+    assert by["swA"].bundle.startswith("not updated (OSError") and by["swB"].bundle == "updated"
+    verdicts = dict(_rows(db, "SELECT sweep_id, quality_verdict FROM trials"))
+    assert verdicts == {"swA": "fail", "swB": "warn"}  # swA as it was, in the warehouse ...
+    assert read_bundle(pa)["trial"].at[0, "quality_verdict"] == "fail"  # ... and in its bundle
+    # so the loader has nothing to bring back, and a later recheck (bundle writable again) finishes the job
+    assert [r.status for r in load_pending(db, results) if r.status != "skipped"] == []
+    monkeypatch.setattr(rc, "update_bundle_table", real)
+    assert {r.sweep_id: r.new_verdict for r in recheck(db) if r.changed} == {"swA": "warn"}
+    assert dict(_rows(db, "SELECT sweep_id, quality_verdict FROM trials")) == {"swA": "warn", "swB": "warn"}
+
+
+def test_cli_bad_warehouse_file_unwritable_bundle_and_invalid_plan_thresholds(tmp_path):
+    cmd = [sys.executable, "-m", "tunelab.cli", "recheck"]
+    text = tmp_path / "notes.duckdb"
+    text.write_text("not a database\n")
+    bad = subprocess.run(cmd + ["--db", str(text)], capture_output=True, text=True)
+    assert bad.returncode == 2 and "not a tunelab warehouse" in bad.stdout + bad.stderr
+    assert "Traceback" not in bad.stderr and text.read_text() == "not a database\n"
+    # a bundle path that is no bundle: exit 1, the trial named, left as it was
+    st = _trial("sw1", {"attribute_frontend_lagg": True})  # a typo in the stored plan's quality section
+    db, _, _ = _load(tmp_path, st)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    con = duckdb.connect(str(db))
+    con.execute("UPDATE loaded_bundles SET bundle_path = ?", [str(empty)])
+    con.close()
+    run = subprocess.run(cmd + ["--db", str(db)], capture_output=True, text=True)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "bundle not updated (BundleError" in run.stdout and "1 left as they were" in run.stdout
+    assert "quality: section is not valid today" in run.stderr and "default quality thresholds used" in run.stderr
+    assert _rows(db, "SELECT quality_verdict FROM trials") == [("fail",)]

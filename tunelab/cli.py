@@ -7,7 +7,7 @@
     tunelab run PLAN                            a sweep now, with a live display (Prefect ephemeral unless PREFECT_API_URL is set)
     tunelab clean                               after a killed sweep: stop its servers, free its slots, crash its runs
     tunelab load                                load bundles not yet in the warehouse
-    tunelab recheck [--sweep ID] [--dry-run]    re-judge stored trials with today's quality rules and diagnosis
+    tunelab recheck [--sweep ID] [--db F] [--dry-run]   re-judge stored trials with today's rules and diagnosis
     tunelab report [--sweep ID] [--plots DIR] [--json]   a sweep's comparison (default: latest with results)
     tunelab compare --baseline SEL --candidate SEL [--mix-keys] [--json]   A/B + regressions (flow `compare`)
     tunelab export --out DIR [--format parquet|csv|json]   warehouse tables as files
@@ -75,7 +75,8 @@ def _fail(msg: str, code: int = EXIT_BAD_INPUT) -> None:
     # would otherwise be taken for markup tags and vanish.
     from rich.markup import escape
 
-    err.print(f"[bold red]error:[/] {escape(str(msg))}", highlight=False)
+    # soft_wrap: one logical line stays one line in a log or a pipe (rich wraps at 80 columns off a terminal)
+    err.print(f"[bold red]error:[/] {escape(str(msg))}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -532,26 +533,41 @@ def load(
 def recheck_cmd(
     sweep: Optional[list[str]] = typer.Option(None, help="Only these sweep ids (repeatable); default every sweep."),
     db: Optional[Path] = typer.Option(None, help="DuckDB file."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Say what would change; write nothing."),
-    lock_timeout_s: float = typer.Option(60.0, "--lock-timeout-s", help="How long to wait for another process "
-                                         "holding the warehouse file (s); then exit 3, nothing changed."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Say what would change; write nothing (opens the "
+                                 "warehouse read-only)."),
+    lock_timeout_s: float = typer.Option(60.0, "--lock-timeout-s", min=0.0, help="How long to wait for another "
+                                         "process holding the warehouse file (s); then exit 3, nothing changed."),
 ) -> None:
     """Re-judge stored trials with today's quality rules and bottleneck checks (after a rule changed): replaces
     their quality verdict, quality_checks and window_diagnoses in the warehouse and in their bundles on disk.
-    Nothing is measured again."""
+    Nothing is measured again. Exit 1 when a bundle could not be written (that trial is left as it was)."""
+    import duckdb
+
     from tunelab.flows.recheck import recheck
     from tunelab.warehouse.loader import WarehouseLocked
 
     dbp = db or paths.db_path()
-    if not Path(dbp).exists():
+    if not Path(dbp).is_file():
         _fail(f"no warehouse at {dbp}: give --db, or run a sweep first (tunelab run PLAN)")
+
+    def warn(line: str) -> None:
+        err.print(f"[yellow]note:[/] {line}", highlight=False, soft_wrap=True)
     try:
-        rows = recheck(dbp, list(sweep) if sweep else None, dry_run=dry_run, lock_timeout_s=lock_timeout_s)
+        rows = recheck(dbp, list(sweep) if sweep else None, dry_run=dry_run, lock_timeout_s=lock_timeout_s,
+                       warn=warn)
     except ValueError as e:
         _fail(str(e))
     except WarehouseLocked as e:
-        err.print(f"[red]not rechecked:[/] {e}", highlight=False, soft_wrap=True)
+        who = f"PID {e.holder_pid}" if e.holder_pid is not None else "another process"
+        err.print(f"[red]not rechecked:[/] warehouse {dbp} is locked by {who} (gave up after {lock_timeout_s:g} s); "
+                  f"nothing changed: run `tunelab recheck` again when it has ended", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_NOT_LOADED)
+    except duckdb.Error as e:
+        if "lock" in str(e).lower():  # the read-only open of a dry run meets a writer
+            err.print(f"[red]not rechecked:[/] warehouse {dbp} is locked by another process: {e}; nothing changed",
+                      highlight=False, soft_wrap=True)
+            raise typer.Exit(EXIT_NOT_LOADED)
+        _fail(f"--db {dbp}: not a tunelab warehouse (DuckDB file): {str(e).splitlines()[0]}")
     changed = [r for r in rows if r.changed]
 
     def flags(d: dict[str, int]) -> str:
@@ -564,10 +580,18 @@ def recheck_cmd(
                          f"; search state {r.old_search_state} -> {r.new_search_state}"
                          + ("" if r.new_search_value is None else f" ({r.new_search_value:.4g})"))
                       + ("" if dry_run else f"; bundle {r.bundle}"), highlight=False, soft_wrap=True, markup=False)
-    rewritten = sum(r.bundle != "unchanged" for r in rows)
+    failed = [r for r in rows if r.bundle.startswith("not updated")]
+    for r in failed:
+        if not r.changed:
+            err.print(f"{r.sweep_id} {r.config_label} r{r.replicate}: bundle {r.bundle}", highlight=False,
+                      soft_wrap=True, markup=False)
+    rewritten = sum(r.bundle in ("updated", "absent") for r in rows)
     console.print(f"{len(rows)} measured trial(s) rechecked: {len(changed)} changed"
                   + ("" if dry_run else f"; rows rewritten for {rewritten} (today's figures and texts)")
-                  + (" (dry run: nothing written)" if dry_run else ""), highlight=False)
+                  + (f"; {len(failed)} left as they were (bundle not writable, above)" if failed else "")
+                  + (" (dry run: nothing written)" if dry_run else ""), highlight=False, soft_wrap=True)
+    if failed:
+        raise typer.Exit(EXIT_FAILED)
 
 
 @import_app.command("vllm-bench")

@@ -35,13 +35,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+import duckdb
 import pandas as pd
 import yaml
 
 from tunelab import records as R
-from tunelab.bundle import read_bundle, update_bundle_table, verify_bundle
+from tunelab.bundle import BundleError, read_bundle, update_bundle_table, verify_bundle
 from tunelab.plan import Plan
 from tunelab.quality_thresholds import QualityThresholds
 from tunelab.search import objective_value
@@ -65,7 +66,8 @@ class RecheckRow:
         old_failed, new_failed: names of the failed checks (``quality_checks.expectation``), before and after.
         old_flagged, new_flagged: ``{bottleneck: windows flagged}`` of ``window_diagnoses``, before and after.
         bundle: ``updated`` (the bundle on disk got the new tables), ``absent`` (no bundle on disk: the
-            warehouse alone was updated) or ``unchanged`` (nothing changed, nothing written).
+            warehouse alone was updated), ``unchanged`` (nothing differed, nothing written) or ``not updated (why)``
+            (the bundle could not be written: the trial is unchanged in the bundle and the warehouse).
         old_search_state, new_search_state, new_search_value: a search boot's ``trials.search_state`` (complete |
             infeasible | fail) before and after, and its objective value after (None: not a search boot, or the
             boot does not count).
@@ -93,22 +95,26 @@ class RecheckRow:
                 or self.old_flagged != self.new_flagged or self.old_search_state != self.new_search_state)
 
 
-def _plan_inputs(plan_yaml: str | None) -> tuple[QualityThresholds, bool | None]:
-    """The plan's quality thresholds and whether every workload fixed its output length (ignore_eos).
+def _plan_inputs(plan_yaml: str | None) -> tuple[QualityThresholds, bool | None, str | None]:
+    """The plan's quality thresholds, whether every workload fixed its output length (ignore_eos), and a note when
+    the thresholds are not the plan's own.
 
     A stored plan that today's Plan model no longer accepts (fields renamed since) still gives its ``quality:``
-    section when that parses; else the defaults."""
+    section when that parses; else the defaults, with a note saying so (a recheck rewrites verdicts: it must not
+    judge by other thresholds than the plan's without saying it)."""
     raw = yaml.safe_load(plan_yaml) if plan_yaml else None
     if not isinstance(raw, dict):
-        return QualityThresholds(), None
+        return QualityThresholds(), None, "no stored plan: default quality thresholds used"
     try:
         plan = Plan.model_validate(raw)
-        return plan.quality, all(w.ignore_eos for w in plan.workloads)
+        return plan.quality, all(w.ignore_eos for w in plan.workloads), None
     except Exception:  # noqa: BLE001 - an old plan: its thresholds alone, or the defaults
         try:
-            return QualityThresholds(**(raw.get("quality") or {})), None
-        except Exception:  # noqa: BLE001
-            return QualityThresholds(), None
+            return QualityThresholds(**(raw.get("quality") or {})), None, None
+        except Exception as e:  # noqa: BLE001
+            first = str(e).splitlines()
+            return QualityThresholds(), None, (f"its stored plan's quality: section is not valid today "
+                                               f"({' '.join(first[:3])}): default quality thresholds used")
 
 
 def _flagged(diag: pd.DataFrame) -> dict[str, int]:
@@ -154,7 +160,8 @@ def _best_key(con: Any, sweep_id: str, objective: dict) -> str | None:
     return r[0][0] if r else None
 
 
-def _store_best(con: Any, sweep_id: str, objective: dict, bundle_paths: dict[str, str]) -> None:
+def _store_best(con: Any, sweep_id: str, objective: dict, bundle_paths: dict[str, str],
+                warn: Callable[[str], None] | None = None) -> None:
     """Recompute ``sweeps.search_best_config_key``; when it changed, write it to the warehouse and to the sweep
     row every bundle of the sweep carries (the loader upserts the sweep row from them)."""
     old = con.execute("SELECT search_best_config_key FROM sweeps WHERE sweep_id = ?", [sweep_id]).fetchall()[0][0]
@@ -165,9 +172,15 @@ def _store_best(con: Any, sweep_id: str, objective: dict, bundle_paths: dict[str
     for (tid,) in con.execute("SELECT trial_id FROM trials WHERE sweep_id = ?", [sweep_id]).fetchall():
         bpath = bundle_paths.get(tid)
         if bpath and Path(bpath).is_dir():
-            sdf = read_bundle(Path(bpath))["sweep"].copy()
-            sdf["search_best_config_key"] = new
-            update_bundle_table(Path(bpath), "sweep", sdf)
+            try:
+                sdf = read_bundle(Path(bpath))["sweep"].copy()
+                sdf["search_best_config_key"] = new
+                update_bundle_table(Path(bpath), "sweep", sdf)
+            except (BundleError, OSError) as e:
+                if warn is not None:  # the warehouse holds the new best; this bundle's sweep row keeps the old one
+                    warn(f"sweep {sweep_id}: the search's best is now {new}, but bundle {bpath} could not be "
+                         f"updated ({type(e).__name__}: {e}); `tunelab load` would bring back {old}")
+                continue
             con.execute("UPDATE loaded_bundles SET sha256 = ? WHERE bundle_id = ?",
                         [verify_bundle(Path(bpath))["manifest_sha256"], tid])
 
@@ -231,7 +244,8 @@ def _json_col(df: pd.DataFrame, col: str) -> pd.DataFrame:
 
 
 def recheck(db: str | Path, sweeps: list[str] | None = None, *, dry_run: bool = False,
-            lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> list[RecheckRow]:
+            lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S, warn: Callable[[str], None] | None = None
+            ) -> list[RecheckRow]:
     """Re-run today's quality suites and bottleneck checks on stored trials and store the new judgement.
 
     Args:
@@ -239,6 +253,8 @@ def recheck(db: str | Path, sweeps: list[str] | None = None, *, dry_run: bool = 
         sweeps: sweep ids to recheck (None: every sweep). Unknown ids raise.
         dry_run: compute and return the rows, write nothing.
         lock_timeout_s: how long to wait for another process holding the warehouse (``open_warehouse``).
+        warn: called with one line per sweep judged by other thresholds than its plan's (its stored plan's
+            ``quality:`` no longer valid: the defaults are used).
 
     Returns:
         One :class:`RecheckRow` per measured trial (``trials.status = 'ok'``), in sweep, config, replicate order.
@@ -247,8 +263,13 @@ def recheck(db: str | Path, sweeps: list[str] | None = None, *, dry_run: bool = 
     Raises:
         ValueError: a sweep id that is not in the warehouse (naming the ids that are).
         warehouse.loader.WarehouseLocked: another process held the warehouse for ``lock_timeout_s``.
+        duckdb.Error: ``db`` is not a DuckDB file.
+
+    A trial whose bundle cannot be written keeps its old judgement in the bundle and the warehouse; its row's
+    ``bundle`` says why (``not updated (...)``) and the others go on.
     """
-    con = open_warehouse(db, lock_timeout_s=lock_timeout_s)
+    # a dry run reads only: it must not wait for (or block) a reader that holds the file
+    con = duckdb.connect(str(db), read_only=True) if dry_run else open_warehouse(db, lock_timeout_s=lock_timeout_s)
     try:
         known = {r[0]: r[1] for r in con.execute("SELECT sweep_id, plan_yaml FROM sweeps").fetchall()}
         cols = {r[0] for r in con.execute("SELECT column_name FROM information_schema.columns "
@@ -266,11 +287,14 @@ def recheck(db: str | Path, sweeps: list[str] | None = None, *, dry_run: bool = 
             "SELECT * FROM trials WHERE status = 'ok' AND sweep_id IN (SELECT unnest(?)) "
             "ORDER BY sweep_id, config_label, replicate, trial_id", [chosen]).df()
         plans = {s: _plan_inputs(known.get(s)) for s in chosen}
+        for sid, (_, _, note) in plans.items():
+            if note and warn is not None:
+                warn(f"sweep {sid}: {note}")
         bundle_paths = dict(con.execute("SELECT bundle_id, bundle_path FROM loaded_bundles").fetchall())
         out: list[RecheckRow] = []
         for trial in trials.to_dict("records"):
             tid = trial["trial_id"]
-            th, ignore_eos = plans[trial["sweep_id"]]
+            th, ignore_eos, _ = plans[trial["sweep_id"]]
             tables = {t: con.execute(f"SELECT * FROM {t} WHERE trial_id = ?", [tid]).df() for t in _INPUTS}
             old_checks = con.execute("SELECT * FROM quality_checks WHERE trial_id = ?", [tid]).df()
             old_diag = con.execute("SELECT * FROM window_diagnoses WHERE trial_id = ?", [tid]).df()
@@ -297,6 +321,25 @@ def recheck(db: str | Path, sweeps: list[str] | None = None, *, dry_run: bool = 
             if dry_run or not (row.changed or _differs(old_checks, res.checks, _CHECK_COLS, ["suite", "expectation"])
                                or _differs(old_diag, diag, _DIAG_COLS, _WINDOW)):
                 continue
+            # The bundle first, then the warehouse: a bundle that cannot be written (read-only, gone, not a bundle)
+            # leaves this trial as it was in both, said in its row, and the recheck goes on with the next. A crash
+            # between the two leaves a bundle newer than its `loaded_bundles` sha, which `tunelab load` loads
+            # again: the same rows this would have written.
+            bpath, new_sha = bundle_paths.get(tid), None
+            if bpath and Path(bpath).is_dir():
+                try:
+                    tdf = read_bundle(Path(bpath))["trial"].copy()
+                    tdf["quality_verdict"] = res.verdict
+                    if objective:
+                        tdf["search_state"], tdf["search_value"], tdf["search_slo_violation"] = (state, value,
+                                                                                                 violation)
+                    update_bundle_table(Path(bpath), "quality_checks", res.checks)
+                    update_bundle_table(Path(bpath), "window_diagnoses", diag[wcols])
+                    update_bundle_table(Path(bpath), "trial", tdf)
+                    new_sha = verify_bundle(Path(bpath))["manifest_sha256"]
+                except (BundleError, OSError) as e:
+                    row.bundle = f"not updated ({type(e).__name__}: {e}); this trial is unchanged in the warehouse"
+                    continue
             con.execute("BEGIN TRANSACTION")
             try:
                 con.execute("DELETE FROM quality_checks WHERE trial_id = ?", [tid])
@@ -312,30 +355,17 @@ def recheck(db: str | Path, sweeps: list[str] | None = None, *, dry_run: bool = 
                     con.register("_tl_diag", diag[wcols])
                     con.execute("INSERT INTO window_diagnoses BY NAME SELECT * FROM _tl_diag")
                     con.unregister("_tl_diag")
+                if new_sha is not None:
+                    con.execute("UPDATE loaded_bundles SET sha256 = ? WHERE bundle_id = ?", [new_sha, tid])
                 con.execute("COMMIT")
             except BaseException:
                 con.execute("ROLLBACK")
                 raise
-            bpath = bundle_paths.get(tid)
-            if bpath and Path(bpath).is_dir():
-                # the bundle first, then its new sha in loaded_bundles: a crash between leaves a bundle that
-                # `tunelab load` loads again, which gives the same rows
-                tdf = read_bundle(Path(bpath))["trial"].copy()
-                tdf["quality_verdict"] = res.verdict
-                if objective:
-                    tdf["search_state"], tdf["search_value"], tdf["search_slo_violation"] = state, value, violation
-                update_bundle_table(Path(bpath), "quality_checks", res.checks)
-                update_bundle_table(Path(bpath), "window_diagnoses", diag[wcols])
-                update_bundle_table(Path(bpath), "trial", tdf)
-                con.execute("UPDATE loaded_bundles SET sha256 = ? WHERE bundle_id = ?",
-                            [verify_bundle(Path(bpath))["manifest_sha256"], tid])
-                row.bundle = "updated"
-            else:
-                row.bundle = "absent"
+            row.bundle = "updated" if new_sha is not None else "absent"
         if not dry_run:
             for sid, objective in objectives.items():
                 if sid in chosen:
-                    _store_best(con, sid, objective, bundle_paths)
+                    _store_best(con, sid, objective, bundle_paths, warn)
         return out
     finally:
         con.close()
