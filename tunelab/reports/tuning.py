@@ -252,7 +252,11 @@ def _md(df: pd.DataFrame) -> str:
 
 
 def _fmt(v: Any, spec: str = ".4g") -> str:
-    return "-" if v is None or (isinstance(v, float) and pd.isna(v)) else format(v, spec)
+    if v is None or (isinstance(v, float) and pd.isna(v)):
+        return "-"
+    if spec == ".4g" and isinstance(v, (int, float)) and abs(v) >= 1e4:
+        return f"{v:,.0f}"  # 13,457 beside 6,821, not 1.346e+04
+    return format(v, spec)
 
 
 def _render(rep: TuningReport, s: pd.Series, obj: dict, thr: str, lat: str) -> None:
@@ -270,7 +274,8 @@ def _render(rep: TuningReport, s: pd.Series, obj: dict, thr: str, lat: str) -> N
     slo = ", ".join(f"{k} <= {v:g}" for k, v in (obj.get("slo") or {}).items() if v is not None) or "none"
     head = (f"tuning report, sweep {rep.sweep_id}: {obj['direction']} {obj['metric']} at {obj['workload']} "
             f"{obj['load']} under SLO {slo} "
-            f"(p{obj.get('slo_percentile', 90)} of each window)")
+            f"(p{obj.get('slo_percentile', 90)} of each window; a boot meets it when its windows' excess over the "
+            f"bounds averages <= 0)")
     spent = f"{boots}; {_fmt(s['search_gpu_minutes'], '.2f')} GPU-minutes; stopped: {s['search_stop_reason']}"
     lines = [head, spent]
     if s["search_stop_reason"] == "interrupted":
