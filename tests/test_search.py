@@ -660,3 +660,219 @@ def test_auto_tune_boots_counts_its_memory_probe_grid_and_profiling_boot():
     assert auto_tune_boots(1) == (3, 11)
     with pytest.raises(ValueError, match="grid_size"):
         auto_tune_boots(0)
+
+
+# -- guided by the diagnosis (search.guide) ------------------------------------------------------------------------
+def _boot_diag(sim, log: list | None = None):
+    """A simulated boot that also diagnoses: ``sim(args, env) -> (tokens/s, TTFT p90 s, {bottleneck: windows})``;
+    two windows at the objective's cell."""
+    def boot(req):
+        tput, ttft, flags = sim(req.engine_args, req.env)
+        if log is not None:
+            log.append(dict(req.engine_args))
+        return BootOutcome("ok", None, _windows(tput, ttft, 2)[-1], usable=True, gpu_minutes=1.0,
+                           bottlenecks=dict(flags))
+    return boot
+
+
+def _asc_sim(args, env):
+    """Throughput rises with api-server-count up to 4; below 4 the API server is flagged in both windows."""
+    asc = int(args.get("api-server-count") or 1)
+    seqs = int(args.get("max-num-seqs") or 128)
+    return 1000.0 * min(asc, 4) * (1.0 if seqs == 128 else 0.8), 0.05, ({"api_server": 2} if asc < 4 else {})
+
+
+GUIDE = {"space": {"engine_args": {"api-server-count": [1, 2, 4, 8], "max-num-seqs": [64, 128, 256]}},
+         "objective": {"maximize": "output_tokens_per_s", "load": "c=4"}, "budget": {"boots": 4}}
+
+
+def test_a_flagged_api_server_makes_the_next_boot_the_default_with_one_more_api_server():
+    plan = _plan(GUIDE, engine_args={"max-num-seqs": 128})
+    log: list = []
+    out = _search(plan, _boot_diag(_asc_sim, log))
+    first, second = out.records[0], out.records[1]
+    assert first.role == "default" and first.reason is None
+    # the default leaves api-server-count unset (vLLM's 1): the neighbour is 2, with the default's max-num-seqs
+    assert (second.engine_args["api-server-count"], second.engine_args["max-num-seqs"]) == (2, 128), log
+    assert second.role == "search" and second.number is not None
+    assert second.reason == ("diagnosis: api_server flagged in 2/2 windows of boot 1 (default) -> "
+                             "api-server-count 1 -> 2"), second.reason
+    # and boot 2 still flags it: boot 3 moves on to 4 (its reason names boot 2)
+    third = out.records[2]
+    assert third.engine_args["api-server-count"] == 4 and "of boot 2 (search #0) -> api-server-count 2 -> 4" in \
+        third.reason
+    unguided = _search(_plan({**GUIDE, "guide": False}, engine_args={"max-num-seqs": 128}),
+                       _boot_diag(_asc_sim))
+    assert all(r.reason is None for r in unguided.records)
+    assert not any("fixed_params" in t.system_attrs for t in unguided.study.trials)
+
+
+def test_the_search_log_says_why_a_guided_boot_was_chosen():
+    plan = _plan(GUIDE, engine_args={"max-num-seqs": 128})
+    w, lo = plan.search_cell()
+    lines: list[str] = []
+    run_search(plan.search, base_args={"max-num-seqs": 128}, base_env={}, seed=0, workload=w, load=lo,
+               slo=plan.slo.model_dump(), boot=_boot_diag(_asc_sim), log=lines.append)
+    (boot2,) = [x for x in lines if x.startswith("search boot 2 ")]
+    assert boot2.endswith("(why: diagnosis: api_server flagged in 2/2 windows of boot 1 (default) -> "
+                          "api-server-count 1 -> 2)"), lines
+
+
+def test_a_kv_cache_flag_raises_gpu_memory_utilization_of_the_space():
+    plan = _plan({**GUIDE, "space": {"engine_args": {"gpu-memory-utilization": [0.8, 0.9, 0.95]}},
+                  "budget": {"boots": 2}})
+    out = _search(plan, _boot_diag(lambda a, e: (1000.0, 0.05, {"kv_cache": 1, "api_server": 0})))
+    second = out.records[1]
+    assert second.engine_args["gpu-memory-utilization"] == 0.95  # from vLLM's default 0.9
+    assert second.reason == ("diagnosis: kv_cache flagged in 1/2 windows of boot 1 (default) -> "
+                             "gpu-memory-utilization 0.9 -> 0.95")
+
+
+def test_a_flag_whose_knob_is_not_in_the_space_enqueues_nothing():
+    # kv_cache's knobs are gpu-memory-utilization and max-num-seqs; the space varies only an env var
+    plan = _plan({**GUIDE, "space": {"env": {"VLLM_X": [0, 1]}}, "budget": {"boots": 3}})
+    out = _search(plan, _boot_diag(lambda a, e: (1000.0, 0.05, {"kv_cache": 2})))
+    assert all(r.reason is None for r in out.records)
+    assert not any("fixed_params" in t.system_attrs for t in out.study.trials)
+    # max-num-seqs in the space but unset by the default and without a vLLM default here: no move from the default
+    # (TPE's boot 2 sets it, so a move may follow that one)
+    plan = _plan({**GUIDE, "space": {"engine_args": {"max-num-seqs": [64, 128]}}, "budget": {"boots": 2}})
+    out = _search(plan, _boot_diag(lambda a, e: (1000.0, 0.05, {"kv_cache": 2})))
+    assert out.records[1].reason is None and out.study.trials[0].system_attrs.get("fixed_params") is None
+
+
+def test_a_neighbour_already_booted_is_not_enqueued_again_and_the_next_move_applies():
+    from tunelab.search import guided_move
+
+    space = SearchSpace(engine_args={"api-server-count": [1, 2], "gpu-memory-utilization": [0.9, 0.95]})
+    flags = {"api_server": 2, "kv_cache": 1}
+    booted = {(2, 0.9)}
+    got = guided_move(space, {"api-server-count": 1, "gpu-memory-utilization": 0.9}, {}, flags, 2, "boot 3",
+                      lambda a: (a["api-server-count"], a["gpu-memory-utilization"]) in booted)
+    assert got is not None
+    params, reason = got  # api-server-count 2 was booted with this gpu-memory-utilization: kv_cache's move instead
+    assert params == {"api-server-count": 1, "gpu-memory-utilization": 0.95}
+    assert reason.startswith("diagnosis: kv_cache flagged in 1/2 windows of boot 3")
+    booted.add((1, 0.95))
+    assert guided_move(space, {"api-server-count": 1, "gpu-memory-utilization": 0.9}, {}, flags, 2, "boot 3",
+                       lambda a: (a["api-server-count"], a["gpu-memory-utilization"]) in booted) is None
+    # in the loop: the default sets api-server-count 2; a TPE boot at 1 flags api_server, whose neighbour (2) is
+    # the default, already booted: nothing is enqueued
+    plan = _plan({**GUIDE, "space": {"engine_args": {"api-server-count": [1, 2]}}, "budget": {"boots": 3}},
+                 engine_args={"api-server-count": 2})
+    out = _search(plan, _boot_diag(lambda a, e: (1000.0 * a["api-server-count"], 0.05,
+                                                 {"api_server": 2} if a["api-server-count"] < 2 else {})))
+    assert [r.engine_args["api-server-count"] for r in out.records] == [2, 1]
+    assert not any("fixed_params" in t.system_attrs for t in out.study.trials)
+
+
+def test_moves_down_and_on_ranges():
+    from tunelab.search import guided_move
+
+    space = SearchSpace(engine_args={"max-num-batched-tokens": {"low": 1024, "high": 8192, "step": 1024},
+                                     "gpu-memory-utilization": {"low": 0.8, "high": 0.95}})  # continuous
+    params, reason = guided_move(space, {"max-num-batched-tokens": 4096}, {}, {"prefill_interference": 1,
+                                                                               "kv_cache": 1}, 1, "boot 1",
+                                 lambda a: False)
+    assert params == {"max-num-batched-tokens": 3072} and "max-num-batched-tokens 4096 -> 3072" in reason
+    # kv_cache alone: its knob's range is continuous, max-num-seqs is not in the space: no move
+    assert guided_move(space, {}, {}, {"kv_cache": 2}, 2, "boot 1", lambda a: False) is None
+
+
+def test_flagged_bottlenecks_counts_the_windows_of_the_objective_cell_only():
+    from tunelab.search import flagged_bottlenecks
+
+    rows = [{"workload": "chat", "load_kind": "concurrency", "load_value": lv, "repeat": r, "bottleneck": b,
+             "flagged": f}
+            for lv in (1.0, 4.0) for r in (0, 1)
+            for b, f in (("api_server", lv == 4.0), ("kv_cache", None if r else True), ("client", False))]
+    assert flagged_bottlenecks(pd.DataFrame(rows), "chat", "c=4") == {"api_server": 2, "kv_cache": 1}
+    assert flagged_bottlenecks(pd.DataFrame(rows), "chat", "c=1") == {"kv_cache": 1}
+    assert flagged_bottlenecks(None, "chat", "c=4") == {}
+
+
+# The best config (api-server-count 4, gpu-memory-utilization 0.95, max-num-seqs 128) is reached from the default
+# by following the flags: the API server is flagged below 4 servers, the KV cache below 0.95 or above 128 seqs.
+FOLLOW = {"space": {"engine_args": {"api-server-count": [1, 2, 3, 4],
+                                    "gpu-memory-utilization": [0.8, 0.85, 0.9, 0.95],
+                                    "max-num-seqs": [64, 128, 256, 512]}},
+          "objective": {"maximize": "output_tokens_per_s", "load": "c=4"}, "budget": {"boots": 30}}
+
+
+def _follow_sim(args, env):
+    asc = int(args.get("api-server-count") or 1)
+    gmu = float(args.get("gpu-memory-utilization") or 0.9)
+    seqs = int(args.get("max-num-seqs") or 128)
+    tput = 1000.0 * (0.4 + 0.15 * asc) * (1.0 + 2 * (gmu - 0.8)) * {64: 0.8, 128: 1.0, 256: 1.1, 512: 1.2}[seqs]
+    flags = {}
+    if asc < 4:
+        flags["api_server"] = 2
+    if gmu < 0.95 or seqs > 128:
+        flags["kv_cache"] = 1
+    return tput, 0.0008 * seqs, flags  # 256 and 512 seqs: faster, but TTFT p90 > the SLO's 0.2 s
+
+
+class _Found(Exception):
+    pass
+
+
+def _boots_to_best(guide: bool, seed: int) -> int:
+    plan = _plan({**FOLLOW, "guide": guide}, engine_args={"max-num-seqs": 128}, seed=seed)
+    n = [0]
+
+    def boot(req):
+        n[0] += 1
+        a = req.engine_args
+        if (a.get("api-server-count"), a.get("gpu-memory-utilization"), a.get("max-num-seqs")) == (4, 0.95, 128):
+            raise _Found
+        return _boot_diag(_follow_sim)(req)
+
+    try:
+        _search(plan, boot)
+    except _Found:
+        return n[0]
+    return n[0] + 1  # not found within the budget
+
+
+def test_following_the_flags_finds_the_best_in_fewer_boots_than_tpe_alone():
+    import statistics
+
+    guided = [_boots_to_best(True, s) for s in range(20)]
+    alone = [_boots_to_best(False, s) for s in range(20)]
+    mg, ma = statistics.median(guided), statistics.median(alone)
+    print(f"boots to the best over 20 seeds: guided median {mg} {guided}; TPE alone median {ma} {alone}")
+    assert mg < ma
+
+
+def test_a_guided_boots_reason_lands_in_trials_and_ends_its_configs_tried_line():
+    from tunelab.reports.tuning import tuning_report
+    from tunelab.warehouse.loader import insert_trial_tables
+    from tunelab.warehouse.migrate import connect
+    from tunelab.warehouse.synthetic import synthetic_trial
+
+    con = connect(":memory:")
+    plan_yaml = "name: s\nmodel: models/tiny\nsearch:\n  space:\n    engine_args: {api-server-count: [1, 2]}\n"
+    obj = {"metric": "output_tokens_per_s", "direction": "maximize", "workload": "chat", "load": "c=4",
+           "slo": {"ttft_s": 0.12, "tpot_s": None, "e2el_s": None}, "slo_percentile": 90}
+    why = "diagnosis: api_server flagged in 2/2 windows of boot 1 (default) -> api-server-count 1 -> 2"
+    for i, (key, tput, role, args, reason) in enumerate((("D", 1000, "default", {}, None),
+                                                          ("G", 1800, "search", {"api-server-count": 2}, why))):
+        st = synthetic_trial(sweep_id="sw", config_key=key, config_label=f"cfg{key}", loads=(("concurrency", 4.0),),
+                             base_output_tokens_per_s=tput,
+                             started_at=pd.Timestamp("2026-01-01", tz="UTC") + pd.Timedelta(minutes=i))
+        st.tables["measurements"]["ttft_p90_s"] = 0.05
+        st.sweep.update(plan_yaml=plan_yaml, search_objective=json.dumps(obj), search_boots=2, search_grid_size=2,
+                        search_gpu_minutes=2.0, search_stop_reason="budget_boots", search_best_config_key="G")
+        trial = {**st.trial, "engine_args": json.dumps(args), "env": "{}", "search_role": role,
+                 "search_trial": None if role == "default" else 0, "search_state": "complete",
+                 "search_value": float(tput), "search_slo_violation": -0.5, "search_reason": reason}
+        con.execute("BEGIN")
+        insert_trial_tables(con, st.trial["trial_id"], {"sweep": pd.DataFrame([st.sweep]),
+                                                        "trial": pd.DataFrame([trial]), **st.tables}, source="test")
+        con.execute("COMMIT")
+    got = con.execute("SELECT config_key, search_reason FROM trials ORDER BY config_key").fetchall()
+    assert got == [("D", None), ("G", why)]
+    text = "\n".join(tuning_report(con, "sw").lines)
+    assert f"  #0 cfgG [G]: complete, output_tokens_per_s = 1800 (why: {why})" in text, text
+    assert "  cfgD [D]: complete, output_tokens_per_s = 1000\n" in text + "\n"
+    con.close()

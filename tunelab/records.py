@@ -241,6 +241,10 @@ class Trial(Record):
                                        "(018).")
     search_walked_from: Text | None = _f("search: config_key of the config whose memory failure this boot walked "
                                          "down from (018).")
+    search_reason: Text | None = _f("search: why the search booted this config when an earlier boot's diagnosis "
+                                    "chose it (search.guide), e.g. 'diagnosis: api_server flagged in 2/2 windows of "
+                                    "boot 1 (default) -> api-server-count 1 -> 2'; None: TPE's own suggestion, the "
+                                    "default, a walk-down (020).")
 
 
 # -- boot phases ---------------------------------------------------------------------------------------------

@@ -20,6 +20,11 @@ budget is spent. One optuna trial = one boot of one config. docs/tuning.md says 
   ``--max-model-len`` or ``--max-num-seqs`` lowered (which one depends on the failure class), up to
   ``walk_down.max_steps`` times; the failed boot stays in the record and optuna is told the suggestion failed.
   Every walk-down boot counts against the budget.
+- **Guided by the diagnosis** (``search.guide``, :data:`REMEDY_MOVES`): after a boot whose windows at the
+  objective's cell flag a bottleneck (``window_diagnoses``) whose remedy is an engine arg of the space, the next
+  boot is that config with the knob moved one value of the space (``api-server-count`` up, ...), enqueued in optuna
+  (``study.enqueue_trial``); at most one such move per boot, so TPE's own suggestions go on between them. The boot
+  records why (``SearchRecord.reason``, ``trials.search_reason``).
 
 Domain layer: imports only pydantic, optuna, pandas, the standard library and ``load_profiles`` (never ``plan``,
 which imports this module).
@@ -43,6 +48,10 @@ __all__ = [
     "BootOutcome",
     "boots_phrase",
     "default_in_space",
+    "flagged_bottlenecks",
+    "guided_move",
+    "REMEDY_MOVES",
+    "VLLM_DEFAULTS",
     "ObjectiveValue",
     "SearchBoot",
     "SearchBudget",
@@ -205,6 +214,11 @@ class SearchSpec(BaseModel):
     budget: SearchBudget
     prune: PruneRule = Field(default_factory=PruneRule)
     walk_down: WalkDown = Field(default_factory=WalkDown)
+    guide: bool = Field(True, description=(
+        "After a boot whose diagnosis flags a bottleneck whose remedy is an engine arg of the space "
+        "(REMEDY_MOVES: api_server -> api-server-count up; kv_cache -> gpu-memory-utilization up, else "
+        "max-num-seqs down; prefill_interference -> max-num-batched-tokens down), boot that config with the knob "
+        "moved one value next (at most one such move per boot). false: TPE alone."))
 
 
 # -- space -> optuna ---------------------------------------------------------------------------------------------
@@ -487,6 +501,139 @@ def walk_down(engine_args: dict[str, Scalar], failure_class: str | None, min_mod
     return None
 
 
+# -- guided by the diagnosis -------------------------------------------------------------------------------------
+#: The moves the search tries after a boot whose diagnosis flags a bottleneck (``search.guide``): bottleneck ->
+#: (engine arg, ``up``/``down``), in order of preference. They are the one-knob parts of the seeds' remedies
+#: (``diagnosis.REMEDIES``): api_server "--api-server-count N (several API server processes)"; kv_cache "raise
+#: --gpu-memory-utilization; ... lower --max-num-seqs"; prefill_interference "a smaller --max-num-batched-tokens".
+#: The other remedies are no move along a dimension (VLLM_USE_FASTOKENS, chunked prefill on, a realistic
+#: max-model-len), and the client and gpu_floor findings have none (no serving flag cures them).
+REMEDY_MOVES: dict[str, list[tuple[str, str]]] = {
+    "api_server": [("api-server-count", "up")],
+    "kv_cache": [("gpu-memory-utilization", "up"), ("max-num-seqs", "down")],
+    "prefill_interference": [("max-num-batched-tokens", "down")],
+}
+
+#: vLLM's defaults of the knobs of :data:`REMEDY_MOVES` that a config may leave unset, the value a move starts from
+#: (``vllm serve --help`` of vLLM 0.32.0, the version of the ``engine_arg_values`` table). ``api-server-count``:
+#: unset, ``vllm/entrypoints/cli/serve.py`` resolves it to the data-parallel size, 1 for one engine without data
+#: parallelism (what a search boots). A knob unset and not here (``max-num-seqs``, ``max-num-batched-tokens``: their
+#: defaults depend on the model, the GPU and the usage context) is not moved.
+VLLM_DEFAULTS: dict[str, Scalar] = {"api-server-count": 1, "gpu-memory-utilization": 0.9}
+
+_UNSET = object()
+
+
+def flagged_bottlenecks(diagnoses: pd.DataFrame | None, workload: str, load: str) -> dict[str, int]:
+    """Bottleneck -> windows flagged at the objective's cell (``workload``, load label ``load``) of a boot's
+    ``window_diagnoses`` rows (one per window and bottleneck, ``flagged`` True/False/None); only bottlenecks flagged
+    in at least one window."""
+    rows = cell_rows(diagnoses, workload, load)
+    if rows.empty or "flagged" not in rows.columns or "bottleneck" not in rows.columns:
+        return {}
+    hit = rows[rows["flagged"].eq(True).fillna(False).astype(bool)]
+    counts = hit.groupby("bottleneck").size()
+    return {str(b): int(n) for b, n in counts.items() if n > 0}
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _ordered(dim: SpaceValue) -> list[int | float] | None:
+    """The numeric values of a dimension in ascending order (a list: its numbers sorted; a range: its values),
+    None when continuous."""
+    if isinstance(dim, list):
+        return sorted({v for v in dim if _is_num(v)})
+    return range_values(dim)
+
+
+def _param_of(kind: str, name: str, dim: SpaceValue, args: dict[str, Scalar], env: dict[str, str]) -> Any:
+    """The value of dimension ``name`` that gives a config's setting (as optuna takes it), or ``_UNSET`` when the
+    config does not set it or sets a value that is not one of the space's."""
+    have = (args if kind == "engine_args" else env).get(name)
+    if have is None:  # unset: a value only when the space lists null
+        return None if isinstance(dim, list) and None in dim else _UNSET
+    if kind == "env":
+        vals = dim if isinstance(dim, list) else (range_values(dim) or [])
+        for x in vals:
+            if x is not None and (("1" if x else "0") if isinstance(x, bool) else str(plain_number(x))) == have:
+                return x
+        return _UNSET
+    if isinstance(dim, list):
+        return next((x for x in dim if x == have and isinstance(x, bool) == isinstance(have, bool)), _UNSET)
+    if not _is_num(have):
+        return _UNSET
+    vals = range_values(dim)
+    if vals is None:
+        return float(have) if dim.low <= have <= dim.high else _UNSET
+    return have if have in vals else _UNSET
+
+
+def guided_move(space: SearchSpace, engine_args: dict[str, Scalar], env: dict[str, str],
+                bottlenecks: dict[str, int], windows: int, boot_label: str,
+                booted: Callable[[dict[str, Scalar]], bool]) -> tuple[dict[str, Any], str] | None:
+    """The config to try next after a boot whose diagnosis flagged ``bottlenecks``, or None.
+
+    For each flagged bottleneck (most windows first) and each of its :data:`REMEDY_MOVES` whose knob is an engine
+    arg of the space: the knob's current value (the boot's, else :data:`VLLM_DEFAULTS`, else no move), its next
+    value of the space strictly above (``up``) or below (``down``) it (a list: its numbers sorted; a range: its
+    values; a continuous range: no move). The first move whose config (the boot's with that knob moved) was not
+    booted (``booted(engine_args)``) is the answer.
+
+    Args:
+        space: the search space. engine_args, env: the boot's config.
+        bottlenecks: bottleneck -> windows flagged at the objective's cell (:func:`flagged_bottlenecks`).
+        windows: the boot's windows at that cell (for the reason). boot_label: e.g. ``boot 1 (default)``.
+        booted: whether a config (engine args; the boot's env) was booted already.
+
+    Returns:
+        (optuna params to enqueue: the moved knob and every other dimension the boot sets to a value of the space,
+        so the next boot is its neighbour; dimensions it leaves unset are left to the sampler; the reason in words).
+    """
+    dists = distributions(space)
+    for b, n in sorted(bottlenecks.items(), key=lambda kv: (-kv[1], list(REMEDY_MOVES).index(kv[0])
+                                                             if kv[0] in REMEDY_MOVES else len(REMEDY_MOVES))):
+        if n <= 0:
+            continue
+        for knob, way in REMEDY_MOVES.get(b, []):
+            dim = space.engine_args.get(knob)
+            if dim is None:
+                continue
+            cur = engine_args.get(knob)
+            if cur is None or cur is False:
+                cur = VLLM_DEFAULTS.get(knob)
+            if not _is_num(cur):
+                continue
+            vals = _ordered(dim)
+            if not vals:
+                continue
+            nxt = min((v for v in vals if v > cur), default=None) if way == "up" else \
+                max((v for v in vals if v < cur), default=None)
+            if nxt is None:
+                continue
+            moved = {**engine_args, knob: plain_number(nxt)}
+            if booted(moved):
+                continue
+            params: dict[str, Any] = {}
+            for kind in ("engine_args", "env"):
+                for name, d in getattr(space, kind).items():
+                    v = _param_of(kind, name, d, engine_args, env)
+                    if v is not _UNSET:
+                        params[_pname(kind, name)] = v
+            params[knob] = nxt
+            for pn, v in params.items():  # as the distribution takes it
+                dist = type(dists[pn]).__name__
+                if dist == "IntDistribution" and _is_num(v):
+                    params[pn] = int(v)
+                elif dist == "FloatDistribution" and _is_num(v):
+                    params[pn] = float(v)
+            reason = (f"diagnosis: {b} flagged in {n}/{max(windows, n)} windows of {boot_label} -> {knob} "
+                      f"{plain_number(cur)} -> {plain_number(nxt)}")
+            return params, reason
+    return None
+
+
 # -- the loop ----------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class SearchBoot:
@@ -506,7 +653,8 @@ class SearchBoot:
 class BootOutcome:
     """What a boot gave back: ``status`` (``ok``, ``boot_failed``, ...), ``failure_class`` (``pruned`` when
     ``window_check`` stopped it), its measurements, whether its quality verdict lets it count (``usable``), its
-    device-minutes, and the trial id it was recorded under."""
+    device-minutes, the trial id it was recorded under, and ``bottlenecks``: bottleneck -> windows flagged at the
+    objective's cell by its diagnosis (:func:`flagged_bottlenecks` of its ``window_diagnoses``; empty: none)."""
 
     status: str
     failure_class: str | None = None
@@ -514,11 +662,14 @@ class BootOutcome:
     usable: bool = True
     gpu_minutes: float = 0.0
     trial_id: str | None = None
+    bottlenecks: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
 class SearchRecord:
-    """One boot of the search, as recorded (``trials.search_*``, migration 018)."""
+    """One boot of the search, as recorded (``trials.search_*``, migrations 018 and 020). ``reason``: why the search
+    chose it when an earlier boot's diagnosis did (:func:`guided_move`); None: TPE's own suggestion, the default, a
+    walk-down."""
 
     role: str
     number: int | None
@@ -534,6 +685,7 @@ class SearchRecord:
     gpu_minutes: float = 0.0
     trial_id: str | None = None
     boot: int = 0  # 1-based boot number in the search (the default is 1)
+    reason: str | None = None
 
 
 @dataclass
@@ -642,8 +794,24 @@ def run_search(spec: SearchSpec, *, base_args: dict[str, Scalar], base_env: dict
                 return "budget_gpu_minutes"
         return None
 
+    def guide(rec: SearchRecord, res: BootOutcome) -> None:
+        """Enqueue the neighbour the boot's diagnosis points to (at most one)."""
+        if not spec.guide or rec.state not in ("complete", "infeasible") or not res.bottlenecks:
+            return
+        label = f"boot {rec.boot} ({rec.role}{'' if rec.number is None else f' #{rec.number}'})"
+        move = guided_move(spec.space, rec.engine_args, rec.env, res.bottlenecks,
+                           len(cell_rows(res.measurements, workload, load)), label,
+                           lambda a: key(a, rec.env) in seen)
+        if move is None:
+            return
+        params, reason = move
+        waiting = len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+        study.enqueue_trial(params, user_attrs={"guide_reason": reason}, skip_if_exists=True)
+        if len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,))) > waiting:
+            log(f"search: the next boot follows the {reason}")
+
     def one(args: dict, env: dict, role: str, number: int | None, walked: str | None, walked_from: str | None,
-            optuna_trial: Any) -> SearchRecord:
+            optuna_trial: Any, reason: str | None = None) -> SearchRecord:
         window_vals: list[float] = []
 
         def check(meas: pd.DataFrame) -> bool:
@@ -673,7 +841,7 @@ def run_search(spec: SearchSpec, *, base_args: dict[str, Scalar], base_env: dict
         out.gpu_minutes += res.gpu_minutes
         rec = SearchRecord(role=role, number=number, engine_args=args, env=env, config_key=key(args, env),
                            state="fail", failure_class=res.failure_class, walked=walked, walked_from=walked_from,
-                           gpu_minutes=res.gpu_minutes, trial_id=res.trial_id)
+                           gpu_minutes=res.gpu_minutes, trial_id=res.trial_id, reason=reason)
         if res.failure_class == "pruned":
             ov = objective_value(res.measurements, obj.metric, workload, load, slo, obj.slo_percentile)
             rec.state, rec.value, rec.violation = "pruned", ov.value, ov.violation
@@ -696,7 +864,9 @@ def run_search(spec: SearchSpec, *, base_args: dict[str, Scalar], base_env: dict
         log(f"search boot {out.boots} ({role}{'' if number is None else f' #{number}'}): {rec.state}"
             f"{'' if rec.value is None else f' {obj.metric}={rec.value:.4g}'}"
             f"{'' if rec.violation is None or rec.violation <= 0 else f' (SLO exceeded by {rec.violation:.0%})'}"
-            f"{'' if not why else f' [{why}]'}{'' if not walked else f' walk-down: {walked}'}")
+            f"{'' if not why else f' [{why}]'}{'' if not walked else f' walk-down: {walked}'}"
+            f"{'' if not reason else f' (why: {reason})'}")
+        guide(rec, res)
         return rec
 
     # The plan's default config first: the reference of the verdict and the first bar for pruning.
@@ -731,7 +901,7 @@ def run_search(spec: SearchSpec, *, base_args: dict[str, Scalar], base_env: dict
                 break
             continue
         repeats = 0
-        rec = one(args, env, "search", ot.number, None, None, ot)
+        rec = one(args, env, "search", ot.number, None, None, ot, ot.user_attrs.get("guide_reason"))
         _tell(study, ot, rec, TrialState)
         # A boot that failed for memory is information: walk its footprint down until it boots.
         cur, steps = rec, 0

@@ -26,7 +26,7 @@ from tunelab import records
 from tunelab.bundle import read_bundle, update_bundle_table
 from tunelab.plan import Plan, config_key
 from tunelab.search import (BootOutcome, SearchBoot, SearchOutcome, SearchRecord, boots_phrase, default_in_space,
-                            run_search)
+                            flagged_bottlenecks, run_search)
 
 __all__ = ["run_search_sweep", "record_search", "search_lines", "sweep_bundles"]
 
@@ -104,10 +104,12 @@ def run_search_sweep(run: Any, pools: dict, no_gpu_reason: str, plan: Plan, logg
                 st["verdict"] = validate(bundle, plan)
             except Exception as e:  # the boot then does not count; the sweep validates again at its end
                 logger.error("validation of %s could not run: %s", bundle, e)
-        meas = read_bundle(bundle, verify=False).get("measurements") if bundle is not None else None
+        tables = read_bundle(bundle, verify=False) if bundle is not None else {}
+        # The diagnosis of its windows at the objective's cell: what the search may try next (search.guide).
         return BootOutcome(status=st.get("status") or "failed", failure_class=st.get("failure_class"),
-                           measurements=meas, usable=st.get("verdict") in ("pass", "warn"),
-                           gpu_minutes=_minutes(run.timings[job.index], job.need), trial_id=trial_id)
+                           measurements=tables.get("measurements"), usable=st.get("verdict") in ("pass", "warn"),
+                           gpu_minutes=_minutes(run.timings[job.index], job.need), trial_id=trial_id,
+                           bottlenecks=flagged_bottlenecks(tables.get("window_diagnoses"), workload, load))
 
     current: list = []  # [job, trial_id] of the boot running now
     longest = max(w.prompt_tokens + w.output_tokens for w in plan.workloads)
@@ -155,6 +157,7 @@ def _record_trial(bundle: Path, rec: SearchRecord, logger: Any) -> None:
         tdf["search_slo_violation"] = rec.violation if rec.violation is None or math.isfinite(rec.violation) else None
         tdf["search_walk_down"] = rec.walked
         tdf["search_walked_from"] = rec.walked_from
+        tdf["search_reason"] = rec.reason
         update_bundle_table(bundle, "trial", records.frame(records.Trial, tdf))
     except Exception as e:  # the bundle keeps its measurements; only its search columns are missing
         logger.warning("could not record the search columns of %s: %s", bundle, e)

@@ -190,7 +190,8 @@ def _report(con: duckdb.DuckDBPyConnection, sweep_id: str | None, plots_dir: Pat
     thr, lat = _axes(obj)
     trials = con.execute(
         "SELECT trial_id, config_key, config_label, status, failure_class, quality_verdict, search_role, "
-        "search_trial, search_state, search_value, search_slo_violation, search_walk_down, engine_args, env, model "
+        "search_trial, search_state, search_value, search_slo_violation, search_walk_down, search_reason, "
+        "engine_args, env, model "
         "FROM trials WHERE sweep_id = ? AND search_role IS NOT NULL ORDER BY started_at, trial_id", [sweep_id]).df()
     meas = con.execute(f"SELECT m.trial_id, m.workload, m.load_kind, m.load_value, m.{thr} AS thr, m.{lat} AS lat "
                        "FROM measurements m JOIN trials t USING (trial_id) WHERE t.sweep_id = ?", [sweep_id]).df()
@@ -323,7 +324,8 @@ def _render(rep: TuningReport, s: pd.Series, obj: dict, thr: str, lat: str) -> N
         trial = "" if pd.isna(r.search_trial) else f"#{int(r.search_trial)} "
         lines.append(f"  {trial}{r.config_label} [{r.config_key}]: {r.search_state}, {obj['metric']} = "
                      f"{_fmt(r.search_value)}" + ("" if r.status == "ok" else f" ({r.status}"
-                                                 + ("" if pd.isna(r.failure_class) else f": {r.failure_class}") + ")"))
+                                                 + ("" if pd.isna(r.failure_class) else f": {r.failure_class}") + ")")
+                     + ("" if pd.isna(r.search_reason) else f" (why: {r.search_reason})"))
     rep.lines = lines
 
     show = rep.configs[["config_label", "config_key", "search_role", "search_trial", "search_state", "status",
