@@ -207,53 +207,6 @@ def test_resplit_missing_part_refused_with_its_name(tmp_path):
     assert _snapshot(bdir) == before
 
 
-def test_resplit_interrupted_between_renames_is_reported_not_lost(tmp_path, monkeypatch):
-    """If the process dies between the two renames, both complete copies stay in the work folder."""
-    arc, bdir, m = _bundle_dir(tmp_path)
-    real_rename, calls = os.rename, []
-
-    def rename(a, b):
-        calls.append(b)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        real_rename(a, b)
-
-    monkeypatch.setattr(os, "rename", rename)
-    with pytest.raises(KeyboardInterrupt):
-        off.resplit_bundle(bdir, part_size_bytes=1500)
-    monkeypatch.setattr(os, "rename", real_rename)
-    assert not bdir.exists()
-    (work,) = tmp_path.glob(".parts.resplit-*")
-    assert BundleManifest.load(work / "old") == m
-    assert join_parts(BundleManifest.load(work / "new"), [work / "new"], tmp_path / "j" / arc.name
-                      ).read_bytes() == arc.read_bytes()
-    with pytest.raises(OfflineBundleError, match="interrupted re-split left") as ei:
-        off.resplit_bundle(bdir, part_size_bytes=1500)
-    assert str(work) in str(ei.value)
-
-
-def test_resplit_cli_exit_codes(tmp_path):
-    import subprocess
-
-    arc, bdir, m = _bundle_dir(tmp_path)
-    repo = Path(__file__).resolve().parent.parent
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")]))
-    r = subprocess.run([sys.executable, "-m", "tunelab.offline", "resplit", str(bdir), "--part-size-mib", "1"],
-                       capture_output=True, text=True, env=env)
-    assert r.returncode == 0, r.stderr
-    new = BundleManifest.load(bdir)
-    assert len(new.parts) == 1 and new.parts[0].size_bytes == arc.stat().st_size  # a few KB fit one 1 MiB part
-    assert f"{len(m.parts)} parts" in r.stdout and "-> 1 parts" in r.stdout
-    assert join_parts(new, [bdir], tmp_path / "j" / arc.name).read_bytes() == arc.read_bytes()
-    r = subprocess.run([sys.executable, "-m", "tunelab.offline", "resplit", str(tmp_path / "no-such-bundle")],
-                       capture_output=True, text=True, env=env)
-    assert r.returncode == 2 and "no-such-bundle" in r.stderr
-    (bdir / new.parts[0].name).write_bytes(b"x")
-    r = subprocess.run([sys.executable, "-m", "tunelab.offline", "resplit", str(bdir)],
-                       capture_output=True, text=True, env=env)
-    assert r.returncode == 2 and new.parts[0].name in r.stderr and "copy it again" in r.stderr
-
-
 def _run_cli(*args: str):
     import subprocess
 
@@ -277,6 +230,34 @@ def _interrupt_between_renames(bdir: Path, monkeypatch) -> None:
         off.resplit_bundle(bdir, part_size_bytes=1500)
     monkeypatch.setattr(os, "rename", real_rename)
     assert not bdir.exists()
+
+
+def test_resplit_interrupted_between_renames_is_reported_not_lost(tmp_path, monkeypatch):
+    """If the process dies between the two renames, both complete copies stay in the work folder."""
+    arc, bdir, m = _bundle_dir(tmp_path)
+    _interrupt_between_renames(bdir, monkeypatch)
+    (work,) = tmp_path.glob(".parts.resplit-*")
+    assert BundleManifest.load(work / "old") == m
+    assert join_parts(BundleManifest.load(work / "new"), [work / "new"], tmp_path / "j" / arc.name
+                      ).read_bytes() == arc.read_bytes()
+    with pytest.raises(OfflineBundleError, match="interrupted re-split left") as ei:
+        off.resplit_bundle(bdir, part_size_bytes=1500)
+    assert str(work) in str(ei.value)
+
+
+def test_resplit_cli_exit_codes(tmp_path):
+    arc, bdir, m = _bundle_dir(tmp_path)
+    r = _run_cli("resplit", str(bdir), "--part-size-mib", "1")
+    assert r.returncode == 0, r.stderr
+    new = BundleManifest.load(bdir)
+    assert len(new.parts) == 1 and new.parts[0].size_bytes == arc.stat().st_size  # a few KB fit one 1 MiB part
+    assert f"{len(m.parts)} parts" in r.stdout and "-> 1 parts" in r.stdout
+    assert join_parts(new, [bdir], tmp_path / "j" / arc.name).read_bytes() == arc.read_bytes()
+    r = _run_cli("resplit", str(tmp_path / "no-such-bundle"))
+    assert r.returncode == 2 and "no-such-bundle" in r.stderr
+    (bdir / new.parts[0].name).write_bytes(b"x")
+    r = _run_cli("resplit", str(bdir))
+    assert r.returncode == 2 and new.parts[0].name in r.stderr and "copy it again" in r.stderr
 
 
 def test_resplit_cli_prints_the_recovery_hint_of_an_interrupted_resplit(tmp_path, monkeypatch):

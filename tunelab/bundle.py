@@ -49,6 +49,7 @@ __all__ = [
     "read_bundle",
     "read_manifest",
     "update_bundle_table",
+    "write_sweep_row",
     "verify_bundle",
     "write_bundle",
 ]
@@ -401,6 +402,21 @@ def update_bundle_table(path: Path, name: str, df: pd.DataFrame) -> Path:
         except FileNotFoundError:
             pass
     return path
+
+
+def write_sweep_row(sweep: records.Sweep, bundles: list[Path | None]) -> None:
+    """Write the sweep's record into the ``sweep`` table of every bundle of the sweep (None: a trial without one).
+
+    The loader upserts the ``sweeps`` row from the bundles, so what a sweep learns after its trials (its end, an
+    A/B's outcome, a search's summary) reaches the warehouse only through this.
+
+    Raises:
+        BundleError: see :func:`update_bundle_table`.
+    """
+    row = records.frame(records.Sweep, pd.DataFrame([records.to_row(records.Sweep, sweep)]))
+    for b in bundles:
+        if b is not None:
+            update_bundle_table(b, "sweep", row)
 
 
 def list_bundles(results_dir: Path) -> list[Path]:

@@ -29,7 +29,7 @@ from typing import Any
 import pandas as pd
 
 from tunelab import records
-from tunelab.bundle import read_bundle, update_bundle_table
+from tunelab.bundle import read_bundle
 from tunelab.load_profiles import load_label
 from tunelab.plan import Plan
 from tunelab.stats.sequential import first_finite_pair, sequential_ab
@@ -295,17 +295,13 @@ def run_auto_ab(run: Any, pools: dict, no_gpu_reason: str, plan: Plan, logger: A
     return out
 
 
-def record_outcome(sweep: records.Sweep, outcome: ABOutcome, bundles: list[Path | None]) -> None:
-    """Put the outcome into the sweep's record and into the ``sweep`` table of every bundle of the sweep (the
-    loader upserts the sweep row from them, so the warehouse's ``sweeps`` row carries it)."""
+def record_outcome(sweep: records.Sweep, outcome: ABOutcome) -> None:
+    """Put the outcome into the sweep's record (the sweep then writes the record into its bundles,
+    ``bundle.write_sweep_row``, so the warehouse's ``sweeps`` row carries it)."""
     sweep.update(ab_baseline=outcome.baseline, ab_candidate=outcome.candidate, ab_call=outcome.call,
                  ab_stop_reason=outcome.stop_reason, ab_boots=outcome.boots, ab_pairs=outcome.pairs,
                  ab_gpu_minutes=outcome.gpu_minutes,
                  ab_verdicts=json.dumps(_finite(outcome.verdicts), sort_keys=True))
-    row = records.frame(records.Sweep, pd.DataFrame([records.to_row(records.Sweep, sweep)]))
-    for b in bundles:
-        if b is not None:
-            update_bundle_table(b, "sweep", row)
 
 
 def _finite(x: Any) -> Any:

@@ -90,7 +90,7 @@ class RecheckRow:
 
     @property
     def changed(self) -> bool:
-        """True when the verdict, the failed checks or the flagged windows differ."""
+        """True when the verdict, the failed checks, the flagged windows or the search state differ."""
         return (self.old_verdict != self.new_verdict or sorted(self.old_failed) != sorted(self.new_failed)
                 or self.old_flagged != self.new_flagged or self.old_search_state != self.new_search_state)
 

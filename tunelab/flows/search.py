@@ -163,9 +163,9 @@ def _record_trial(bundle: Path, rec: SearchRecord, logger: Any) -> None:
         logger.warning("could not record the search columns of %s: %s", bundle, e)
 
 
-def record_search(sweep: records.Sweep, plan: Plan, outcome: SearchOutcome, bundles: list[Path | None]) -> None:
-    """The search's summary into the sweep's record and into the ``sweep`` table of every bundle of the sweep (the
-    loader upserts the sweep row from them)."""
+def record_search(sweep: records.Sweep, plan: Plan, outcome: SearchOutcome) -> None:
+    """The search's summary into the sweep's record (the sweep then writes the record into its bundles,
+    ``bundle.write_sweep_row``: the loader upserts the sweep row from them)."""
     assert plan.search is not None
     workload, load = plan.search_cell()
     obj = plan.search.objective
@@ -177,10 +177,6 @@ def record_search(sweep: records.Sweep, plan: Plan, outcome: SearchOutcome, bund
                  search_stop_reason=outcome.stop_reason, search_boots=outcome.boots,
                  search_grid_size=outcome.grid_size, search_gpu_minutes=outcome.gpu_minutes,
                  search_best_config_key=outcome.best_key)
-    row = records.frame(records.Sweep, pd.DataFrame([records.to_row(records.Sweep, sweep)]))
-    for b in bundles:
-        if b is not None:
-            update_bundle_table(b, "sweep", row)
 
 
 def search_lines(plan: Plan, outcome: SearchOutcome) -> list[str]:

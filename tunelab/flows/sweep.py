@@ -57,7 +57,7 @@ from prefect.cache_policies import NO_CACHE
 import tunelab
 from tunelab import progress, records
 from tunelab.flows.trial import TrialContext, run_trial, trial_row_base
-from tunelab.bundle import bundle_dir_for, read_bundle, update_bundle_table, write_bundle
+from tunelab.bundle import bundle_dir_for, read_bundle, update_bundle_table, write_bundle, write_sweep_row
 from tunelab.tasks.engine import stop_leftovers, tracked_servers
 from tunelab.tasks.gpu import inventory
 from tunelab.reports import report as R
@@ -773,15 +773,15 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
     if ab is not None:  # the decision goes with the sweep's row (every bundle's sweep table) before loading
         from tunelab.flows.ab_auto import record_outcome
 
-        record_outcome(sweep, ab, run.bundles)
+        record_outcome(sweep, ab)
     if search is not None:  # the search's summary goes with the sweep's row too
         from tunelab.flows.search import record_search
 
-        record_search(sweep, plan, search, run.bundles)
-    if ab is None and search is None:
-        # The bundles carry the sweep row as it was at the start (finished_at NULL) and the loader upserts it from
-        # them: without this every plain sweep stayed unfinished in `sweeps` (seen in the H200 evidence of 2026-12-02).
-        _store_sweep_row(sweep, run.bundles)
+        record_search(sweep, plan, search)
+    # The bundles carry the sweep row as it was at the start (finished_at NULL) and the loader upserts it from them:
+    # the finished record goes into every bundle once, after the A/B and the search added theirs (without it a plain
+    # sweep stayed unfinished in `sweeps`, seen in the H200 evidence of 2026-12-02).
+    write_sweep_row(sweep, run.bundles)
     progress.emit("load")
     outcome = load_task(db_path, results_dir, lock_timeout_s)
     progress.emit("report")
@@ -799,16 +799,6 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
     return summary
 
 
-def _store_sweep_row(sweep: records.Sweep, bundles: list[Path | None]) -> None:
-    """Write the sweep's record into the ``sweep`` table of every bundle of the sweep (None: a trial without one)."""
-    import pandas as pd
-
-    row = records.frame(records.Sweep, pd.DataFrame([records.to_row(records.Sweep, sweep)]))
-    for b in bundles:
-        if b is not None:
-            update_bundle_table(b, "sweep", row)
-
-
 def _record_interrupted_search(plan: Plan, sweep: records.Sweep, run: "_SweepTrials", partial: Any,
                                logger: Any) -> None:
     """An interrupted ``search:`` sweep keeps its search record: the sweep's ``search_*`` columns (stop reason
@@ -820,7 +810,8 @@ def _record_interrupted_search(plan: Plan, sweep: records.Sweep, run: "_SweepTri
         from tunelab.flows.search import record_search, sweep_bundles
 
         partial.stop_reason = "interrupted"
-        record_search(sweep, plan, partial, sweep_bundles(run))
+        record_search(sweep, plan, partial)
+        write_sweep_row(sweep, sweep_bundles(run))
         logger.warning("search interrupted after %d boot(s): its record so far is kept (`tunelab tuning-report %s`)",
                        partial.boots, sweep.sweep_id)
     except Exception as e:  # noqa: BLE001 - the interruption matters more than its record
