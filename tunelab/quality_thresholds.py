@@ -104,10 +104,12 @@ class QualityThresholds(BaseModel):
         ge=0.0,
         le=1.0,
         description=(
-            "For load_kind = 'concurrency': smallest achieved_concurrency / "
-            "min(load_value, num_requests) (achieved_concurrency = sum of request time in "
-            "flight / duration, Little's law). Below it the server never saw the "
-            "load the plan asked for: fail (check `achieved_concurrency`). Default 0.9."
+            "For load_kind = 'concurrency': smallest in_flight_while_sending / "
+            "min(load_value, num_requests) (the mean number in flight from the first to the "
+            "last send: the drain after the last send, which no client can fill, is left out; "
+            "rows without it use achieved_concurrency = request time in flight / window "
+            "duration, Little's law). Below it the server never saw the load the plan asked "
+            "for: fail (check `achieved_concurrency`). Default 0.9."
         ),
     )
     max_client_cpu_frac: float = Field(

@@ -117,8 +117,9 @@ CHECKS: dict[str, CheckInfo] = {
     "cv_tpot_p50": _ci("aggregates", "ExpectColumnValuesToBeBetween", "warn",
                        "repeat-to-repeat CV of tpot_p50_s <= max_cv_p50_tpot"),
     "achieved_concurrency": _ci("aggregates", "ExpectColumnValuesToBeBetween", "fail",
-                                "achieved_concurrency / min(load_value, num_requests) >= "
-                                "min_concurrency_ratio for load_kind = 'concurrency'"),
+                                "in_flight_while_sending (else achieved_concurrency) / "
+                                "min(load_value, num_requests) >= min_concurrency_ratio for "
+                                "load_kind = 'concurrency'"),
     "client_cpu_frac": _ci("aggregates", "ExpectColumnValuesToBeBetween", "warn",
                            "measurements.client_cpu_frac <= max_client_cpu_frac"),
     "client_not_bound": _ci("aggregates", "ExpectColumnValuesToBeInSet", "fail",

@@ -223,7 +223,7 @@ def validate_trial(
         _suites._suite_outliers(gxe, own_req, th, out)
         _suites._suite_aggregates(gxe, own_meas, th, out)
         _suites._suite_environment(gxe, gpu, trial, th, out)
-        _suites._suite_server_vs_client(gxe, meas, sm, th, out)
+        _suites._suite_server_vs_client(gxe, meas, sm, th, out, req=req)
         _suites._suite_warmup(gxe, own_req, th, out)
         checks = _run_plans(out.plans, out.skips, trial_id)
     except Exception as exc:  # noqa: BLE001 - any failure of validation -> 'unvalidated'

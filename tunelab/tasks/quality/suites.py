@@ -328,7 +328,15 @@ def _suite_aggregates(gxe: Any, meas: pd.DataFrame | None, th: QualityThresholds
         target = conc["load_value"]
         if "num_requests" in conc.columns:
             target = np.fmin(target, _num(conc["num_requests"]))
-        conc["concurrency_ratio"] = conc["achieved_concurrency"] / target
+        # What the client kept in flight while it still had requests to send (``in_flight_while_sending``,
+        # tunelab.tasks.metrics.in_flight): the load the server saw over the part of the window the rates and
+        # percentiles count. The whole-window ``achieved_concurrency`` also counts the drain after the last send,
+        # which no client can fill: 96 requests at c=64 with equal lengths spend ~45 % of the window draining
+        # (H200, 8B: 0.77 x 64 over the window, 64.0 while sending). Rows without it (warehouses before schema
+        # 005) keep the whole-window figure.
+        kept = _num(conc["in_flight_while_sending"]) if "in_flight_while_sending" in conc.columns \
+            else pd.Series(np.nan, index=conc.index)
+        conc["concurrency_ratio"] = kept.fillna(_num(conc["achieved_concurrency"])) / target
         out.plans.append(_Plan(conc, [_Spec(
             "achieved_concurrency",
             gxe.ExpectColumnValuesToBeBetween(column="concurrency_ratio",
@@ -502,9 +510,45 @@ def _frontend_lag_observed(f: pd.DataFrame) -> str:
             "API process delivered late (see window_diagnoses api_server)")
 
 
+def _window_client_means(req: pd.DataFrame | None) -> pd.DataFrame | None:
+    """Per window (``workload, load_kind, load_value, repeat``): the client's TTFT and ITL means in seconds over
+    every ok request of the window, the requests vLLM's histograms count between the scrapes around it.
+
+    Columns ``window_ttft_mean_s`` (mean of ``requests.ttft_s``) and ``window_itl_mean_s`` (the requests'
+    ``itl_mean_s`` weighted by their ``output_tokens - 1`` gaps: the mean over every gap of the window, exact when
+    a chunk carries one token, as vLLM's ``vllm:inter_token_latency_seconds`` counts one observation per new
+    token). Why not the measurement row's means: those count the window's steady part only (tunelab.tasks.metrics,
+    since 2026-12), while the engine's histogram counts the ramp and the drain too; a window whose first wave is a
+    burst of long prompts then reads a client "faster" than the engine (H200, 8B, 64 x 2,048-token prompts at
+    c=64, ``--max-num-batched-tokens 2048``: steady-part client TTFT 0.31 s, every request 1.24 s, engine 1.22 s).
+    None when ``req`` lacks the columns or has no ok request."""
+    need = {"ok", "ttft_s", "itl_mean_s", "output_tokens"}
+    if req is None or req.empty or not need <= set(req.columns):
+        return None
+    ok = req[_bool_obj(req["ok"]).map(lambda v: v is True).to_numpy()]
+    if ok.empty:
+        return None
+    f = ok[_MEASUREMENT_KEY].copy()
+    f["load_value"] = _num(f["load_value"])
+    f["repeat"] = _num(f["repeat"])
+    f["ttft"] = _num(ok["ttft_s"])
+    gaps = (_num(ok["output_tokens"]) - 1).clip(lower=0)
+    itl = _num(ok["itl_mean_s"])
+    use = itl.notna() & (gaps > 0)
+    f["gaps"] = gaps.where(use, 0.0)
+    f["itl_x_gaps"] = (itl * gaps).where(use, 0.0)
+    g = f.groupby(_MEASUREMENT_KEY, dropna=False)
+    w = g["ttft"].mean().rename("window_ttft_mean_s").to_frame()
+    n = g["gaps"].sum()
+    w["window_itl_mean_s"] = (g["itl_x_gaps"].sum() / n).where(n > 0)
+    return w.reset_index()
+
+
 def _suite_server_vs_client(gxe: Any, meas: pd.DataFrame | None, sm: pd.DataFrame | None,
-                            th: QualityThresholds, out: _Collector) -> None:
-    """Client TTFT/ITL means against vLLM's engine-side histograms, per window. With
+                            th: QualityThresholds, out: _Collector, req: pd.DataFrame | None = None) -> None:
+    """Client TTFT/ITL means against vLLM's engine-side histograms, per window, over the same requests: the
+    client's side is the mean over every ok request of the window (:func:`_window_client_means`; the measurement
+    row's mean only where ``req`` cannot give it, e.g. no requests passed). With
     ``th.attribute_frontend_lag`` a window whose client is slower than the engine beyond the allowed difference
     while the client's own evidence is clean (``_clean_client``) is attributed to the server's frontend (its
     API process delivered late): it leaves the ``server_client_*_agree`` (fail) frame and is reported by
@@ -516,6 +560,7 @@ def _suite_server_vs_client(gxe: Any, meas: pd.DataFrame | None, sm: pd.DataFram
         ("server_client_itl_agree", "ITL", "server_itl", "itl_mean_s",
          th.server_client_itl_tolerance, th.server_client_itl_floor_s),
     )
+    whole = _window_client_means(req)
     lag_thr = ("client slower than engine beyond the agree check's allowed difference, with client not bound, "
                f"same_read_itl_frac <= {SAME_READ_NOTE_FRAC}, loop_lag_p99_s <= {LOOP_LAG_NOTE_S} s: none")
     judged: list[pd.DataFrame] = []
@@ -541,6 +586,11 @@ def _suite_server_vs_client(gxe: Any, meas: pd.DataFrame | None, sm: pd.DataFram
         for df in (srv, cli):
             df["load_value"] = _num(df["load_value"])
             df["repeat"] = _num(df["repeat"])
+        if whole is not None:  # every request of the window, as the engine's histogram counts them
+            wcol = "window_" + client_col
+            cli = cli.merge(whole[_MEASUREMENT_KEY + [wcol]], on=_MEASUREMENT_KEY, how="left")
+            cli["client_mean_s"] = cli[wcol].fillna(cli["client_mean_s"])
+            cli = cli.drop(columns=[wcol])
         j = cli.merge(srv[_MEASUREMENT_KEY + ["server_mean_s"]], on=_MEASUREMENT_KEY, how="inner")
         j = j[j["client_mean_s"].notna()].reset_index(drop=True)
         if j.empty:
