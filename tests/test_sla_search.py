@@ -12,6 +12,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from tunelab import sla_search as S
@@ -252,19 +253,16 @@ def test_a_good_sla_search_plan_loads(tmp_path):
 from test_records import FakeEngine  # noqa: E402  the FAKE engine of the records test, shared
 
 
-def test_a_trial_with_sla_search_finds_the_fakes_max_concurrency_and_loads_it(tmp_path, monkeypatch):
-    """The FAKE server's TTFT is 10 ms + 50 ms per other request in flight: at concurrency c about
-    10 + 50 (c - 1) ms, so an SLO of median TTFT <= 235 ms holds up to c=5 (210 ms) and not at c=6 (260 ms); the
-    median, so that a request delayed by a busy test machine does not decide a level."""
+def _fake_sla_trial(tmp_path, monkeypatch):
+    """Run one trial with an SLA search through the real trial flow (its task bodies, without Prefect's task runs)
+    against the FAKE timed server whose TTFT is 10 ms + 50 ms per other request in flight. Returns
+    ``(bundle or the exception the trial raised, sweep_id, trial_id)``; the trial's bundle is written either way."""
     from timed_openai_server import FakeServerProcess, FakeTiming
 
     import tunelab.flows.trial as T
     from tunelab import records as R
-    from tunelab.bundle import read_bundle
     from tunelab.plan import Plan, Trial, Workload
-    from tunelab.reports.report import comparison_frame, sla_search_lines
     from tunelab.runtime import Runtime
-    from tunelab.warehouse.loader import load_bundle
 
     timing = FakeTiming(ttft_s=0.01, itl_s=0.001, tokens_per_chunk=1, ttft_per_in_flight_s=0.05)
     with FakeServerProcess(timing, model="fake-model", server="uvicorn") as fake:
@@ -285,8 +283,22 @@ def test_a_trial_with_sla_search_finds_the_fakes_max_concurrency_and_loads_it(tm
         (tmp_path / "logs").mkdir()
         ctx = T.TrialContext(sweep=sweep, results_dir=str(tmp_path / "results"), logs_dir=str(tmp_path / "logs"))
         trial_id = R.trial_id(sweep_id, trial.config_key, runtime.name, 0)
-        bundle = T.run_trial.fn(trial, trial_id, plan, runtime, ctx)
+        try:
+            out = T.run_trial.fn(trial, trial_id, plan, runtime, ctx)
+        except BaseException as e:  # noqa: BLE001 - the interrupted cases: the caller checks it
+            out = e
+    return out, sweep_id, trial_id
 
+
+def test_a_trial_with_sla_search_finds_the_fakes_max_concurrency_and_loads_it(tmp_path, monkeypatch):
+    """The FAKE server's TTFT is 10 ms + 50 ms per other request in flight: at concurrency c about
+    10 + 50 (c - 1) ms, so an SLO of median TTFT <= 235 ms holds up to c=5 (210 ms) and not at c=6 (260 ms); the
+    median, so that a request delayed by a busy test machine does not decide a level."""
+    from tunelab.bundle import read_bundle
+    from tunelab.reports.report import comparison_frame, sla_search_lines
+    from tunelab.warehouse.loader import load_bundle
+
+    bundle, sweep_id, trial_id = _fake_sla_trial(tmp_path, monkeypatch)
     tables = read_bundle(bundle)
     assert tables["trial"].at[0, "status"] == "ok", tables["trial"].at[0, "failure_reason"]
     sla = tables["sla_searches"]
@@ -323,6 +335,79 @@ def test_a_trial_with_sla_search_finds_the_fakes_max_concurrency_and_loads_it(tm
     finally:
         con.close()
     assert list(bv["load_value"]) == [2.0] and list(bv["repeats"]) == [1], bv
+
+
+def _stop_at_search_window(monkeypatch, n: int, exc: BaseException):
+    """``measure_server`` as the search calls it, raising ``exc`` when the search's ``n``-th window starts."""
+    import tunelab.tasks.sla_search as TS
+
+    real, calls = TS.measure_server, {"n": 0}
+
+    def measure(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == n:
+            raise exc
+        return real(*a, **k)
+
+    monkeypatch.setattr(TS, "measure_server", measure)
+
+
+@pytest.mark.parametrize("exc, status", [(KeyboardInterrupt(), "cancelled"),
+                                         (RuntimeError("server went away"), "failed")])
+def test_a_search_cut_short_keeps_its_record_and_windows_in_the_bundle(tmp_path, monkeypatch, exc, status):
+    """The search is stopped as its 6th window starts (levels 1 and 2 judged on 2 windows each, level 4 with one):
+    the trial is cancelled (Ctrl-C) or failed (an error), and its bundle has the search's 5 windows and an
+    ``interrupted`` row: passed up to c=2, c=4 unjudged after 1 window. Without the record these windows would be
+    in the bundle with no row to say what they were."""
+    from tunelab.bundle import read_bundle
+
+    _stop_at_search_window(monkeypatch, 6, exc)
+    out, _sweep_id, trial_id = _fake_sla_trial(tmp_path, monkeypatch)
+    if status == "cancelled":
+        assert isinstance(out, KeyboardInterrupt)  # propagated after the bundle was written
+        bundle = next((tmp_path / "results").glob("*/*"))
+    else:
+        bundle = out
+    tables = read_bundle(bundle)
+    assert tables["trial"].at[0, "status"] == status, tables["trial"].at[0, "failure_reason"]
+    sla = tables["sla_searches"]
+    assert len(sla) == 1, sla
+    row = sla.iloc[0]
+    assert row["verdict"] == "interrupted" and row["max_load"] == 2 and pd.isna(row["first_fail"]), row["summary"]
+    levels = json.loads(row["levels"])
+    assert [(lv["level"], lv["windows"]) for lv in levels] == [(1, 2), (2, 2), (4, 1)]
+    assert row["windows"] == 5
+    assert row["summary"].startswith("interrupted after 3 level(s), 5 windows: passed up to c=2, c=4 unjudged "
+                                     "after 1 window(s); not a max load"), row["summary"]
+    meas = tables["measurements"]
+    assert int(meas["sla_search_window"].eq(True).sum()) == 5  # every window the search measured is kept
+
+
+def test_search_progress_is_the_bracket_so_far():
+    """The pure search stopped by what its measure raises: ``SearchProgress.result`` gives the levels judged, the
+    highest passed and the lowest failed above it, and the level in progress last; a search stopped before any
+    window has no level at all."""
+    sim = SimServer(seed=1, cap=100.0, cv=0.01)
+    spec = S.SlaSearchSpec(load="rate", start=10, max=160, growth=2, resolution=0.1)
+
+    def measure(level):
+        if sim.windows == 9:  # 10, 20, 40 passed and 80 failed on 2 windows each; the bisection's 56.6 on 1
+            raise KeyboardInterrupt
+        return sim(level)
+
+    prog = S.SearchProgress(dict(LIMITS))
+    with pytest.raises(KeyboardInterrupt):
+        S.search(spec, LIMITS, measure, progress=prog)
+    res = prog.result()
+    assert res.verdict == "interrupted"
+    mid = spec.level(math.sqrt(40 * 80))
+    assert [lv.level for lv in res.levels] == [10, 20, 40, 80, mid] and 56 < mid < 57
+    assert res.max_load == 40 and res.first_fail == 80 and res.unjudged_load == mid
+    assert len(res.at(mid).windows) == 1 and res.windows == 9
+    assert res.summary().startswith(f"interrupted after 5 level(s), 9 windows: passed up to 40, failed at 80, "
+                                    f"{mid:g} unjudged after 1 window(s)"), res.summary()
+    empty = S.SearchProgress(dict(LIMITS))
+    assert empty.result().levels == [] and empty.result().max_load is None
 
 
 # ---------------------------------------------------------------- what decided a level; the load a level reached

@@ -497,7 +497,9 @@ class SlaSearch(Record):
     workload: Text = Field(description="The plan's workload name.")
     load_kind: Text = Field(description="concurrency | rate: what was searched.")
     verdict: Text = Field(description="found (max_load passed, first_fail failed, within the resolution) | "
-                                      "met_at_max (the spec's max passed) | none (the lowest level failed).")
+                                      "met_at_max (the spec's max passed) | none (the lowest level failed) | "
+                                      "interrupted (cut short by a cancel or an error: max_load / first_fail "
+                                      "are the bracket so far, not narrowed to the resolution).")
     max_load: Float | None = _f("Highest level counted as meeting the SLO (concurrency or requests/s); None: none.")
     max_load_shown: Bool | None = _f("max_load's upper bounds were under every limit (True), or the level stayed "
                                      "undecided at the window cap and its point estimate was under (False).")

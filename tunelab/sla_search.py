@@ -271,20 +271,24 @@ class SlaResult:
 
     Attributes:
         verdict: ``found`` (``max_load`` passed, ``first_fail`` failed, within the resolution), ``met_at_max``
-            (the spec's ``max`` passed) or ``none`` (``start`` failed: no load searched meets the SLO).
+            (the spec's ``max`` passed), ``none`` (``start`` failed: no load searched meets the SLO) or
+            ``interrupted`` (cut short: :meth:`SearchProgress.result`; ``max_load`` / ``first_fail`` are the highest
+            level passed and the lowest failed above it so far, a bracket that the search had not yet narrowed).
         max_load: the highest level that passed (None for ``none``). first_fail: the lowest level that failed
             (None for ``met_at_max``). nearest_load: ``none`` only: the level tried closest to its limits.
         knee_load: :func:`knee` of the levels tried (None with fewer than 3 levels or a flat curve).
         levels: every level tried, in the order tried.
     """
 
-    verdict: Literal["found", "met_at_max", "none"]
+    verdict: Literal["found", "met_at_max", "none", "interrupted"]
     max_load: float | None
     first_fail: float | None
     nearest_load: float | None
     knee_load: float | None
     levels: list[LevelResult]
     limits: dict[str, float]
+    #: ``interrupted`` only: the level being measured when the search was cut short (listed last in ``levels``).
+    unjudged_load: float | None = None
 
     @property
     def windows(self) -> int:
@@ -307,6 +311,13 @@ class SlaResult:
         (:meth:`LevelResult.why`: the metric that failed it with its value and limit, or the load not
         reached)."""
         knee_txt = f"; knee at {unit(self.knee_load)}" if self.knee_load is not None else ""
+        if self.verdict == "interrupted":
+            cur = self.at(self.unjudged_load) if self.unjudged_load is not None else None
+            return (f"interrupted after {len(self.levels)} level(s), {self.windows} windows: "
+                    f"{'no level passed yet' if self.max_load is None else 'passed up to ' + unit(self.max_load)}"
+                    f"{'' if self.first_fail is None else ', failed at ' + unit(self.first_fail)}"
+                    f"{'' if cur is None else f', {unit(cur.level)} unjudged after {len(cur.windows)} window(s)'}"
+                    f"; not a max load{knee_txt}")
         if self.verdict == "none":
             near = self.at(self.nearest_load)
             why = f": {near.why()}" if near is not None and near.why() else ""
@@ -504,9 +515,37 @@ def _midpoint(spec: SlaSearchSpec, lo: float, hi: float) -> float | None:
     return mid if lo < mid < hi else None
 
 
+@dataclass
+class SearchProgress:
+    """What a running :func:`search` has tried, kept up to date as it goes: the levels judged (``tried``) and the
+    level being measured with its windows so far (``current``). Why: a search is minutes of a server's time, and
+    one cut short (Ctrl-C, a cancel through Prefect, a server that dies) should leave a record of what it
+    measured rather than windows that no row explains (an H200 session's device time ran out in the middle of one:
+    its levels 32-128 were judged, the record was lost). :meth:`result` gives that record."""
+
+    limits: dict[str, float]
+    tried: list[LevelResult] = field(default_factory=list)
+    current: LevelResult | None = None
+
+    def result(self) -> SlaResult:
+        """The search so far as an ``interrupted`` :class:`SlaResult`: ``max_load`` the highest level counted as
+        passing (``LevelResult.passed``), ``first_fail`` the lowest level counted as failing above it, the knee of
+        the judged levels; the level in progress, if it had a window, is listed last with its verdict from its
+        windows so far (judged by the same rule; it decides neither bound)."""
+        passed = [lv.level for lv in self.tried if lv.passed]
+        lo = max(passed) if passed else None
+        above = [lv.level for lv in self.tried if not lv.passed and (lo is None or lv.level > lo)]
+        levels, unjudged = list(self.tried), None
+        if self.current is not None and self.current.windows and self.current not in levels:
+            levels.append(self.current)
+            unjudged = self.current.level
+        return SlaResult("interrupted", lo, min(above) if above else None, None, knee(self.tried), levels,
+                         dict(self.limits), unjudged)
+
+
 def search(spec: SlaSearchSpec, limits: Mapping[str, float], measure: Callable[[float], Mapping[str, Any]],
            on_level: Callable[[LevelResult], None] | None = None, *,
-           min_load_ratio: float | None = None) -> SlaResult:
+           min_load_ratio: float | None = None, progress: SearchProgress | None = None) -> SlaResult:
     """Grow, then bisect, the load level (module docstring).
 
     Args:
@@ -519,14 +558,18 @@ def search(spec: SlaSearchSpec, limits: Mapping[str, float], measure: Callable[[
         min_load_ratio: the quality gate's ``min_concurrency_ratio``: a level whose windows reached less of its
             load (:func:`load_shortfall`, from the windows' :data:`ACHIEVED_LOAD`) fails with a ``load_note``
             once it has ``min_windows_per_level`` windows. None: not checked.
+        progress: kept up to date as the search goes (:class:`SearchProgress`), so that a caller whose search is
+            cut short by what ``measure`` raises can still record it (``progress.result()``). None: not kept.
 
     Returns:
         :class:`SlaResult`.
     """
-    tried: list[LevelResult] = []
+    tried: list[LevelResult] = progress.tried if progress is not None else []
 
     def run(level: float) -> LevelResult:
         lv = LevelResult(level=level)
+        if progress is not None:
+            progress.current = lv
         while True:
             lv.windows.append(dict(measure(level)))
             lv.verdict, lv.bounds = judge_level(lv.windows, limits, spec)
@@ -540,6 +583,8 @@ def search(spec: SlaSearchSpec, limits: Mapping[str, float], measure: Callable[[
             if lv.verdict != "undecided" or len(lv.windows) >= spec.max_windows_per_level:
                 break
         tried.append(lv)
+        if progress is not None:
+            progress.current = None
         if on_level is not None:
             on_level(lv)
         return lv

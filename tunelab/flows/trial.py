@@ -364,11 +364,13 @@ def _gpu_sampling(gpu_index: int | None):
 
 
 @task(name="sla-search", cache_policy=NO_CACHE)
-def sla_search_task(server: EngineServer, plan: Plan, gpu_index: int | None, measured: Any, on_window=None):
+def sla_search_task(server: EngineServer, plan: Plan, gpu_index: int | None, measured: Any, on_window=None,
+                    on_interrupted=None):
     """The plan's ``sla_search`` on the running server, after its own windows (``measured``, a MeasureResult):
     ``tasks.sla_search.run_sla_search``, sampling the GPU meanwhile. Returns (every window, the plan's and the
     search's, as one MeasureResult; the search's GPU samples; the ``sla_searches`` frame). Each search window
-    has its own deadline (its profile's, plus slack)."""
+    has its own deadline (its profile's, plus slack). ``on_interrupted``: given the ``sla_searches`` frame so far
+    (an ``interrupted`` row for the search cut short) before a cancel or an error propagates."""
     from tunelab.tasks.measure import MeasureResult
     from tunelab.tasks.sla_search import run_sla_search
 
@@ -379,7 +381,7 @@ def sla_search_task(server: EngineServer, plan: Plan, gpu_index: int | None, mea
                                         measured=measured, progress=progress_logger(logger, min_interval_s=2.0),
                                         load_processes=plan.load_processes, server_log=server.log_path,
                                         server_pid=getattr(getattr(server, "proc", None), "pid", None),
-                                        on_window=on_window, log=logger.info)
+                                        on_window=on_window, log=logger.info, on_interrupted=on_interrupted)
         except Exception as e:  # the trial records it; the reason leads the log (see _failed_task)
             return _failed_task(e, f"SLA search failed: {type(e).__name__}: {e or repr(e)}")
     gpu = R.frame(R.GpuSample, pd.DataFrame(rows), without=("trial_id",))
@@ -474,6 +476,9 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: Tr
     def keep_windows(res) -> None:
         measured.update(requests=res.requests, measurements=res.measurements, server_metrics=res.server_metrics)
         _keep_windows(ctx, row, measured, len(res.measurements), trial_id, logger)
+
+    def keep_search(frame: pd.DataFrame) -> None:  # an SLA search cut short: its record goes with its windows
+        measured["sla_searches"] = frame
         check = WINDOW_CHECKS.get(trial_id)  # a search (flows.search) may stop a clearly worse config here
         if check is not None and check(res.measurements):
             raise MeasurementStopped(f"pruned by the search after {len(res.measurements)} window(s): its objective "
@@ -509,7 +514,8 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: Tr
                     tables.update(requests=res.requests, measurements=res.measurements,
                                   server_metrics=res.server_metrics, gpu_samples=gpu)
                     res, sla_gpu, tables["sla_searches"] = _task_value(
-                        sla_search_task(server, plan, gpu_index, res, on_window=keep_windows))
+                        sla_search_task(server, plan, gpu_index, res, on_window=keep_windows,
+                                        on_interrupted=keep_search))
                     gpu = pd.concat([f for f in (gpu, sla_gpu) if len(f)] or [gpu], ignore_index=True)
                 else:  # the table in every measured bundle, empty without a search
                     tables["sla_searches"] = pd.DataFrame(columns=list(R.columns(R.SlaSearch))[1:])
@@ -568,6 +574,8 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: Tr
                 row.failure_class = "measurement_error"
                 # httpx's ReadError / ReadTimeout carry no text: say what the server was doing.
                 row.failure_reason = f"{_server_state(server)}; {type(e).__name__}: {e or repr(e)}"
+                if "sla_searches" in measured:  # an SLA search failed part-way: its windows and its record stay
+                    tables.update(measured)
                 logger.error("trial failed: %s\n%s", e, traceback.format_exc())
     except BaseException as e:  # cancellation / Ctrl-C: tear down, record, propagate
         interrupted = e

@@ -126,7 +126,9 @@ def run_sla_search(base_url: str, api_key: str, model: str, plan: Plan, *, measu
                    progress: Callable[[str, int, int], None] | None = None, load_processes: int = 1,
                    server_log: Any = None, server_pid: int | None = None,
                    on_window: Callable[[MeasureResult], None] | None = None,
-                   log: Callable[[str], None] | None = None) -> tuple[MeasureResult, pd.DataFrame]:
+                   log: Callable[[str], None] | None = None,
+                   on_interrupted: Callable[[pd.DataFrame], None] | None = None
+                   ) -> tuple[MeasureResult, pd.DataFrame]:
     """Run the plan's SLA search on a ready server, each workload in turn.
 
     Args:
@@ -134,6 +136,9 @@ def run_sla_search(base_url: str, api_key: str, model: str, plan: Plan, *, measu
             level take the next repeat numbers. None: none.
         on_window: called after each search window with every window so far, the ``measured`` ones first.
         log: called with one line per level judged and per result.
+        on_interrupted: called, before what cut the search short propagates (Ctrl-C, a cancel, an error of a
+            window), with the ``sla_searches`` frame so far: the finished workloads' rows and an ``interrupted``
+            row for the one in progress (``tunelab.sla_search.SearchProgress``), so the trial's bundle keeps it.
         base_url, api_key, model, progress, load_processes, server_log, server_pid: as ``measure_server``.
 
     Returns:
@@ -184,8 +189,17 @@ def run_sla_search(base_url: str, api_key: str, model: str, plan: Plan, *, measu
             if log is not None:
                 log(level_line(w.name, spec.load, lv))
 
-        result = S.search(spec, limits, measure, on_level=on_level,
-                          min_load_ratio=plan.quality.min_concurrency_ratio)
+        so_far = S.SearchProgress(dict(limits))
+        try:
+            result = S.search(spec, limits, measure, on_level=on_level,
+                              min_load_ratio=plan.quality.min_concurrency_ratio, progress=so_far)
+        except BaseException:  # re-raised: a record of the search so far first, for the trial's bundle
+            if on_interrupted is not None:
+                cut = result_row(w.name, spec, so_far.result())
+                if log is not None:
+                    log(f"sla search {w.name}: {cut['summary']}")
+                on_interrupted(R.frame(R.SlaSearch, pd.DataFrame(rows + [cut]), without=("trial_id",)))
+            raise
         row = result_row(w.name, spec, result)
         rows.append(row)
         if log is not None:
