@@ -476,13 +476,13 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: Tr
     def keep_windows(res) -> None:
         measured.update(requests=res.requests, measurements=res.measurements, server_metrics=res.server_metrics)
         _keep_windows(ctx, row, measured, len(res.measurements), trial_id, logger)
-
-    def keep_search(frame: pd.DataFrame) -> None:  # an SLA search cut short: its record goes with its windows
-        measured["sla_searches"] = frame
         check = WINDOW_CHECKS.get(trial_id)  # a search (flows.search) may stop a clearly worse config here
         if check is not None and check(res.measurements):
             raise MeasurementStopped(f"pruned by the search after {len(res.measurements)} window(s): its objective "
                                      "so far is clearly worse than the best config's (docs/tuning.md)")
+
+    def keep_search(frame: pd.DataFrame) -> None:  # an SLA search cut short: its record goes with its windows
+        measured["sla_searches"] = frame
 
     events = progress.current_trial(trial_id)  # events of this thread belong to this trial until the end
     events.__enter__()
