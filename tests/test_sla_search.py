@@ -338,16 +338,22 @@ def test_a_trial_with_sla_search_finds_the_fakes_max_concurrency_and_loads_it(tm
 
 
 def _stop_at_search_window(monkeypatch, n: int, exc: BaseException):
-    """``measure_server`` as the search calls it, raising ``exc`` when the search's ``n``-th window starts."""
+    """The search's windows made up (``_fake_measure_server``: the SLO's TTFT p50 at a fifth of its limit, the
+    level kept in flight, so every level passes on its 2 windows whatever the test machine's load), raising ``exc``
+    when the search's ``n``-th window starts. The trial's own window is measured on the FAKE server."""
     import tunelab.tasks.sla_search as TS
 
-    real, calls = TS.measure_server, {"n": 0}
+    def window(kind, level, i):
+        return {"completed": 6, "failed": 0, "ttft_p50_s": 0.047, "in_flight_while_sending": level,
+                "request_throughput_per_s": level, "goodput_per_s": level, "output_tokens_per_s": 4 * level}
+
+    made_up, calls = _fake_measure_server(window), {"n": 0}
 
     def measure(*a, **k):
         calls["n"] += 1
         if calls["n"] == n:
             raise exc
-        return real(*a, **k)
+        return made_up(*a, **k)
 
     monkeypatch.setattr(TS, "measure_server", measure)
 
