@@ -12,7 +12,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -23,7 +25,12 @@ REPO = Path(__file__).resolve().parent.parent
 INSTALLED = Path(os.environ.get("TUNELAB_HOME") or REPO / ".tunelab").resolve()
 HOME = Path(tempfile.mkdtemp(prefix="tunelab-test-home-"))
 os.environ["TUNELAB_HOME"] = str(HOME)
-os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="tunelab-test-prefect-"))
+if "PREFECT_HOME" not in os.environ:
+    # Removed at interpreter exit: registered before Prefect is imported, so it runs after Prefect's own exit
+    # handlers have stopped the ephemeral server that writes there.
+    _PREFECT_HOME = tempfile.mkdtemp(prefix="tunelab-test-prefect-")
+    os.environ["PREFECT_HOME"] = _PREFECT_HOME
+    atexit.register(shutil.rmtree, _PREFECT_HOME, ignore_errors=True)
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
@@ -66,6 +73,4 @@ def tiny_model(cpu_runtime) -> Path:
 def pytest_sessionfinish(session, exitstatus):
     """The throw-away home goes with a passing session; after a failure it stays for the logs in it."""
     if exitstatus == 0:
-        import shutil
-
         shutil.rmtree(HOME, ignore_errors=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -266,7 +267,7 @@ def test_ab_priors_come_from_the_noise_model_of_both_configs(tmp_path):
     assert df == 8 and sd == pytest.approx(math.sqrt(want))
 
 
-def test_run_auto_ab_passes_the_prior_to_the_sequential_rule(monkeypatch):
+def test_run_auto_ab_passes_the_prior_to_the_sequential_rule(monkeypatch, tmp_path):
     import tunelab.flows.ab_auto as A
 
     seen = []
@@ -283,7 +284,7 @@ def test_run_auto_ab_passes_the_prior_to_the_sequential_rule(monkeypatch):
     del d["precision"]
     plan = Plan.model_validate(d)
     (cell,) = A.ab_cells(plan)
-    run = _FakeRun(plan)
+    run = _FakeRun(plan, tmp_path)
     import logging
 
     monkeypatch.setattr("tunelab.flows.devices.run_on_devices", lambda jobs, need, pool, fn, **kw: [fn(j, pool[:1])
@@ -297,10 +298,11 @@ def test_run_auto_ab_passes_the_prior_to_the_sequential_rule(monkeypatch):
 class _FakeRun:
     """The sweep's trial runner, reduced to what ``run_auto_ab`` reads: jobs, bundles, statuses, timings."""
 
-    def __init__(self, plan: Plan):
+    def __init__(self, plan: Plan, bundle_dir: Path):
         from types import SimpleNamespace
 
         self.plan = plan
+        self.bundle_dir = bundle_dir
         self.jobs = [SimpleNamespace(index=i, trial=t, need=1, pool="cpu") for i, t in enumerate(plan.trials())]
         self.bundles = [None] * len(self.jobs)
         self.statuses = [None] * len(self.jobs)
@@ -309,16 +311,14 @@ class _FakeRun:
         self.on_skip = self.on_interrupt = self.usable = None
 
     def run_one(self, job, devices):
-        import tempfile
-        from pathlib import Path
-
         from tunelab.bundle import write_bundle
 
         t = job.trial
         st = synthetic_trial(sweep_id="auto", config_key=t.config_key, replicate=t.replicate, runtime_name=t.runtime,
                              loads=(("concurrency", 32.0),), repeats=2, boot_sd_rel=0.03, rng=self.rng,
                              effect_rel=-0.5 if t.label.endswith("2048") else 0.0)
-        d = Path(tempfile.mkdtemp(prefix="bundle"))
+        d = self.bundle_dir / f"bundle-{job.index}"
+        d.mkdir()
         self.bundles[job.index] = write_bundle(d, st.sweep, st.trial, st.tables)
         self.statuses[job.index] = {"status": "ok", "verdict": "pass"}
 

