@@ -74,3 +74,13 @@ def pytest_sessionfinish(session, exitstatus):
     """The throw-away home goes with a passing session; after a failure it stays for the logs in it."""
     if exitstatus == 0:
         shutil.rmtree(HOME, ignore_errors=True)
+
+
+def pytest_unconfigure(config):
+    """Prefect stops its temporary API servers at interpreter exit and logs that to a console stream pytest has
+    already closed; the stdlib would print a "--- Logging error ---" traceback per server under the summary.
+    After the last test nothing it logs is evidence, so logging's own errors are dropped from here on
+    (``logging.raiseExceptions``, the stdlib's documented switch)."""
+    import logging
+
+    logging.raiseExceptions = False

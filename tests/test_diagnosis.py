@@ -193,6 +193,54 @@ def test_the_frontend_path_needs_an_idle_gpu_a_healthy_client_and_a_millisecond(
                                 client_bound=False).flagged is None
 
 
+# ---------------------------------------------------------------- api server: TTFT spent outside the engine core
+# Figures of the H200 windows (vLLM 0.25.1, ~1.1B Llama, c=256, 768-token prompts + 8 output tokens), means of the
+# window's vLLM histograms: server TTFT, queue (queued -> scheduled), prefill (scheduled -> first token).
+def _ttft(server_ttft: float, queue: float, prefill: float) -> dict:
+    return {"server_ttft_mean_s": server_ttft, "queue_time_mean_s": queue, "prefill_time_mean_s": prefill}
+
+
+def test_one_api_server_on_long_prompts_is_flagged_by_the_frontend_share_of_ttft_with_the_gpu_busy():
+    # the default: ITL only 1.3x the engine's and the GPU 66 % busy, so neither older path flags ...
+    old = {"client_itl_mean_s": 0.0285, "engine_itl_mean_s": 0.022, "client_bound": False}
+    assert D.api_server_finding(_cpu(0.46, 0.78), 66.0, **old).flagged is False
+    # ... but 0.70 of its 0.756 s TTFT was spent outside the engine core's queue (7 ms) and prefill (49 ms)
+    f = D.api_server_finding(_cpu(0.46, 0.78), 66.0, **old, **_ttft(0.756, 0.007, 0.049))
+    assert f.flagged is True
+    assert f.evidence["frontend_ttft_s"] == pytest.approx(0.700)
+    assert f.evidence["frontend_ttft_share"] == pytest.approx(0.700 / 0.756)
+    assert f.evidence["prefill_time_mean_s"] == 0.049 and f.evidence["queue_time_mean_s"] == 0.007
+    assert "93% of the server's TTFT (700 of 756 ms) outside the engine core's queue and prefill: the frontend" \
+        in f.summary
+    assert "flagged by the frontend's share of TTFT only" in f.summary
+    assert "vllm:request_prefill_time_seconds" in f.sources
+    # VLLM_USE_FASTOKENS=1 (+35.5 % tokens/s): 0.153 of 0.491 s, the engine now queues (274 ms)
+    f = D.api_server_finding(_cpu(0.50, 0.54), 89.0, **old, **_ttft(0.491, 0.274, 0.064))
+    assert f.flagged is False and "31% of the server's TTFT" in f.summary
+    assert "queue and prefill: the frontend" not in f.summary
+    # --api-server-count 4 (+40.1 %): 0.041 of 0.515 s
+    assert D.api_server_finding(_cpu(0.20, 1.05), 100.0, **old, **_ttft(0.515, 0.410, 0.064)).flagged is False
+
+
+def test_the_ttft_path_needs_its_three_means_a_share_and_50_ms():
+    cpu = _cpu(0.46, 0.78)
+    assert D.api_server_finding(cpu, 66.0, **_ttft(0.756, 0.007, 0.049)).flagged is True
+    # 0.8125 of a second's TTFT: flagged; 0.75: not
+    assert D.api_server_finding(cpu, 66.0, **_ttft(1.0, 0.125, 0.0625)).flagged is True
+    assert D.api_server_finding(cpu, 66.0, **_ttft(1.0, 0.125, 0.125)).flagged is False
+    # most of a light-load TTFT, but 4 ms: tokenising a short prompt, nothing held back (c=1 windows)
+    f = D.api_server_finding(cpu, 40.0, **_ttft(0.005, 0.0, 0.001))
+    assert f.flagged is False and f.evidence["frontend_ttft_share"] == pytest.approx(0.8)
+    for missing in ("server_ttft_mean_s", "queue_time_mean_s", "prefill_time_mean_s"):
+        f = D.api_server_finding(cpu, 66.0, **{**_ttft(0.756, 0.007, 0.049), missing: None})
+        assert f.flagged is False and f.evidence["frontend_ttft_s"] is None and "of the server's TTFT" not in f.summary
+    assert D.api_server_finding(cpu, 66.0, **_ttft(0.0, 0.0, 0.0)).evidence["frontend_ttft_share"] is None
+    # a remote server (no process tree): the TTFT path still decides when it flags
+    f = D.api_server_finding(None, 66.0, **_ttft(0.756, 0.007, 0.049))
+    assert f.flagged is True and "flagged by the frontend's share of TTFT only" in f.summary
+    assert D.api_server_finding(None, 66.0, **_ttft(0.515, 0.410, 0.064)).flagged is None
+
+
 def test_the_cpu_path_still_flags_a_saturated_api_thread():
     f = D.api_server_finding(_cpu(0.95, 1.02), 10.0)
     assert f.flagged is True and f.value == 0.95 and "flagged by the busiest thread" in f.summary
@@ -218,6 +266,14 @@ def test_diagnose_window_passes_the_client_and_engine_itl_to_the_api_server_chec
                              gpu_util_pct=20.0)[0].flagged is False
     assert D.diagnose_window(meas, sm[:1], [], process_cpu=_cpu(0.53, 0.60),
                              gpu_util_pct=20.0)[0].flagged is False  # no server_itl row: the path cannot say
+    # the TTFT path reads the server's TTFT, queue and prefill rows
+    sm2 = [{**KEY, "metric": "server_ttft", "kind": "histogram", "value": 0.756},
+           {**KEY, "metric": "server_queue_time", "kind": "histogram", "value": 0.007},
+           {**KEY, "metric": "server_prefill_time", "kind": "histogram", "value": 0.049}]
+    f = D.diagnose_window({**meas, "itl_mean_s": 0.0285}, sm2, [], process_cpu=_cpu(0.46, 0.78), gpu_util_pct=66.0)[0]
+    assert f.flagged is True and f.evidence["frontend_ttft_s"] == pytest.approx(0.700)
+    assert D.diagnose_window({**meas, "itl_mean_s": 0.0285}, sm2[:2], [], process_cpu=_cpu(0.46, 0.78),
+                             gpu_util_pct=66.0)[0].flagged is False  # no prefill row: the path cannot say
 
 
 def test_a_busy_process_in_a_fake_server_tree_reads_near_a_core():

@@ -15,8 +15,11 @@ api_server             while the GPU was busy < :data:`GPU_BUSY_PCT` of the wind
                        delivers late: the client's mean ITL (``measurements.itl_mean_s``) >= :data:`FRONTEND_LAG_RATIO`
                        x the engine's (vLLM ``vllm:inter_token_latency_seconds`` mean, ``server_itl``) and >=
                        :data:`FRONTEND_LAG_MIN_S` longer, with ``measurements.client_bound`` False.
-                       Context: vLLM ``vllm:request_queue_time_seconds`` mean, and the client's TTFT minus the
-                       server's ``vllm:time_to_first_token_seconds`` (time spent before the engine saw it).
+                       Whatever the GPU: (c) the server's own TTFT is spent outside the engine core: vLLM's
+                       ``vllm:time_to_first_token_seconds`` mean minus its ``vllm:request_queue_time_seconds`` and
+                       ``vllm:request_prefill_time_seconds`` means is >= :data:`FRONTEND_TTFT_SHARE` of it and >=
+                       :data:`FRONTEND_TTFT_MIN_S`.
+                       Context: the client's TTFT minus the server's (time spent before vLLM stamped arrival).
 kv_cache               ``vllm:num_preemptions_total`` delta > 0, or ``vllm:kv_cache_usage_perc`` peak >=
                        :data:`KV_USAGE_FULL` with ``vllm:num_requests_waiting`` peak > 0 (peaks: /metrics sampled
                        during the window, ``server_metrics`` rows ``*_peak``).
@@ -47,6 +50,8 @@ __all__ = [
     "COINCIDE_SHARE",
     "FRONTEND_LAG_MIN_S",
     "FRONTEND_LAG_RATIO",
+    "FRONTEND_TTFT_MIN_S",
+    "FRONTEND_TTFT_SHARE",
     "Finding",
     "GPU_BUSY_PCT",
     "GPU_FLOOR_RATIO",
@@ -90,6 +95,25 @@ FRONTEND_LAG_RATIO = 1.5
 #: ... and the client's mean ITL must be at least 1 ms longer than the engine's: at sub-millisecond gaps a ratio
 #: is the client's own stamping and event loop, not a frontend that delivers late.
 FRONTEND_LAG_MIN_S = 0.001
+#: vLLM v1 splits a request's TTFT (``vllm:time_to_first_token_seconds``: from the API server's arrival stamp to
+#: the API server's handling of the first token) into parts the engine core stamps: queued -> scheduled
+#: (``vllm:request_queue_time_seconds``) and scheduled -> first token (``vllm:request_prefill_time_seconds``).
+#: The rest is the frontend's: chat template, tokenising, the hop to the engine core and its input queue (up to
+#: one engine step), and the first token's way back through the API process's output handling. When that rest is
+#: most of the TTFT the engine had spare time the frontend did not give it work. On the H200 (vLLM 0.25.1, ~1.1B
+#: Llama, c=256, ``evidence/h200-2026-12-02-api-server-and-search``) one API server on 768-token prompts spent
+#: 0.88-0.93 of its TTFT there (0.62-0.76 s, queue 7-26 ms, GPU 58-77 % busy), with neither the busiest-thread
+#: nor the ITL path flagging it; ``VLLM_USE_FASTOKENS=1`` (+35.5 % output tokens/s) brought it to 0.19-0.40 and
+#: ``--api-server-count 4`` (+40.1 %) to 0.07-0.09, both then queueing in the engine (0.23-0.42 s). The tiny
+#: requests' windows with one API server read 0.79-0.92 (flagged by the ITL path too), with four 0.54-0.61; the
+#: same day's search at c=256 read 0.86-0.91 for its two configs with one API server (the default flagged by the
+#: ITL path too) and 0.10-0.33 for those with two or four. Across the other H200 evidence of 2026-11-29 to
+#: 2026-12-02 (~1.1B at c=1 and 32, Llama-3.1-8B shape at c=16-256, KV-starved and interference-bound configs
+#: included) no window read above 0.70. 0.8 lies between.
+FRONTEND_TTFT_SHARE = 0.8
+#: ... and that rest must be at least 50 ms: at light load a short prompt's few milliseconds of tokenising can be
+#: most of a small TTFT without holding anything back (c=1 windows read 0.12-0.51 of 3-16 ms).
+FRONTEND_TTFT_MIN_S = 0.05
 #: A request waits for KV blocks when the free share of the cache is smaller than its own blocks, which with few
 #: large requests happens far below 1: on the H200 (``evidence/h200-2026-12-02-bottlenecks``, 512 KV blocks = 8,192
 #: tokens, requests of 2,048 + 128 tokens at c=64) three requests held the cache at a peak usage of 0.79 while 61
@@ -201,9 +225,11 @@ def _fmt(v: Any, spec: str = ".2f") -> str:
 def api_server_finding(process_cpu: Mapping[str, Mapping[str, float]] | None, gpu_util_pct: float | None,
                        queue_time_mean_s: float | None = None, ttft_outside_engine_s: float | None = None, *,
                        client_itl_mean_s: float | None = None, engine_itl_mean_s: float | None = None,
-                       client_bound: bool | None = None) -> Finding:
+                       client_bound: bool | None = None, server_ttft_mean_s: float | None = None,
+                       prefill_time_mean_s: float | None = None) -> Finding:
     """API-server / tokeniser bound: while the GPU waits, the API server's busiest thread is near a full core, or
-    the frontend delivers tokens late (the client's ITL well above the engine's).
+    the frontend delivers tokens late (the client's ITL well above the engine's); or, whatever the GPU, most of
+    the server's own TTFT is spent outside the engine core (tokenising, the hop to the engine, output handling).
 
     Args:
         process_cpu: ``{role: {"cpu": cores, "busiest_thread": cores, "processes": n}}`` over the window, roles
@@ -221,54 +247,74 @@ def api_server_finding(process_cpu: Mapping[str, Mapping[str, float]] | None, gp
             does not include the API process's delay).
         client_bound: ``measurements.client_bound``; only False lets the frontend path flag (True: the client
             is what is late; None: cannot say).
+        server_ttft_mean_s: mean of vLLM ``vllm:time_to_first_token_seconds`` in the window, seconds
+            (``server_ttft``).
+        prefill_time_mean_s: mean of vLLM ``vllm:request_prefill_time_seconds`` (scheduled -> first token, engine
+            core timestamps), seconds (``server_prefill_time``). With ``queue_time_mean_s`` and
+            ``server_ttft_mean_s`` it gives the TTFT path; any of the three missing: that path cannot say.
 
     Returns:
         The finding; value = the API server's busiest thread, cores, threshold :data:`API_SERVER_CPU_FRAC` (also
         when the frontend path decided). Flagged when the GPU was busy < :data:`GPU_BUSY_PCT` % (or not
         measured) and either the busiest thread >= :data:`API_SERVER_CPU_FRAC`, or client ITL / engine ITL >=
         :data:`FRONTEND_LAG_RATIO` with client - engine >= :data:`FRONTEND_LAG_MIN_S` and ``client_bound``
-        False. None when the threads were not sampled and the frontend path does not flag. Evidence adds
-        ``client_itl_mean_s``, ``engine_itl_mean_s`` (s) and ``frontend_lag_ratio`` (client / engine). Caveat:
-        the client's ITL is per chunk; a server that sends several tokens per chunk on purpose (a stream
-        interval > 1) reads as late on this path.
+        False; or, whatever the GPU, when ``server_ttft - queue - prefill`` >= :data:`FRONTEND_TTFT_SHARE` x
+        ``server_ttft`` and >= :data:`FRONTEND_TTFT_MIN_S`. None when the threads were not sampled and neither
+        server-side path flags. Evidence adds ``client_itl_mean_s``, ``engine_itl_mean_s`` (s),
+        ``frontend_lag_ratio`` (client / engine), ``prefill_time_mean_s``, ``frontend_ttft_s`` (s) and
+        ``frontend_ttft_share`` (of the server's TTFT). Caveats: the client's ITL is per chunk; a server that sends
+        several tokens per chunk on purpose (a stream interval > 1) reads as late on the ITL path. The TTFT path
+        compares means of histograms that vLLM fills at different moments (TTFT at the first token, queue and
+        prefill at the request's end), so a window's edge requests can sit in one and not the other.
     """
     api = (process_cpu or {}).get("api_server") or {}
     busiest = _num(api.get("busiest_thread"))
     c_itl, e_itl = _num(client_itl_mean_s), _num(engine_itl_mean_s)
     ratio = c_itl / e_itl if c_itl is not None and e_itl is not None and e_itl > 0 else None
+    s_ttft, queue, prefill = _num(server_ttft_mean_s), _num(queue_time_mean_s), _num(prefill_time_mean_s)
+    fe_ttft = s_ttft - queue - prefill if None not in (s_ttft, queue, prefill) else None
+    fe_share = fe_ttft / s_ttft if fe_ttft is not None and s_ttft > 0 else None
     ev = {"api_server_cpu": _num(api.get("cpu")), "api_server_busiest_thread": busiest,
           "engine_core_cpu": _num(((process_cpu or {}).get("engine_core") or {}).get("cpu")),
-          "gpu_util_pct": _num(gpu_util_pct), "queue_time_mean_s": _num(queue_time_mean_s),
+          "gpu_util_pct": _num(gpu_util_pct), "queue_time_mean_s": queue,
           "ttft_outside_engine_s": _num(ttft_outside_engine_s), "client_itl_mean_s": c_itl,
-          "engine_itl_mean_s": e_itl, "frontend_lag_ratio": ratio}
+          "engine_itl_mean_s": e_itl, "frontend_lag_ratio": ratio, "prefill_time_mean_s": prefill,
+          "frontend_ttft_s": fe_ttft, "frontend_ttft_share": fe_share}
     src = ("/proc/<pid>/task/<tid>/stat of the server's process tree; NVML utilisation; "
-           "vllm:request_queue_time_seconds, vllm:time_to_first_token_seconds; "
+           "vllm:time_to_first_token_seconds, vllm:request_queue_time_seconds, vllm:request_prefill_time_seconds; "
            "measurements.itl_mean_s, client_bound, vllm:inter_token_latency_seconds")
     gpu_idle = ev["gpu_util_pct"] is None or ev["gpu_util_pct"] < GPU_BUSY_PCT
     cpu_path = busiest is not None and busiest >= API_SERVER_CPU_FRAC and gpu_idle
     frontend_path = bool(ratio is not None and ratio >= FRONTEND_LAG_RATIO
                          and c_itl - e_itl >= FRONTEND_LAG_MIN_S and _bool(client_bound) is False and gpu_idle)
+    ttft_path = bool(fe_share is not None and fe_share >= FRONTEND_TTFT_SHARE and fe_ttft >= FRONTEND_TTFT_MIN_S)
     lag = "" if ratio is None else (
         f"; client ITL {ratio:.1f}x the engine's ({c_itl * 1e3:.1f} vs {e_itl * 1e3:.1f} ms)"
         + (" with the client not bound: the API process delivers late" if frontend_path else ""))
+    if fe_share is not None:
+        lag += (f"; {fe_share:.0%} of the server's TTFT ({fe_ttft * 1e3:.0f} of {s_ttft * 1e3:.0f} ms) outside "
+                "the engine core's queue and prefill" + (": the frontend" if ttft_path else ""))
+    paths = [name for name, hit in (("the busiest thread", cpu_path), ("the frontend lag", frontend_path),
+                                    ("the frontend's share of TTFT", ttft_path)) if hit]
+    by = " and ".join(paths)
     if busiest is None:
-        if frontend_path:
+        if paths:
             return Finding("api_server", True, "api_server_busiest_thread", None, API_SERVER_CPU_FRAC,
                            f"server processes not sampled; GPU busy {_fmt(ev['gpu_util_pct'], '.0f')} %{lag} "
-                           "(flagged by the frontend lag only)", ev, REMEDIES["api_server"], src)
+                           f"(flagged by {by} only)", ev, REMEDIES["api_server"], src)
         return Finding("api_server", None, "api_server_busiest_thread", None, API_SERVER_CPU_FRAC,
                        "server processes not sampled" + lag, ev, REMEDIES["api_server"], src)
     summary = (f"API server thread at {busiest:.2f} cores (process {_fmt(ev['api_server_cpu'])}), engine core "
                f"{_fmt(ev['engine_core_cpu'])} cores, GPU busy {_fmt(ev['gpu_util_pct'], '.0f')} %, "
                f"queue {_fmt(ev['queue_time_mean_s'], '.4f')} s, TTFT outside engine "
                f"{_fmt(ev['ttft_outside_engine_s'], '.4f')} s{lag}")
-    if cpu_path and frontend_path:
-        summary += " (flagged by the busiest thread and the frontend lag)"
-    elif cpu_path:
+    if paths == ["the busiest thread"]:
         summary += " (flagged by the busiest thread)"
-    elif frontend_path:
-        summary += f" (flagged by the frontend lag only: the busiest thread is below {API_SERVER_CPU_FRAC} cores)"
-    return Finding("api_server", cpu_path or frontend_path, "api_server_busiest_thread", busiest,
+    elif paths and not cpu_path:
+        summary += f" (flagged by {by} only: the busiest thread is below {API_SERVER_CPU_FRAC} cores)"
+    elif paths:
+        summary += f" (flagged by {by})"
+    return Finding("api_server", bool(paths), "api_server_busiest_thread", busiest,
                    API_SERVER_CPU_FRAC, summary, ev, REMEDIES["api_server"], src)
 
 
@@ -488,7 +534,8 @@ def diagnose_window(measurement: Mapping[str, Any], server_metrics: Sequence[Map
         api_server_finding(process_cpu, gpu_util_pct, _metric(server_metrics, "server_queue_time"), outside,
                            client_itl_mean_s=_num(measurement.get("itl_mean_s")),
                            engine_itl_mean_s=_metric(server_metrics, "server_itl"),
-                           client_bound=_bool(measurement.get("client_bound"))),
+                           client_bound=_bool(measurement.get("client_bound")), server_ttft_mean_s=server_ttft,
+                           prefill_time_mean_s=_metric(server_metrics, "server_prefill_time")),
         kv_cache_finding(_metric(server_metrics, "preemptions"),
                          kv_peak if kv_peak is not None else _metric(server_metrics, "kv_cache_usage"),
                          waiting_peak if waiting_peak is not None else _metric(server_metrics, "num_requests_waiting")),
