@@ -46,6 +46,17 @@ def _link_runtimes() -> None:
 
 _link_runtimes()
 
+_SESSION: dict[str, bool] = {}
+
+
+def _remove_home_after_a_passing_session() -> None:
+    if _SESSION.get("passed"):
+        shutil.rmtree(HOME, ignore_errors=True)
+
+
+# Registered before any test imports Prefect: atexit runs handlers last-in first-out, so this runs after theirs.
+atexit.register(_remove_home_after_a_passing_session)
+
 
 @pytest.fixture(scope="session")
 def cpu_runtime():
@@ -71,9 +82,10 @@ def tiny_model(cpu_runtime) -> Path:
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """The throw-away home goes with a passing session; after a failure it stays for the logs in it."""
-    if exitstatus == 0:
-        shutil.rmtree(HOME, ignore_errors=True)
+    """The throw-away home goes with a passing session; after a failure it stays for the logs in it. Removed at
+    interpreter exit, not here: background threads and the temporary Prefect servers that tests started can still
+    write into it until they stop (a folder made again after an early removal was seen left behind)."""
+    _SESSION["passed"] = exitstatus == 0
 
 
 def pytest_unconfigure(config):
