@@ -84,7 +84,7 @@ def tiny_model(cpu_runtime) -> Path:
 def pytest_sessionfinish(session, exitstatus):
     """The throw-away home goes with a passing session; after a failure it stays for the logs in it. Removed at
     interpreter exit, not here: background threads and the temporary Prefect servers that tests started can still
-    write into it until they stop (a folder made again after an early removal was seen left behind)."""
+    write into it until they stop (one home was seen left behind after a passing run; the cause was not found)."""
     _SESSION["passed"] = exitstatus == 0
 
 
