@@ -215,3 +215,20 @@ def test_variants_are_validated_like_the_matrix(tmp_path):
         load_plan(write(tmp_path, VARIANTS.replace("{engine_args: {enforce-eager: true}}", "{engine_args: {port: 1}}")))
     with pytest.raises(PlanError, match=r"not a valid environment variable name"):
         load_plan(write(tmp_path, VARIANTS.replace("VLLM_USE_FASTOKENS: 1", "BAD-NAME: 1")))
+
+
+def test_two_configs_that_launch_the_same_server_are_an_error_before_any_boot(tmp_path):
+    """They share a config key, so their boots would write one bundle and the second would replace the first."""
+    with pytest.raises(PlanError, match=r"two configs launch the same server on runtime 'cpu'.*remove the repeat"):
+        load_plan(write(tmp_path, GOOD.replace("enforce-eager: [false, true]", "enforce-eager: [true, true]")))
+    # false launches no flag, as null does: the same server
+    with pytest.raises(PlanError, match=r"two configs launch the same server"):
+        load_plan(write(tmp_path, GOOD.replace("enforce-eager: [false, true]", "enforce-eager: [false, null]")))
+    # two variants with the same overrides, on runtime b only (the repeat is restricted to it)
+    text = VARIANTS.replace("  - {engine_args: {max-num-batched-tokens: 2048}, runtimes: [a]}",
+                            "  - {engine_args: {enforce-eager: true}, runtimes: [b]}")
+    with pytest.raises(PlanError, match=r"on runtime 'b' \('max-model-len=4096 enforce-eager=True' and"):
+        load_plan(write(tmp_path, text))
+    # the same config on two runtimes is the point of a cross-release plan, and distinct values pass
+    assert len(load_plan(write(tmp_path, VARIANTS)).trials()) == 14
+    assert len(load_plan(write(tmp_path, GOOD)).trials()) == 4

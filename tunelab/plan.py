@@ -544,11 +544,30 @@ class Plan(BaseModel):
         names = [w.name for w in self.workloads]
         if len(set(names)) != len(names):
             raise ValueError(f"workload names must be unique, got {names}")
+        self._check_distinct_configs()
         self._check_ab()
         self._check_search()
         self._check_precision()
         self._check_sla_search()
         return self
+
+    def _check_distinct_configs(self) -> None:
+        """Every config of a runtime launches a different server. Two with the same launch (a matrix value given
+        twice, ``false`` beside null for a flag, two variants with the same overrides) have one config key, so
+        their boots would write one bundle and the second would replace the first's results."""
+        for rt in self.runtime_names():
+            seen: dict[str, str] = {}
+            for name, args, env in self._named_configs(rt):
+                launch = {**_canonical_args(args), **env}
+                what = name or (" ".join(f"{k}={v}" for k, v in launch.items()) or "the base config")
+                key = config_key(self.model_id(), args, env)
+                if key in seen:
+                    raise ValueError(
+                        f"engine_args/env/variants: two configs launch the same server on runtime {rt!r} "
+                        f"({seen[key]!r} and {what!r}; a repeated matrix value, false beside null, or two variants "
+                        "with the same overrides): their results would overwrite each other; remove the repeat "
+                        "(more boots of one config: replicates)")
+                seen[key] = what
 
     def _check_sla_search(self) -> None:
         """``sla_search`` judges the plan's ``slo:`` bounds (at least one latency bound), and its load fits the
