@@ -366,3 +366,75 @@ def test_report_html_into_a_new_folder(warehouse, tmp_path):
     r = cli("report", "--db", str(warehouse[0]), "--html", str(target))
     assert r.exit_code == 0, r.output
     assert target.read_text().lstrip().lower().startswith("<!doctype html")
+
+
+def test_the_cancel_line_names_recheck_when_finished_trials_were_not_yet_judged(tmp_path):
+    """A cancel that comes while the quality gate is still to run leaves finished trials ``unvalidated``: reports
+    leave them out, and the closing line says how to judge them (`tunelab recheck`). Bundles from the synthetic
+    warehouse generator (plan name ``synthetic``); nothing runs."""
+    import time
+    from types import SimpleNamespace
+
+    from tunelab.bundle import write_bundle
+    from tunelab.cli import cancelled_sweep_line
+    from tunelab.warehouse.synthetic import synthetic_trial
+
+    res, sweep_id = tmp_path / "results", "20261202T000000Z-synthetic-abcd"
+    for rep, verdict in ((0, "pass"), (1, "unvalidated"), (2, "unvalidated")):
+        st = synthetic_trial(sweep_id=sweep_id, config_key="c0ffee000000", replicate=rep, quality_verdict=verdict)
+        write_bundle(res, st.sweep, st.trial, st.tables)
+    plan = SimpleNamespace(name="synthetic", search=None, trials=lambda: [None] * 4)
+    line = cancelled_sweep_line(plan, res, tmp_path / "wh.duckdb", time.time() - 60, "Ctrl-C")
+    assert "3 of 4 trial(s) finished (ok 3)" in line, line
+    assert "2 finished trial(s) were not yet judged by the quality gate" in line
+    assert f"`tunelab recheck --sweep {sweep_id}` judges them" in line
+    # all judged: no such sentence
+    for rep in (1, 2):
+        st = synthetic_trial(sweep_id=sweep_id, config_key="c0ffee000000", replicate=rep, quality_verdict="warn")
+        write_bundle(res, st.sweep, st.trial, st.tables)
+    assert "recheck" not in cancelled_sweep_line(plan, res, tmp_path / "wh.duckdb", time.time() - 60, "Ctrl-C")
+
+
+def test_export_and_report_say_what_is_wrong_instead_of_a_traceback(warehouse, tmp_path):
+    """A corrupt file, a file where a folder goes, an unknown sweep id, a warehouse a writer holds: each an exit-2
+    message naming the option and the fix, nothing half-written (found by a fresh user)."""
+    import subprocess
+    import sys
+
+    db, _ = warehouse
+    bad = tmp_path / "corrupt.duckdb"
+    bad.write_bytes(b"\x00not a database" * 300)
+    r = cli("export", "--db", str(bad), "--out", str(tmp_path / "x"))
+    assert r.exit_code == 2 and "not a tunelab warehouse (DuckDB file)" in r.output and "Traceback" not in r.output
+    assert not (tmp_path / "x").exists()
+    r = cli("report", "--db", str(bad))
+    assert r.exit_code == 2 and "not a tunelab warehouse" in r.output and "try again" not in r.output
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    for args in (("export", "--db", str(db), "--out", str(afile)), ("report", "--db", str(db), "--plots", str(afile))):
+        r = cli(*args)
+        assert r.exit_code == 2 and f"{afile}: a file is there; give a folder" in r.output, r.output
+    r = cli("export", "--db", str(db), "--out", str(tmp_path / "y"), "--sweep", "nosuch")
+    assert r.exit_code == 2 and "--sweep: nosuch not in" in r.output and OLD in r.output
+    assert not (tmp_path / "y").exists()
+    r = cli("export", "--db", str(db), "--out", str(tmp_path / "y"), "--sweep", OLD)
+    assert r.exit_code == 0 and (tmp_path / "y" / "trials.parquet").exists()
+    # another process holds the file open for writing (as a sweep's load does)
+    holder = subprocess.Popen([sys.executable, "-c", "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); "
+                               "print('held', flush=True); time.sleep(60)", str(db)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        r = cli("export", "--db", str(db), "--out", str(tmp_path / "z"))
+        assert r.exit_code == 2 and "another process writes to it" in r.output and "try again when it ends" in r.output
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_compare_rejects_an_unknown_metric_before_its_flow_starts(warehouse):
+    db, _ = warehouse
+    r = cli("compare", "--db", str(db), "--baseline", "config=cfg-a", "--candidate", "config=cfg-b",
+            "--metric", "nosuch_metric")
+    assert r.exit_code == 2, r.output
+    assert "--metric: metric 'nosuch_metric' is not comparable; use one of" in r.output
+    assert "flow run" not in r.output.lower() and "Traceback" not in r.output

@@ -70,6 +70,22 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT: Ctrl-C
 REASON_DISPLAY_CHARS = 160
 
 
+def _fail_db_open(dbp: Path | str, e: Exception) -> None:
+    """Exit 2 with what a failed open of the warehouse means: held by a writer (wait), or not a DuckDB file at all
+    (waiting will not help). DuckDB raises IOException for both; its message tells them apart."""
+    first = str(e).splitlines()[0] if str(e) else type(e).__name__
+    if "lock" in str(e).lower():
+        _fail(f"cannot open {dbp}: another process writes to it (a running sweep or load): {first}; try again when "
+              "it ends")
+    _fail(f"--db {dbp}: not a tunelab warehouse (DuckDB file): {first}")
+
+
+def _need_folder(option: str, path: Path | None) -> None:
+    """Exit 2 before any work when an output folder option names an existing file (it would fail after the work)."""
+    if path is not None and path.exists() and not path.is_dir():
+        _fail(f"{option} {path}: a file is there; give a folder (it is created if missing)")
+
+
 def _fail(msg: str, code: int = EXIT_BAD_INPUT) -> None:
     # The message is text, not rich markup: a YAML excerpt like "[bfloat16, float32}" or a config key "[bc24dfb25695]"
     # would otherwise be taken for markup tags and vanish.
@@ -443,6 +459,7 @@ def cancelled_sweep_line(plan, results_dir: Path, db: Path, since: float, how: s
     from tunelab.bundle import read_bundle
 
     sweeps: dict[str, list[str]] = {}
+    unjudged: dict[str, int] = {}  # finished trials the quality gate had not judged when the cancel came
     if results_dir.is_dir():
         for d in (d for d in results_dir.iterdir() if d.is_dir() and d.stat().st_mtime >= since - 1):
             for b in (b for b in d.iterdir() if (b / "manifest.json").is_file()):
@@ -453,6 +470,9 @@ def cancelled_sweep_line(plan, results_dir: Path, db: Path, since: float, how: s
                     continue
                 if sw.get("plan_name") == plan.name:
                     sweeps.setdefault(str(sw["sweep_id"]), []).append(str(tr["status"]))
+                    if tr["status"] == "ok" and str(tr.get("quality_verdict") or "unvalidated") == "unvalidated":
+                        unjudged.setdefault(str(sw["sweep_id"]), 0)
+                        unjudged[str(sw["sweep_id"])] += 1
     # A search's trials are its boots: the budget's (None: only GPU-minutes bound it), not the one default config.
     total = len(plan.trials()) if getattr(plan, "search", None) is None else plan.search.budget.boots
     if not sweeps:
@@ -468,7 +488,10 @@ def cancelled_sweep_line(plan, results_dir: Path, db: Path, since: float, how: s
     return (f"sweep {sweep_id} cancelled ({how}): {ended} of {total if total is not None else '?'} trial(s) finished"
             + (f" ({done})" if done else "") + f", {cancelled} cancelled while running, {left}. Data: bundles "
             f"{results_dir / sweep_id}, warehouse {db} (`tunelab report --sweep {sweep_id}`), server logs "
-            f"{paths.logs_dir() / sweep_id}; `tunelab load` loads any bundle not yet in the warehouse")
+            f"{paths.logs_dir() / sweep_id}; `tunelab load` loads any bundle not yet in the warehouse"
+            + (f". {unjudged[sweep_id]} finished trial(s) were not yet judged by the quality gate (reports leave "
+               f"them out as unvalidated): `tunelab recheck --sweep {sweep_id}` judges them"
+               if unjudged.get(sweep_id) else ""))
 
 
 @app.command("clean")
@@ -721,10 +744,11 @@ def report(
     dbp = db or paths.db_path()
     if not Path(dbp).exists():
         _fail(f"no warehouse at {dbp}: run a sweep first (tunelab run PLAN)")
+    _need_folder("--plots", plots)
     try:
         con = duckdb.connect(str(dbp), read_only=True)
     except duckdb.IOException as e:
-        _fail(f"cannot open {dbp}: {e}. Another process writes to it (a running sweep or load); try again when it ends")
+        _fail_db_open(dbp, e)
     skipped: list[dict] = []
     try:
         states = con.execute(_SWEEP_STATE_SQL + " GROUP BY ALL ORDER BY s.started_at DESC").fetchall()
@@ -825,10 +849,11 @@ def tuning_report_cmd(
     dbp = db or paths.db_path()
     if not Path(dbp).exists():
         _fail(f"no warehouse at {dbp}: run a sweep first (tunelab run PLAN)")
+    _need_folder("--plots", plots)
     try:
         rep = tuning_report(Path(dbp), sweep, plots_dir=plots)
     except duckdb.IOException as e:
-        _fail(f"cannot open {dbp}: {e}. Another process writes to it (a running sweep or load); try again when it ends")
+        _fail_db_open(dbp, e)
     except ValueError as e:
         _fail(str(e))
     for line in rep.lines:
@@ -867,10 +892,13 @@ def compare_cmd(
     versions; runs the Prefect flow `compare` (markdown artifact) and prints the report."""
     from tunelab.flows.compare import parse_selector
 
+    from tunelab.warehouse.compare import metric_direction
+
     try:
         b, c = parse_selector(baseline), parse_selector(candidate)
+        metric_direction(metric)  # an unknown metric is an input error too: said before the flow starts
     except ValueError as e:
-        _fail(str(e))
+        _fail(f"--metric: {e}" if "metric" in str(e) else str(e))
     # Selector problems are input errors: found before the flow starts (no Prefect traceback for them).
     from tunelab.warehouse.selection import check_config_keys, matched_trials
 
@@ -882,7 +910,7 @@ def compare_cmd(
     try:
         con = duckdb.connect(str(dbp), read_only=True)
     except duckdb.IOException as e:
-        _fail(f"cannot open {dbp}: {e}. Another process writes to it (a running sweep or load); try again when it ends")
+        _fail_db_open(dbp, e)
     try:
         empty = [f"{side} {sel_text!r}" for side, sel, sel_text in (("baseline", b, baseline), ("candidate", c, candidate))
                  if matched_trials(con, sel) == 0]
@@ -999,8 +1027,20 @@ def export(
     dbp = db or paths.db_path()
     if not Path(dbp).exists():
         _fail(f"no warehouse at {dbp}")
+    _need_folder("--out", out)
+    try:
+        con = duckdb.connect(str(dbp), read_only=True)
+    except duckdb.Error as e:
+        _fail_db_open(dbp, e)
+    if sweep:
+        has = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'sweeps'").fetchone()[0]
+        known = [r[0] for r in con.execute("SELECT sweep_id FROM sweeps ORDER BY 1").fetchall()] if has else []
+        missing = [x for x in sweep if x not in known]
+        if missing:
+            con.close()
+            _fail(f"--sweep: {', '.join(missing)} not in {dbp}; sweeps there: {', '.join(known[-10:]) or 'none'}"
+                  + (" (the last 10)" if len(known) > 10 else ""))
     out.mkdir(parents=True, exist_ok=True)
-    con = duckdb.connect(str(dbp), read_only=True)
     try:
         tables = [r[0] for r in con.execute(
             "SELECT table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE' ORDER BY 1").fetchall()]
