@@ -438,3 +438,15 @@ def test_compare_rejects_an_unknown_metric_before_its_flow_starts(warehouse):
     assert r.exit_code == 2, r.output
     assert "--metric: metric 'nosuch_metric' is not comparable; use one of" in r.output
     assert "flow run" not in r.output.lower() and "Traceback" not in r.output
+
+
+def test_plan_check_names_the_resolved_model_path_of_a_copied_plan(tmp_path):
+    """experiments/demo.yaml copied elsewhere: its relative model path is read from the new folder, and the message
+    shows where that is and the rule (found by a fresh user who copied the demo plan to another folder)."""
+    plan = tmp_path / "plans" / "demo.yaml"
+    plan.parent.mkdir()
+    plan.write_text((Path(__file__).resolve().parent.parent / "experiments" / "demo.yaml").read_text())
+    r = cli("plan", "check", str(plan))
+    flat = " ".join(r.output.split())
+    assert f"({tmp_path / '.tunelab' / 'models' / 'tiny-llama'}) is not a model folder" in flat, r.output
+    assert "read from the plan's folder first, then the current folder" in flat

@@ -232,3 +232,12 @@ def test_two_configs_that_launch_the_same_server_are_an_error_before_any_boot(tm
     # the same config on two runtimes is the point of a cross-release plan, and distinct values pass
     assert len(load_plan(write(tmp_path, VARIANTS)).trials()) == 14
     assert len(load_plan(write(tmp_path, GOOD)).trials()) == 4
+
+
+def test_a_union_field_error_is_one_line_without_pydantic_member_names(tmp_path):
+    with pytest.raises(PlanError) as e:
+        load_plan(write(tmp_path, GOOD + "replicates: 0\n"))
+    msg = str(e.value)
+    assert "invalid plan (1 problem(s))" in msg
+    assert "  - replicates: Input should be greater than or equal to 1; or Input should be 'auto'" in msg
+    assert "constrained-int" not in msg and "literal[" not in msg

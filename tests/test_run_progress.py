@@ -360,6 +360,7 @@ def test_kill_9_keeps_the_measured_windows_and_clean_stops_the_server_and_crashe
         r = subprocess.run(_tunelab() + ["clean"], env=env, capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stdout + r.stderr
         assert "servers stopped: 1;" in r.stdout and "runs marked crashed: 2" in r.stdout, r.stdout + r.stderr
+        assert f"tunelab home: {home}" in r.stdout  # which home it examined
         assert "1 incomplete trial bundle(s)" in r.stdout
         with pytest.raises(ProcessLookupError):
             os.kill(server_pid, 0)

@@ -281,7 +281,8 @@ def _readiness(p) -> tuple[dict, list[str]]:
         except RuntimeError_ as e:
             out.append(f"runtime: {e}")
     if not (Path(p.model) / "config.json").exists():
-        out.append(f"model: {p.model!r} is not a model folder (no config.json)")
+        out.append(f"model: {p.model!r} ({Path(p.model).resolve()}) is not a model folder (no config.json; a "
+                   "relative model path is read from the plan's folder first, then the current folder)")
     return runtimes, out
 
 
@@ -510,6 +511,8 @@ def clean_command(
     from tunelab.flows.clean import clean
 
     rep = clean(results_dir=results, log=lambda m: console.print(m, highlight=False, soft_wrap=True))
+    # Which home was examined: run from another folder, clean looks at that folder's .tunelab (or TUNELAB_HOME).
+    console.print(f"tunelab home: {paths.home()}", highlight=False, soft_wrap=True)
     console.print(f"servers stopped: {len(rep.servers_stopped)}; device locks: {len(rep.locks_free)} free, "
                   f"{len(rep.locks_held)} held by a running sweep{' (' + ', '.join(rep.locks_held) + ')' if rep.locks_held else ''} "
                   f"(the kernel frees the lock of a dead process); slots released: {len(rep.slots_released)}; "

@@ -928,10 +928,28 @@ _MISSING_EXAMPLES = {
 }
 
 
+#: Names pydantic gives the members of a union in an error's location (``replicates.constrained-int``,
+#: ``replicates.literal['auto']``): internals, not fields of the plan.
+_UNION_MEMBER = re.compile(r"^(constrained-\w+|literal\[.*\]|int|float|str|bool|list\[.*\]|dict\[.*\]|"
+                           r"function-\w+\[.*\])$")
+
+
 def _format_errors(path: str, err: ValidationError) -> str:
-    lines = [f"{path}: invalid plan ({err.error_count()} problem(s)):"]
+    merged: dict[str, list[str]] = {}
+    for loc, msg in _error_lines(err):
+        merged.setdefault(loc, [])
+        if msg not in merged[loc]:
+            merged[loc].append(msg)
+    # A union's members fail one by one ("greater than or equal to 1", "should be 'auto'"): one line, "or"-joined.
+    lines = [f"{path}: invalid plan ({len(merged)} problem(s)):"]
+    lines += [f"  - {loc}: {'; or '.join(msgs)}" for loc, msgs in merged.items()]
+    return "\n".join(lines)
+
+
+def _error_lines(err: ValidationError) -> list[tuple[str, str]]:
+    out = []
     for e in err.errors():
-        parts = list(e["loc"])
+        parts = [p for p in e["loc"] if not (isinstance(p, str) and _UNION_MEMBER.match(p))]
         for i in range(len(parts) - 1, -1, -1):
             # A workload's type fields sit next to its common fields in the YAML: name them there.
             if parts[i] == "profile" and i >= 2 and parts[i - 2] == "workloads":
@@ -947,8 +965,8 @@ def _format_errors(path: str, err: ValidationError) -> str:
             msg = "required field is missing"
             if loc in _MISSING_EXAMPLES:
                 msg += f", e.g. {_MISSING_EXAMPLES[loc]}"
-        lines.append(f"  - {loc or '<plan>'}: {msg}")
-    return "\n".join(lines)
+        out.append((loc or "<plan>", msg))
+    return out
 
 
 def load_plan(path: str | Path) -> Plan:

@@ -210,7 +210,8 @@ def preflight(plan: Plan) -> dict[str, Runtime]:
     mp = Path(plan.model)
     if not (mp / "config.json").exists():
         raise PlanError(
-            f"model: {plan.model!r} is not a model folder (no config.json); build the tiny one with "
+            f"model: {plan.model!r} ({mp.resolve()}) is not a model folder (no config.json; a relative model path "
+            "is read from the plan's folder first, then the current folder); build the tiny one with "
             f"`tunelab model tiny {plan.model}` or point 'model' at a local model directory"
         )
     for t in plan.trials():
