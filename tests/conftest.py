@@ -107,7 +107,7 @@ def _children() -> list[int]:
 
 
 def _exit_watchdog(status: int) -> None:
-    """Once seen after a passing run of the whole suite: Prefect's exit handler for its events worker
+    """Seen after two passing runs of the whole suite: Prefect's exit handler for its events worker
     (``_QueueServiceBase._at_exit`` -> ``drain``) waited forever on a future its idle worker never completed, so
     the process printed "936 passed" and never exited. A suite that cannot end would turn a green run into a CI
     timeout, so this daemon thread ends the process ``EXIT_WATCHDOG_S`` after the last test: it stops this

@@ -472,8 +472,7 @@ def cancelled_sweep_line(plan, results_dir: Path, db: Path, since: float, how: s
                 if sw.get("plan_name") == plan.name:
                     sweeps.setdefault(str(sw["sweep_id"]), []).append(str(tr["status"]))
                     if tr["status"] == "ok" and str(tr.get("quality_verdict") or "unvalidated") == "unvalidated":
-                        unjudged.setdefault(str(sw["sweep_id"]), 0)
-                        unjudged[str(sw["sweep_id"])] += 1
+                        unjudged[str(sw["sweep_id"])] = unjudged.get(str(sw["sweep_id"]), 0) + 1
     # A search's trials are its boots: the budget's (None: only GPU-minutes bound it), not the one default config.
     total = len(plan.trials()) if getattr(plan, "search", None) is None else plan.search.budget.boots
     if not sweeps:
@@ -899,9 +898,12 @@ def compare_cmd(
 
     try:
         b, c = parse_selector(baseline), parse_selector(candidate)
+    except ValueError as e:
+        _fail(str(e))
+    try:
         metric_direction(metric)  # an unknown metric is an input error too: said before the flow starts
     except ValueError as e:
-        _fail(f"--metric: {e}" if "metric" in str(e) else str(e))
+        _fail(f"--metric: {e}")
     # Selector problems are input errors: found before the flow starts (no Prefect traceback for them).
     from tunelab.warehouse.selection import check_config_keys, matched_trials
 
