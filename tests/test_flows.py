@@ -69,14 +69,16 @@ def prefect_server(tmp_path_factory):
     _stop_group(proc, signal.SIGTERM, 30)
 
 
-def _stop_group(proc: subprocess.Popen, sig: int, timeout_s: float) -> None:
-    """Send ``sig`` to the process group of ``proc``; SIGKILL it if it has not ended after ``timeout_s``."""
+def _stop_group(proc: subprocess.Popen, sig: int, timeout_s: float, drained: bool = False) -> None:
+    """Send ``sig`` to the process group of ``proc``; SIGKILL it if it has not ended after ``timeout_s``.
+    ``drained``: another thread reads its output (then only wait for the exit)."""
     os.killpg(proc.pid, sig)
+    wait = proc.wait if drained else proc.communicate
     try:
-        proc.communicate(timeout=timeout_s)
+        wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate(timeout=10)
+        wait(timeout=10)
 
 
 # -- pure parts --------------------------------------------------------------------------------------------
@@ -640,7 +642,7 @@ def _cancel_when_measuring(proc: subprocess.Popen, which, timeout_s: float = 600
     t0 = time.monotonic()
     for line in proc.stdout:
         seen.append(line)
-        if "repeat 1/3:" in line and "requests" in line:
+        if "repeat 1/8:" in line and "requests" in line:
             break
         assert time.monotonic() - t0 < timeout_s, "no measurement started: " + "".join(seen)[-2000:]
     else:
@@ -653,7 +655,9 @@ def _cancel_when_measuring(proc: subprocess.Popen, which, timeout_s: float = 600
 
 
 def _final_states(which, timeout_s: float = 120) -> tuple[object, list]:
-    """The sweep's flow run once final (waits), and its trial subflow runs."""
+    """The sweep's flow run and its trial subflow runs, once all are final (waits up to ``timeout_s``; then as
+    they are). A deployment run's runner records the sweep Cancelled after its process exited; the process
+    records the trial's run itself, so both are normally final together."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
 
@@ -661,11 +665,11 @@ def _final_states(which, timeout_s: float = 120) -> tuple[object, list]:
     with get_client(sync_client=True) as c:
         while True:
             run = c.read_flow_runs(flow_run_filter=which)[0]
-            if run.state.is_final() or time.monotonic() - t0 > timeout_s:
+            kids = c.read_flow_runs(flow_run_filter=FlowRunFilter(
+                parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[run.id])))
+            if all(r.state.is_final() for r in [run, *kids]) or time.monotonic() - t0 > timeout_s:
                 break
             time.sleep(1)
-        kids = c.read_flow_runs(flow_run_filter=FlowRunFilter(
-            parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[run.id])))
     return run, kids
 
 
@@ -687,7 +691,9 @@ def _assert_cancelled_trial(res: Path, db: Path) -> None:
 
 
 def _cancel_plan(tmp_path: Path, name: str, model: Path) -> Path:
-    return _plan_file(tmp_path, name, model, repeats=3,
+    # Enough windows that a cancel sent at the first one lands in the measurement even when the runner or the
+    # cancel watch reacts late (a cancelled trial never measures them).
+    return _plan_file(tmp_path, name, model, repeats=8,
                       workloads=[{"name": "long", "prompt_tokens": 32, "output_tokens": 64, "num_requests": 40}])
 
 
@@ -722,6 +728,7 @@ def test_cancel_a_deployment_run_while_measuring(prefect_server, cpu_runtime, ti
     plan = _cancel_plan(tmp_path, "it-cancel-dep", tiny_model)
     db, res = tmp_path / "wh.duckdb", tmp_path / "res"
     env = dict(os.environ, PREFECT_API_URL=prefect_server, TUNELAB_DB=str(db), TUNELAB_RESULTS=str(res))
+    reader = None
     serve = subprocess.Popen([sys.executable, "-m", "tunelab.cli", "serve", "--plan", str(plan), "--paused"],
                              cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              start_new_session=True)
@@ -735,12 +742,19 @@ def test_cancel_a_deployment_run_while_measuring(prefect_server, cpu_runtime, ti
                 assert serve.poll() is None and time.monotonic() - t0 < 120, "tunelab serve did not come up"
                 time.sleep(1)
         seen = _cancel_when_measuring(serve, _run_filter(run_id=fr.id))
+        t_cancel = time.monotonic()
+        after: list[str] = []  # the runner's and the run's lines after the cancel, with seconds since it
+        reader = threading.Thread(target=lambda: [after.append(f"+{time.monotonic() - t_cancel:.1f}s {ln}")
+                                                  for ln in serve.stdout], daemon=True)
+        reader.start()
         run, kids = _final_states(_run_filter(run_id=fr.id))
-        assert run.state.is_cancelled(), (run.state, seen[-3000:])
-        assert len(kids) == 1 and kids[0].state.is_cancelled(), [k.state for k in kids]
+        assert run.state.is_cancelled(), (run.state, seen[-3000:], "".join(after)[-4000:])
+        assert len(kids) == 1 and kids[0].state.is_cancelled(), ([k.state for k in kids], "".join(after)[-4000:])
+        # ... by the run's process, not later by the server's clean-up of a killed run's subflows
+        assert kids[0].state.message != "The parent flow run was cancelled.", "".join(after)[-4000:]
         _assert_cancelled_trial(res, db)
     finally:
-        _stop_group(serve, signal.SIGINT, 60)
+        _stop_group(serve, signal.SIGINT, 60, drained=reader is not None)
 
 
 @pytest.mark.runtime
@@ -756,7 +770,7 @@ def test_bare_sigterm_while_measuring_tears_down(prefect_server, cpu_runtime, ti
     t0 = time.monotonic()
     for line in p.stdout:
         seen.append(line)
-        if "repeat 1/3:" in line and "requests" in line:  # a measured window is under way
+        if "repeat 1/8:" in line and "requests" in line:  # a measured window is under way
             p.send_signal(signal.SIGTERM)
             break
         assert time.monotonic() - t0 < 600, "no measurement started"

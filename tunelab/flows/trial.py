@@ -450,7 +450,8 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: Tr
 
     Never raises for a failed boot or measurement: the trial row carries ``status`` and
     ``failure_class``/``failure_reason``. An interruption (Prefect's ``TerminationSignal``, KeyboardInterrupt,
-    SystemExit) still tears down and writes a ``cancelled`` bundle, then propagates.
+    SystemExit) still tears down and writes a ``cancelled`` bundle, then propagates; so does one that lands
+    during a normal teardown (the teardown is finished first).
     """
     logger = get_run_logger()
     ctx = TrialContext.of(ctx)
@@ -586,7 +587,18 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: Tr
     finally:
         try:
             progress.emit("teardown")
-            td = teardown_task(server) if interrupted is None else dict(server.stop().__dict__)
+            try:
+                td = teardown_task(server) if interrupted is None else dict(server.stop().__dict__)
+            except BaseException as e:  # noqa: BLE001 - re-raised below
+                if interrupted is not None:
+                    raise
+                # A cancel (Prefect's runner SIGTERMs as soon as the run is cancelled, wherever the trial is) that
+                # lands in a normal teardown: finish stopping the server, record the trial cancelled (Prefect ends
+                # its run Cancelled), then propagate. Without this the bundle was never written.
+                interrupted = e
+                row.status = "cancelled"
+                row.failure_reason = cancel_reason(e)
+                td = dict(server.stop().__dict__)
             row.teardown_s = td.get("total_s")
             row.teardown_clean = bool(td.get("clean", True))
             if not td.get("clean", True):
