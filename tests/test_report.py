@@ -265,3 +265,49 @@ def test_quality_cells_end_on_whole_words(warehouse):
     # narrow tables: the Prefect UI does not wrap cells
     assert max(line.count("|") - 1 for line in md.splitlines() if line.startswith("|")) <= 5
     assert max(len(c) for c in cells) <= 100
+
+
+def test_a_plain_sweep_with_an_slo_shows_goodput_and_the_share_in_slo(tmp_path, capsys):
+    """A plan's ``slo:`` in a plain sweep (no sla_search): the comparison shows goodput and the share of completed
+    requests that met every bound (goodput / request throughput, a ratio of sums of counts over windows), with the
+    plan's bounds in a legend; a sweep without an slo shows neither."""
+    from tunelab.bundle import write_bundle
+    from tunelab.reports.report import comparison_frame, comparison_markdown, print_comparison
+    from tunelab.warehouse.loader import load_pending
+    from tunelab.warehouse.synthetic import synthetic_trial
+
+    res, db, sweep = tmp_path / "results", tmp_path / "wh.duckdb", "20260102T000000Z-slo-0001"
+    rng = np.random.default_rng(5)
+    good_share = {"a": 0.9, "b": 0.5}
+    for key, share in good_share.items():
+        s = synthetic_trial(sweep_id=sweep, config_key=key, config_label=f"cfg-{key}", rng=rng)
+        s.sweep["plan_yaml"] = "name: slo\nslo:\n  ttft_s: 0.5\n  tpot_s: 0.05\n"
+        m = s.tables["measurements"]
+        m["steady_state"], m["steady_s"] = False, None  # counted over the whole window
+        m["request_throughput_per_s"] = 100 / m["duration_s"]
+        m.loc[m.index[0], "request_throughput_per_s"] = 300 / m.loc[m.index[0], "duration_s"]  # a larger window
+        m["goodput_per_s"] = share * m["request_throughput_per_s"]
+        m.loc[m.index[0], "goodput_per_s"] = 0.0  # ... with nothing in the SLO: a ratio of sums, not of means
+        write_bundle(res, s.sweep, s.trial, s.tables)
+    load_pending(db, res)
+    comp = comparison_frame(db, sweep).set_index("config")
+    n = len(m)  # windows per config: one of 300 completed requests with none good, the rest of 100 at the share
+    for key, share in good_share.items():
+        assert comp.loc[f"cfg-{key}", "slo_attainment"] == pytest.approx(share * 100 * (n - 1) / (300 + 100 * (n - 1)))
+    assert comp.attrs["slo"] == {"ttft_s": 0.5, "tpot_s": 0.05}
+    print_comparison(comparison_frame(db, sweep), title="t")
+    out = capsys.readouterr().out
+    assert "TTFT <= 500 ms, TPOT <= 50 ms" in out and "goodput req/s" in out and "in SLO" in out
+    assert f"{comp.loc['cfg-a', 'slo_attainment'] * 100:.0f}%" in out
+    md = comparison_markdown(comparison_frame(db, sweep), sweep)
+    assert "| in SLO |" in md and "TTFT <= 500 ms" in md
+    assert max(line.count("|") - 1 for line in md.splitlines() if line.startswith("|")) <= 11
+
+
+def test_a_sweep_without_an_slo_shows_no_goodput_columns(warehouse, capsys):
+    from tunelab.reports.report import comparison_frame, comparison_markdown, print_comparison
+
+    comp = comparison_frame(warehouse, SWEEP)
+    assert comp["goodput_per_s"].isna().all()
+    print_comparison(comp, title="t")
+    assert "in SLO" not in capsys.readouterr().out and "in SLO" not in comparison_markdown(comp, SWEEP)

@@ -352,8 +352,10 @@ def run(
         signal.signal(signal.SIGTERM, previous_sigterm)
     import pandas as pd
 
-    print_comparison(pd.DataFrame(summary.comparison), title=f"sweep {summary.sweep_id}",
-                     left_out=summary.left_out, sla_lines=summary.sla_search)
+    comp = pd.DataFrame(summary.comparison)
+    comp.attrs["slo"] = p.slo.model_dump()  # the bounds, for the goodput legend
+    print_comparison(comp, title=f"sweep {summary.sweep_id}", left_out=summary.left_out,
+                     sla_lines=summary.sla_search)
     for line in summary.ab_lines:  # what this design could detect, per A/B cell (issue 14 item 7)
         console.print(line, highlight=False, soft_wrap=True)
     for line in summary.precision_warnings:

@@ -31,6 +31,9 @@ __all__ = [
     "comparison_markdown",
     "has_spec_decode",
     "SPEC_COLUMNS",
+    "SLO_COLUMNS",
+    "has_slo",
+    "slo_legend",
     "latest_sweep_id",
     "png_data_uri",
     "print_comparison",
@@ -91,7 +94,21 @@ def comparison_frame(db_path: Path | duckdb.DuckDBPyConnection, sweep_id: str,
     df.attrs["left_out"] = [{"config": c, "replicate": r, "verdict": v, "failed_checks": f} for c, r, v, f in left]
     with _reader(db_path) as con:
         df.attrs["sla_search"] = sla_search_lines(con, sweep_id)
+        df.attrs["slo"] = _plan_slo(con, sweep_id)
     return df
+
+
+def _plan_slo(con: duckdb.DuckDBPyConnection, sweep_id: str) -> dict[str, float]:
+    """The ``slo:`` bounds of the sweep's stored plan (``sweeps.plan_yaml``), seconds; {} when it has none or the
+    plan text is not readable YAML (a view, never fatal)."""
+    import yaml
+
+    row = con.execute("SELECT plan_yaml FROM sweeps WHERE sweep_id = ?", [sweep_id]).fetchone()
+    try:
+        slo = (yaml.safe_load(row[0]) or {}).get("slo") if row and row[0] else None
+    except yaml.YAMLError:
+        return {}
+    return {k: float(v) for k, v in slo.items() if isinstance(v, (int, float))} if isinstance(slo, dict) else {}
 
 
 def sla_search_lines(db_path: Path | duckdb.DuckDBPyConnection, sweep_id: str) -> list[str]:
@@ -203,9 +220,33 @@ def has_spec_decode(df: pd.DataFrame) -> bool:
                for c in ("spec_acceptance_rate", "spec_mean_acceptance_length"))
 
 
-def _fmt_row(r: pd.Series, spec: bool = False) -> dict[str, str]:
+#: Display columns of the plan's ``slo:`` in a plain sweep (``goodput_per_s`` and ``slo_attainment`` of
+#: :func:`comparison_frame`), shown after the throughput: goodput in requests/s, and the share of the completed
+#: requests that met every bound, in %.
+SLO_COLUMNS = ("goodput req/s", "in SLO")
+
+
+def has_slo(df: pd.DataFrame) -> bool:
+    """True when a :func:`comparison_frame` has goodput figures (its plan gave an ``slo:``)."""
+    return "goodput_per_s" in df.columns and df["goodput_per_s"].notna().any()
+
+
+def slo_legend(df: pd.DataFrame) -> str | None:
+    """One line that says what :data:`SLO_COLUMNS` mean, with the plan's bounds (``df.attrs["slo"]``, seconds); None
+    when the frame has no goodput. Source of the rule: ``vllm bench serve --goodput`` (a request is good when each
+    given metric of it is <= its bound; TPOT and E2EL per request, TTFT per request)."""
+    if not has_slo(df):
+        return None
+    bounds = ", ".join(f"{k.removesuffix('_s').upper()} <= {v * 1000:g} ms"
+                       for k, v in (df.attrs.get("slo") or {}).items() if v is not None)
+    return (f"slo{f' ({bounds})' if bounds else ''}, per request as vllm bench serve --goodput: goodput = requests/s "
+            "meeting every bound; in SLO = their share of the completed requests (failed ones: column failed)")
+
+
+def _fmt_row(r: pd.Series, spec: bool = False, slo: bool = False) -> dict[str, str]:
     """One comparison row as display strings; ``spec`` adds :data:`SPEC_COLUMNS` after TPOT (acceptance rate in %,
-    mean acceptance length in tokens per draft, the bonus token included; ``-`` where the row has none)."""
+    mean acceptance length in tokens per draft, the bonus token included; ``-`` where the row has none); ``slo``
+    adds :data:`SLO_COLUMNS` after the output-token throughput's cv."""
     def ms(x: Any) -> str:
         return "-" if pd.isna(x) else f"{x * 1000:.1f}"
 
@@ -228,6 +269,13 @@ def _fmt_row(r: pd.Series, spec: bool = False) -> dict[str, str]:
         "failed": str(int(r["failed_requests"] or 0)),
         "quality": str(r["quality"]),
     }
+    if slo:
+        items = list(out.items())
+        i = [k for k, _ in items].index("cv") + 1
+        att = r.get("slo_attainment")
+        items[i:i] = [(SLO_COLUMNS[0], num(r.get("goodput_per_s"), ".2f")),
+                      (SLO_COLUMNS[1], "-" if att is None or pd.isna(att) else f"{att * 100:.0f}%")]
+        out = dict(items)
     if spec:
         rate, length = r.get("spec_acceptance_rate"), r.get("spec_mean_acceptance_length")
         items = list(out.items())
@@ -254,8 +302,8 @@ def comparison_markdown(df: pd.DataFrame, sweep_id: str, statuses: list[dict] | 
     if df.empty:
         lines.append("_no measurements_")
         return "\n".join(lines)
-    spec = has_spec_decode(df)
-    rows = [_fmt_row(r, spec) for _, r in df.iterrows()]
+    spec, slo = has_spec_decode(df), has_slo(df)
+    rows = [_fmt_row(r, spec, slo) for _, r in df.iterrows()]
     several_runtimes = len({r["runtime"] for r in rows}) > 1
     for r in rows:  # one runtime: named in the heading, not repeated in every row
         if several_runtimes:
@@ -263,8 +311,9 @@ def comparison_markdown(df: pd.DataFrame, sweep_id: str, statuses: list[dict] | 
     if not several_runtimes:
         lines += [f"Runtime: `{rows[0]['runtime']}`", ""]
     ident = ("config", "workload", "load")
-    lines += ["### Throughput", ""] + markdown_table([{k: r[k] for k in (*ident, "boots x repeats", "output tok/s", "cv",
-                                                                          "failed", "quality")} for r in rows])
+    lines += ["### Throughput", ""] + ([slo_legend(df) or "", ""] if slo else []) + markdown_table([
+        {k: r[k] for k in (*ident, "boots x repeats", "output tok/s", "cv", *(SLO_COLUMNS if slo else ()), "failed",
+                           "quality")} for r in rows])
     latency = ("TTFT p50 ms", "TPOT p50 ms", *(SPEC_COLUMNS if spec else ()), "ITL p50 ms", "E2EL p95 ms")
     lines += ["", "### Latency (ms)" + ("; speculative decoding: acceptance rate, mean acceptance length (tokens)"
                                          if spec else ""), ""] + markdown_table([{k: r[k] for k in (*ident, *latency)}
@@ -338,8 +387,10 @@ def print_comparison(df: pd.DataFrame, title: str = "comparison", left_out: list
     if df.empty:
         Console().print("(no measurements)" if not left_out else "(no measurement passed its quality gate)")
         return
-    spec = has_spec_decode(df)
-    rows = [_fmt_row(r, spec) for _, r in df.iterrows()]
+    spec, slo = has_spec_decode(df), has_slo(df)
+    rows = [_fmt_row(r, spec, slo) for _, r in df.iterrows()]
+    if slo:
+        Console(width=200).print(slo_legend(df), highlight=False, soft_wrap=True)
     for c in rows[0]:
         t.add_column(c, justify="right" if c not in ("runtime", "config", "workload", "quality") else "left")
     for r in rows:

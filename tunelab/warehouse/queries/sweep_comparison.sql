@@ -31,6 +31,13 @@ SELECT
     avg(m.itl_p50_s)                                 AS itl_p50_s,
     avg(m.e2el_p95_s)                                AS e2el_p95_s,
     sum(m.failed)                                    AS failed_requests,
+    -- the plan's slo: (per request, vllm bench serve --goodput rule); NULL without one. slo_attainment: the share of
+    -- the completed requests that met every bound: goodput / request throughput of each window, both counted over
+    -- its steady part (else the whole window), as a ratio of sums of counts over the windows
+    avg(m.goodput_per_s)                             AS goodput_per_s,
+    sum(m.goodput_per_s * CASE WHEN m.steady_state THEN m.steady_s ELSE m.duration_s END)
+        / nullif(sum(m.request_throughput_per_s * CASE WHEN m.steady_state THEN m.steady_s ELSE m.duration_s END)
+                 FILTER (WHERE m.goodput_per_s IS NOT NULL), 0) AS slo_attainment,
     avg(t.boot_s)                                    AS boot_s,
     string_agg(DISTINCT t.quality_verdict, ',' ORDER BY t.quality_verdict) AS quality,
     -- env vars that vLLM reported as unknown on some boot of this config (JSON list; NULL when all applied)
