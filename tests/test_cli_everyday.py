@@ -450,3 +450,32 @@ def test_plan_check_names_the_resolved_model_path_of_a_copied_plan(tmp_path):
     flat = " ".join(r.output.split())
     assert f"({tmp_path / '.tunelab' / 'models' / 'tiny-llama'}) is not a model folder" in flat, r.output
     assert "read from the plan's folder first, then the current folder" in flat
+
+
+def test_report_of_a_sweep_cancelled_mid_window_says_its_windows_are_stored_not_compared(tmp_path):
+    """A sweep cancelled while its only trial measured: its windows are in the warehouse but a cancelled trial is
+    never compared. Its report says so and how to get them; the default report shows the latest sweep with a
+    completed trial and names the cancelled one."""
+    from tunelab.bundle import write_bundle
+    from tunelab.warehouse.loader import load_pending
+    from tunelab.warehouse.synthetic import synthetic_trial
+
+    res, db = tmp_path / "results", tmp_path / "wh.duckdb"
+    rng = np.random.default_rng(9)
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    ok = synthetic_trial(sweep_id=OLD, config_key="a", config_label="cfg-a", started_at=t0, rng=rng)
+    write_bundle(res, ok.sweep, ok.trial, ok.tables)
+    c = synthetic_trial(sweep_id=CANCELLED, config_key="a", config_label="cfg-a", started_at=t0 + dt.timedelta(days=1),
+                        rng=rng, repeats=2, status="cancelled", quality_verdict="unvalidated")
+    c.trial.update(failure_reason="TerminationSignal (signal 15: SIGTERM or a cancel through Prefect)")
+    write_bundle(res, c.sweep, c.trial, c.tables)
+    load_pending(db, res)
+    r = cli("report", "--db", str(db), "--sweep", CANCELLED)
+    assert r.exit_code == 0, r.output
+    out = " ".join(r.output.split())
+    assert "no measurements" not in out
+    assert "nothing to compare: no trial ended ok (1 cancelled)" in out
+    assert f"the 2 window(s) they measured are stored, not compared: `tunelab export --sweep {CANCELLED}`" in out
+    r = cli("report", "--db", str(db))
+    out = " ".join(r.output.split())
+    assert r.exit_code == 0 and f"sweep {OLD}" in out and f"sweep {CANCELLED} is later but cancelled" in out, out

@@ -713,7 +713,7 @@ _SWEEP_STATE_SQL = """
     SELECT s.sweep_id, s.started_at, count(t.trial_id) AS trials,
            count(*) FILTER (WHERE t.status = 'cancelled') AS cancelled,
            EXISTS (SELECT 1 FROM measurements m JOIN trials t2 ON t2.trial_id = m.trial_id
-                   WHERE t2.sweep_id = s.sweep_id) AS has_results
+                   WHERE t2.sweep_id = s.sweep_id AND t2.status = 'ok') AS has_results
     FROM sweeps s LEFT JOIN trials t ON t.sweep_id = s.sweep_id
 """
 
@@ -774,6 +774,9 @@ def report(
                              "FROM trials WHERE sweep_id = ? AND status <> 'ok' ORDER BY started_at", [sweep]).fetchall()
         failed = [dict(zip(("trial_id", "label", "replicate", "status", "failure_class", "failure_reason", "log_path"),
                            r)) for r in failed]
+        # Windows of trials that did not end ok (cancelled mid-sweep, failed part-way): stored, never compared.
+        uncompared = con.execute("SELECT count(*) FROM measurements m JOIN trials t USING (trial_id) "
+                                 "WHERE t.sweep_id = ? AND t.status <> 'ok'", [sweep]).fetchone()[0]
         notes = con.execute("SELECT config_label, replicate, measurement_notes FROM trials WHERE sweep_id = ? "
                             "ORDER BY started_at", [sweep]).fetchall()
         plan_yaml = con.execute("SELECT plan_yaml FROM sweeps WHERE sweep_id = ?", [sweep]).fetchone()
@@ -814,16 +817,23 @@ def report(
         return
     for k in skipped:
         what = f"cancelled ({k['cancelled']} of {k['trials']} trial(s))" if k["cancelled"] else "without results"
-        console.print(f"[yellow]sweep {k['sweep_id']} is later but {what}, with no measurements[/]: showing the latest "
+        console.print(f"[yellow]sweep {k['sweep_id']} is later but {what}, with nothing to compare[/]: showing the latest "
                       f"sweep with results; `tunelab report --sweep {k['sweep_id']}` shows it", highlight=False,
                       soft_wrap=True)
     title = f"sweep {sweep}" + (f" (cancelled: {st['cancelled']} of {st['trials']} trial(s) cancelled)"
                                 if st["cancelled"] else
-                                f" (incomplete: {st['trials']} of {planned} planned trial(s) recorded; it was stopped "
-                                "between trials or is still running)" if status == "incomplete" else "")
+                                f" (incomplete: {st['trials']} of {planned} planned trial(s) recorded: it was stopped "
+                                "between trials, killed (`tunelab clean` then stops what it left and marks its runs) "
+                                "or is still running)" if status == "incomplete" else "")
     if status in ("cancelled", "incomplete") or comp.empty:
         console.print(title, highlight=False, soft_wrap=True)
-    print_comparison(comp, title=title)
+    from collections import Counter
+
+    by_status = Counter(f["status"] for f in failed)
+    print_comparison(comp, title=title, empty_note=(
+        f"nothing to compare: no trial ended ok ({', '.join(f'{n} {s}' for s, n in sorted(by_status.items()))}); "
+        f"the {uncompared} window(s) they measured are stored, not compared: `tunelab export --sweep {sweep}`"
+        if uncompared and not comp.attrs.get("left_out") else None))
     _print_failed(failed, sweep)
     _print_notes(notes)
     from tunelab.reports.report import bottleneck_findings, bottlenecks_markdown

@@ -368,9 +368,11 @@ def left_out_lines(left_out: list[dict]) -> list[str]:
 
 
 def print_comparison(df: pd.DataFrame, title: str = "comparison", left_out: list[dict] | None = None,
-                     sla_lines: list[str] | None = None) -> None:
+                     sla_lines: list[str] | None = None, empty_note: str | None = None) -> None:
     """Print one line per config's SLA search (``sla_lines``, default ``df.attrs["sla_search"]``:
-    :func:`sla_search_lines`), the trials left out by their quality verdict, then the comparison as a rich table."""
+    :func:`sla_search_lines`), the trials left out by their quality verdict, then the comparison as a rich table.
+    ``empty_note``: what to say instead of "(no measurements)" when nothing is compared (e.g. the windows of
+    cancelled trials that are stored but not compared)."""
     from rich.console import Console
     from rich.table import Table
 
@@ -385,7 +387,8 @@ def print_comparison(df: pd.DataFrame, title: str = "comparison", left_out: list
         Console(width=200).print(line, highlight=False)
     t = Table(title=title)
     if df.empty:
-        Console().print("(no measurements)" if not left_out else "(no measurement passed its quality gate)")
+        Console(width=200).print(f"({empty_note})" if empty_note else "(no measurements)" if not left_out
+                                 else "(no measurement passed its quality gate)", highlight=False, soft_wrap=True)
         return
     spec, slo = has_spec_decode(df), has_slo(df)
     rows = [_fmt_row(r, spec, slo) for _, r in df.iterrows()]
