@@ -117,9 +117,14 @@ def _exit_watchdog(status: int) -> None:
     import sys
     import time
 
+    import faulthandler
+
     time.sleep(EXIT_WATCHDOG_S)
     sys.stderr.write(f"\ntests: the interpreter had not exited {EXIT_WATCHDOG_S:g} s after the last test (an exit "
-                     f"handler hangs); stopping its children and exiting with the session's status {status}\n")
+                     f"handler hangs); its threads' stacks, then stopping its children and exiting with the "
+                     f"session's status {status}\n")
+    sys.stderr.flush()
+    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)  # where it hangs, for whoever fixes it
     sys.stderr.flush()
     for pid in _children():
         try:
