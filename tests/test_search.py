@@ -588,21 +588,19 @@ def test_a_search_sweep_interrupted_by_ctrl_c_keeps_its_record_and_reports_it(tm
 def test_the_trial_flow_stops_measuring_when_the_search_prunes_and_keeps_the_windows(tmp_path, monkeypatch):
     """flows.trial.WINDOW_CHECKS: a check that says stop after the first window ends the trial 'failed' with
     failure class 'pruned', its one window kept in the bundle (the real trial flow against the FAKE server)."""
-    import datetime as dt
     import logging
     import shutil
     import sys
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).parent / "fakes"))
+    from fake_trial import fake_trial_setup
     from timed_openai_server import FakeServerProcess, FakeTiming
 
     import tunelab.flows.trial as T
     import tunelab.tasks.measure as MS
-    from tunelab import records as R
     from tunelab.bundle import read_bundle
-    from tunelab.plan import Trial, Workload
-    from tunelab.runtime import Runtime
+    from tunelab.plan import Workload
 
     fixtures = Path(__file__).parent / "fixtures"
 
@@ -634,13 +632,7 @@ def test_the_trial_flow_stops_measuring_when_the_search_prunes_and_keeps_the_win
             monkeypatch.setattr(T, name, getattr(T, name).fn)
         plan = Plan(name="prune", model="unused", seed=7, repeats=3, warmup_requests=1, concurrency=[2],
                     workloads=[Workload(name="w", prompt_tokens=24, output_tokens=4, num_requests=4)])
-        trial = Trial(runtime="rt", model="unused", model_id="unused", engine_args={}, env={})
-        runtime = Runtime(name="rt", device="cpu", python=sys.executable, versions={"vllm": "0.32.0"})
-        started = dt.datetime.now(dt.timezone.utc)
-        sweep = R.Sweep(sweep_id=R.sweep_id(started, plan.name), plan_name=plan.name, host="h", started_at=started)
-        (tmp_path / "logs").mkdir()
-        ctx = T.TrialContext(sweep=sweep, results_dir=str(tmp_path / "results"), logs_dir=str(tmp_path / "logs"))
-        trial_id = R.trial_id(sweep.sweep_id, trial.config_key, runtime.name, 0)
+        trial, runtime, ctx, trial_id = fake_trial_setup(plan, tmp_path, runtime="rt")
         seen: list[int] = []
         T.WINDOW_CHECKS[trial_id] = lambda m: seen.append(len(m)) or len(m) >= 1
         try:

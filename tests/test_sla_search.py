@@ -3,7 +3,6 @@ and one trial through the real trial flow against the FAKE timed server whose TT
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import logging
 import math
@@ -257,12 +256,11 @@ def _fake_sla_trial(tmp_path, monkeypatch):
     """Run one trial with an SLA search through the real trial flow (its task bodies, without Prefect's task runs)
     against the FAKE timed server whose TTFT is 10 ms + 50 ms per other request in flight. Returns
     ``(bundle or the exception the trial raised, sweep_id, trial_id)``; the trial's bundle is written either way."""
+    from fake_trial import fake_trial_setup
     from timed_openai_server import FakeServerProcess, FakeTiming
 
     import tunelab.flows.trial as T
-    from tunelab import records as R
-    from tunelab.plan import Plan, Trial, Workload
-    from tunelab.runtime import Runtime
+    from tunelab.plan import Plan, Workload
 
     timing = FakeTiming(ttft_s=0.01, itl_s=0.001, tokens_per_chunk=1, ttft_per_in_flight_s=0.05)
     with FakeServerProcess(timing, model="fake-model", server="uvicorn") as fake:
@@ -275,14 +273,8 @@ def _fake_sla_trial(tmp_path, monkeypatch):
                     sla_search={"load": "concurrency", "start": 1, "max": 16, "max_windows_per_level": 3,
                                 "percentile": 50},
                     workloads=[Workload(name="w", prompt_tokens=16, output_tokens=4, num_requests=8)])
-        trial = Trial(runtime="fake-rt", model="unused", model_id="unused", engine_args={}, env={})
-        runtime = Runtime(name="fake-rt", device="cpu", python=sys.executable, versions={"vllm": "0.32.0"})
-        started = dt.datetime.now(dt.timezone.utc)
-        sweep_id = R.sweep_id(started, plan.name)
-        sweep = R.Sweep(sweep_id=sweep_id, plan_name=plan.name, host="fake-host", started_at=started)
-        (tmp_path / "logs").mkdir()
-        ctx = T.TrialContext(sweep=sweep, results_dir=str(tmp_path / "results"), logs_dir=str(tmp_path / "logs"))
-        trial_id = R.trial_id(sweep_id, trial.config_key, runtime.name, 0)
+        trial, runtime, ctx, trial_id = fake_trial_setup(plan, tmp_path)
+        sweep_id = ctx.sweep.sweep_id
         try:
             out = T.run_trial.fn(trial, trial_id, plan, runtime, ctx)
         except BaseException as e:  # noqa: BLE001 - the interrupted cases: the caller checks it

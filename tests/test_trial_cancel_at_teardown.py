@@ -8,7 +8,6 @@ OpenAI server (tests/fakes/) through a FAKE engine whose first ``stop()`` is int
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import signal
 import sys
@@ -17,7 +16,6 @@ from pathlib import Path
 import pytest
 from prefect.exceptions import TerminationSignal
 
-from tunelab import records as R
 
 sys.path.insert(0, str(Path(__file__).parent / "fakes"))
 sys.path.insert(0, str(Path(__file__).parent))
@@ -41,13 +39,13 @@ class _InterruptedStopEngine:
 
 
 def test_a_cancel_during_a_normal_teardown_finishes_it_and_writes_a_cancelled_bundle(tmp_path):
+    from fake_trial import fake_trial_setup
     from test_records import FakeEngine
     from timed_openai_server import FakeServerProcess, FakeTiming
 
     import tunelab.flows.trial as T
     from tunelab.bundle import read_bundle
-    from tunelab.plan import Plan, Trial, Workload
-    from tunelab.runtime import Runtime
+    from tunelab.plan import Plan, Workload
 
     engines: list[_InterruptedStopEngine] = []
 
@@ -65,15 +63,7 @@ def test_a_cancel_during_a_normal_teardown_finishes_it_and_writes_a_cancelled_bu
             plan = Plan(name="cancel-at-teardown", model="unused", seed=7, repeats=1, warmup_requests=2,
                         concurrency=[2], workloads=[Workload(name="w", prompt_tokens=24, output_tokens=4,
                                                              num_requests=4)])
-            trial = Trial(runtime="fake-rt", model="unused", model_id="unused", engine_args={}, env={})
-            runtime = Runtime(name="fake-rt", device="cpu", python=sys.executable, versions={"vllm": "0.32.0"})
-            started = dt.datetime.now(dt.timezone.utc)
-            sweep_id = R.sweep_id(started, plan.name)
-            sweep = R.Sweep(sweep_id=sweep_id, plan_name=plan.name, host="fake-host", started_at=started)
-            (tmp_path / "logs").mkdir()
-            ctx = T.TrialContext(sweep=sweep, results_dir=str(tmp_path / "results"), logs_dir=str(tmp_path / "logs"),
-                                 gpu_index=None, gpu_indices=(), gpu_name=None, gpu_baseline_mib=None)
-            trial_id = R.trial_id(sweep_id, trial.config_key, runtime.name, 0)
+            trial, runtime, ctx, trial_id = fake_trial_setup(plan, tmp_path)
             with pytest.raises(TerminationSignal):
                 T.run_trial.fn(trial, trial_id, plan, runtime, ctx)
         finally:
