@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -161,7 +162,7 @@ def test_ab_markdown_from_compare(warehouse):
     col = [c.strip() for c in header.split("|")].index("MDE")
     table = [line for line in md.splitlines() if line.startswith("|")]
     rows = table[table.index(header) + 2:]
-    assert rows and all([c.strip() for c in r.split("|")][col].startswith("+-") for r in rows)
+    assert rows and all(re.fullmatch(r"-\d+\.\d%/\+\d+\.\d%", [c.strip() for c in r.split("|")][col]) for r in rows)
 
 
 def test_plots_are_pngs(warehouse, tmp_path):

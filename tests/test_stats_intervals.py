@@ -244,3 +244,16 @@ def test_compare_paired_cancels_drift_between_replicates_and_leaves_out_unpartne
     assert "paired by sweep and replicate" in paired.attrs["method"]
     with pytest.raises(ValueError, match="two boots of one sweep and replicate"):
         compare(con, {"config_key": ["A", "B"]}, {"config_key": "C"}, paired=True)
+
+
+def test_the_mde_is_shown_both_ways_one_log_distance_apart():
+    """A log-scale MDE of +378.8 % is a fall of -79.1 %, not of -378.8 % (no throughput falls by more than 100 %)."""
+    import math
+
+    from tunelab.stats.intervals import mde_rel, mde_text
+
+    assert mde_text(3.788) == "-79.1%/+378.8%" and mde_text(0.05) == "-4.8%/+5.0%"
+    assert mde_text(math.inf) == mde_text(None) == mde_text(math.nan) == "-"
+    m = mde_rel(0.04, 6)
+    fall, rise = (float(x.rstrip("%")) / 100 for x in mde_text(m, digits=6).split("/"))
+    assert rise == pytest.approx(m, abs=1e-8) and math.log1p(fall) == pytest.approx(-math.log1p(rise), abs=1e-6)

@@ -35,6 +35,7 @@ import pandas as pd
 from tunelab.load_profiles import load_label
 from tunelab.plan import Plan
 from tunelab.stats.design import Design, optimal_design, pilot_design
+from tunelab.stats.intervals import mde_text
 
 __all__ = ["TRUSTED", "CellNoise", "PlanDesign", "ab_lines", "apply_design", "config_noise", "design_for_plan",
            "precision_warnings", "resolve_precision", "sweep_ab_rows"]
@@ -399,7 +400,7 @@ def ab_lines(rows: list[dict]) -> list[str]:
         if lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi):
             head += f" {r['rel_diff']:+.1%} [{lo:+.1%}, {hi:+.1%}]"
             head += (f"; detectable at this design ({r['baseline_boots']} vs {r['candidate_boots']} boots): "
-                     f"+-{mde:.1%}" if mde is not None and math.isfinite(mde) else "")
+                     f"{mde_text(mde)}" if mde is not None and math.isfinite(mde) else "")
         else:
             head += f" ({r.get('reason', '')})"
         left = {side: int(r.get(f"{side}_trials_excluded") or 0) for side in ("baseline", "candidate")}

@@ -32,6 +32,7 @@ from tunelab import records
 from tunelab.bundle import read_bundle
 from tunelab.load_profiles import load_label
 from tunelab.plan import Plan
+from tunelab.stats.intervals import mde_text
 from tunelab.stats.sequential import first_finite_pair, sequential_ab
 
 __all__ = ["ABCell", "ABOutcome", "MAX_UNUSABLE_PAIRS", "boot_value", "ab_cells", "ab_priors", "run_auto_ab",
@@ -323,5 +324,5 @@ def outcome_lines(outcome: ABOutcome) -> list[str]:
     for v in outcome.verdicts:
         lines.append(f"  {v['workload']} {v['load']} {v['metric']}: {v['call']} {v['rel_change']:+.2%} "
                      f"[{v['ci_low']:+.2%}, {v['ci_high']:+.2%}] (always-valid {1 - v['alpha']:.1%} interval; "
-                     f"detectable at this design: {v['mde']:.1%}; {v['n_pairs']} pairs)")
+                     f"detectable at this design: {mde_text(v['mde'])}; {v['n_pairs']} pairs)")
     return lines

@@ -16,6 +16,7 @@ import pandas as pd
 
 from tunelab.load_profiles import load_label
 from tunelab.markdown import markdown_table, shorten
+from tunelab.stats.intervals import mde_text
 
 __all__ = [
     "VERDICT_ORDER",
@@ -636,7 +637,7 @@ def ab_markdown(df: pd.DataFrame, baseline: dict, candidate: dict, title: str | 
             "change": pct(r.rel_diff), "CI": f"[{pct(r.rel_ci_low)}, {pct(r.rel_ci_high)}]",
             "boots": f"{r.baseline_boots} vs {r.candidate_boots}",
             # The resolution of the verdict: effects smaller than this could not have been seen (80 % power).
-            "MDE": "-" if pd.isna(getattr(r, "mde_rel", None)) else f"+-{r.mde_rel * 100:.1f}%",
+            "MDE": "-" if pd.isna(getattr(r, "mde_rel", None)) else mde_text(r.mde_rel),
             "verdict": f"**{r.verdict}**", "why": r.reason,
         } for r in df.itertuples(index=False)])
     lines += ["", f"Method: {df.attrs.get('method', '')}"]

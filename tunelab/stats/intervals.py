@@ -37,7 +37,7 @@ import numpy as np
 from scipy import special, stats
 
 __all__ = ["CELL_RESIDUAL_CORR", "LogInterval", "eb_prior", "effective_pooled_df", "log_ab_intervals", "mde_rel",
-           "paired_log_intervals"]
+           "mde_text", "paired_log_intervals"]
 
 #: Correlation of one boot's deviations across the cells of a sweep (a fast boot is fast in every workload and
 #: load level): 0.4-0.76 for output tokens/s and 0.15-0.68 for p50 TPOT on the H200 evidence
@@ -102,6 +102,15 @@ def mde_rel(se_log: float, df: float, *, alpha: float = 0.05, power: float = 0.8
     if not (math.isfinite(se_log) and df > 0):
         return math.inf
     return math.expm1((stats.t.ppf(1 - alpha / 2, df) + stats.t.ppf(power, df)) * se_log)
+
+
+def mde_text(mde: float | None, digits: int = 1) -> str:
+    """A log-scale minimum detectable effect as text, both ways: ``mde`` = expm1(k x SE) is the smallest detectable
+    rise, and expm1(-k x SE) = -mde / (1 + mde) the smallest detectable fall, e.g. 0.05 -> ``-4.8%/+5.0%`` and
+    3.788 -> ``-79.1%/+378.8%`` (a symmetric "+-378.8%" read as an impossible fall). ``-`` for None or not finite."""
+    if mde is None or not math.isfinite(mde) or mde <= -1:
+        return "-"
+    return f"{-mde / (1 + mde):+.{digits}%}/{mde:+.{digits}%}"
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,7 @@ import pandas as pd
 from scipy import stats
 
 from tunelab import records as R
-from tunelab.stats.intervals import log_ab_intervals, paired_log_intervals
+from tunelab.stats.intervals import log_ab_intervals, mde_text, paired_log_intervals
 
 __all__ = [
     "LATENCY_METRICS",
@@ -419,7 +419,7 @@ def compare(
                 f"{pct} interval of the ratio [{iv.rel_low:+.1%}, {iv.rel_high:+.1%}] "
                 f"{'excludes' if excludes else 'contains'} 0 (log scale, {len(xb)} vs {len(xc)} boots"
                 f"{', as pairs' if paired else ''}, variance: {iv.source}); detectable at 80 % power: "
-                f"+-{iv.mde_rel:.1%}"
+                f"{mde_text(iv.mde_rel)}"
             )
         elif len(xb) >= 2 and len(xc) >= 2:
             lo, hi, p, dof = _welch(xb, xc, confidence)
