@@ -69,6 +69,9 @@ def test_quality_summary_counts_and_reasons(warehouse):
     reasons = q["reasons"].set_index("expectation")
     assert set(reasons.index) == {"repeat_cv_small", "output_length_exact"}
     assert reasons.loc["output_length_exact", "severity"] == "fail" and reasons.loc["repeat_cv_small", "trials"] == 1
+    # each check once, naming its trials and their verdicts
+    assert reasons.loc["output_length_exact", "which"] == "cfg-b r0 (fail)"
+    assert reasons.loc["repeat_cv_small", "which"] == "cfg-a r1 (warn)"
     assert list(q["unvalidated"]["failure_class"]) == ["oom_kv_cache"]
     md = sweep_quality_markdown(q)
     assert "**fail** 1" in md and "output_length_exact" in md and "oom_kv_cache" in md

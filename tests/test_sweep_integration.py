@@ -34,9 +34,19 @@ def sweep(tmp_path_factory, cpu_runtime, tiny_model):
     return out, r.stdout + r.stderr
 
 
+def _read(out: Path) -> duckdb.DuckDBPyConnection:
+    """A read-only connection to the sweep's warehouse. Close it (``with``): an open one, kept alive by a failed
+    assertion's traceback, made the next test's write attach fail ("Unique file handle conflict")."""
+    return duckdb.connect(str(out / "wh.duckdb"), read_only=True)
+
+
 def test_rows_in_duckdb(sweep):
     out, _ = sweep
-    con = duckdb.connect(str(out / "wh.duckdb"), read_only=True)
+    with _read(out) as con:
+        _check_rows(con, sweep[1])
+
+
+def _check_rows(con: duckdb.DuckDBPyConnection, out: str) -> None:
     trials = con.execute("SELECT status, runtime_name, vllm_version, config_label, boot_s, teardown_s, "
                          "quality_verdict, engine_args FROM trials").fetchall()
     assert len(trials) == 1
@@ -50,7 +60,8 @@ def test_rows_in_duckdb(sweep):
                        "read_delay_p99_s, loop_lag_p99_s, load_processes FROM measurements ORDER BY repeat").fetchall()
     assert [m[0] for m in meas] == [0, 1]
     for _, completed, failed, tps, ttft, tpot, rx, delay, lag, processes in meas:
-        assert completed == 4 and failed == 0 and tps > 0 and 0 < ttft and tpot > 0 and processes == 2
+        # TPOT >= 0, not > 0: on a starved box the server sent all 8 tokens in the first chunk once (TPOT 0.0)
+        assert completed == 4 and failed == 0 and tps > 0 and 0 < ttft and tpot >= 0 and processes == 2
         # the real server's chunks were stamped by the kernel on arrival (Linux), with the client's lateness kept
         assert rx == "kernel" and delay is not None and delay >= 0 and lag is not None
     # every measured request, none of the warm-up ones; exact output length under ignore_eos
@@ -67,8 +78,6 @@ def test_rows_in_duckdb(sweep):
     # measurement notes (a busy box may or may not produce any) are not failures, and the run prints them
     notes, reason = con.execute("SELECT measurement_notes, failure_reason FROM trials").fetchall()[0]
     assert reason is None
-    con.close()
-    out = sweep[1]
     if notes:
         # the run prints one line per cause ("note <cause>: N window(s) in M trial(s) (...); e.g. <a note>")
         from tunelab.reports.notes import note_cause
@@ -79,8 +88,8 @@ def test_rows_in_duckdb(sweep):
 
 def test_no_server_left_behind(sweep):
     out, _ = sweep
-    con = duckdb.connect(str(out / "wh.duckdb"), read_only=True)
-    trial_id, command = con.execute("SELECT trial_id, command FROM trials").fetchall()[0]
+    with _read(out) as con:
+        trial_id, command = con.execute("SELECT trial_id, command FROM trials").fetchall()[0]
     from tunelab.tasks.engine import tracked_servers
 
     state = tracked_servers()

@@ -936,8 +936,8 @@ def _report(plan: Plan, sweep_id: str, db_path: Path, results_dir: Path, run: _S
     counts = quality["counts"]
     logger.info("quality: %s", ", ".join(f"{k} {v}" for k, v in counts.items()))
     for r in quality["reasons"].itertuples(index=False):  # why a trial warns or fails, without a query
-        logger.info("quality %s: %s/%s (%s) failed in %d trial(s): observed %s, threshold %s",
-                    r.verdict, r.suite, r.expectation, r.severity, r.trials, r.observed, r.threshold)
+        logger.info("quality check %s/%s (severity %s) did not pass in %d trial(s): %s; e.g. observed %s, "
+                    "threshold %s", r.suite, r.expectation, r.severity, r.trials, r.which, r.observed, r.threshold)
     return SweepSummary(sweep_id=sweep_id, db=str(db_path), results=str(results_dir), trials=statuses_,
                         comparison=comp.to_dict("records"), left_out=comp.attrs.get("left_out", []),
                         quality=counts, report_markdown=md,

@@ -472,8 +472,9 @@ def quality_summary(db_path: Path | duckdb.DuckDBPyConnection, sweep_id: str) ->
     """How many trials of a sweep pass / warn / fail / are unvalidated, and why.
 
     Returns a dict: ``counts`` ({verdict: trials}, every verdict of :data:`VERDICT_ORDER` present, 0 if none),
-    ``reasons`` (DataFrame: verdict, severity, suite, expectation, trials, example observed / threshold /
-    detail: one row per quality check that failed in at least one trial, from ``quality_checks``),
+    ``reasons`` (DataFrame: severity, suite, expectation, trials, which (its trials as ``config rN (verdict)``),
+    example observed / threshold / detail: one row per quality check that failed in at least one trial, from
+    ``quality_checks``),
     ``unvalidated`` (DataFrame: trial_id, config, status, failure_class, failure_reason: why a trial was
     not validated: it did not measure, or validation itself could not run).
     Opens the DuckDB file read-only, or reads an open connection as :func:`comparison_frame` does."""
@@ -481,9 +482,15 @@ def quality_summary(db_path: Path | duckdb.DuckDBPyConnection, sweep_id: str) ->
         counts = dict(con.execute(
             "SELECT coalesce(quality_verdict, 'unvalidated'), count(*) FROM trials WHERE sweep_id = ? GROUP BY 1",
             [sweep_id]).fetchall())
+        # One row per check (not per check and trial verdict: a warn check that failed in a trial judged fail
+        # and in one judged warn was two rows with one example), naming its trials.
         reasons = con.execute(
-            """SELECT t.quality_verdict AS verdict, q.severity, q.suite, q.expectation,
+            """SELECT q.severity, q.suite, q.expectation,
                       count(DISTINCT q.trial_id) AS trials,
+                      string_agg(DISTINCT t.config_label || ' r' || t.replicate || ' (' ||
+                                 coalesce(t.quality_verdict, 'unvalidated') || ')', ', '
+                                 ORDER BY t.config_label || ' r' || t.replicate || ' (' ||
+                                          coalesce(t.quality_verdict, 'unvalidated') || ')') AS which,
                       any_value(q.observed) AS observed, any_value(q.threshold) AS threshold,
                       any_value(q.detail) AS detail
                FROM quality_checks q JOIN trials t USING (trial_id)
