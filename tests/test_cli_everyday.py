@@ -456,6 +456,8 @@ def test_report_of_a_sweep_cancelled_mid_window_says_its_windows_are_stored_not_
     """A sweep cancelled while its only trial measured: its windows are in the warehouse but a cancelled trial is
     never compared. Its report says so and how to get them; the default report shows the latest sweep with a
     completed trial and names the cancelled one."""
+    import yaml
+
     from tunelab.bundle import write_bundle
     from tunelab.warehouse.loader import load_pending
     from tunelab.warehouse.synthetic import synthetic_trial
@@ -468,11 +470,15 @@ def test_report_of_a_sweep_cancelled_mid_window_says_its_windows_are_stored_not_
     c = synthetic_trial(sweep_id=CANCELLED, config_key="a", config_label="cfg-a", started_at=t0 + dt.timedelta(days=1),
                         rng=rng, repeats=2, status="cancelled", quality_verdict="unvalidated")
     c.trial.update(failure_reason="TerminationSignal (signal 15: SIGTERM or a cancel through Prefect)")
+    c.sweep["plan_yaml"] = yaml.safe_dump({  # two configs: the second never started
+        "name": "cancelled", "model": "m", "runtime": "cpu", "engine_args": {"max-num-seqs": [1, 2]},
+        "workloads": [{"name": "chat", "prompt_tokens": 8, "output_tokens": 4, "num_requests": 4}]})
     write_bundle(res, c.sweep, c.trial, c.tables)
     load_pending(db, res)
     r = cli("report", "--db", str(db), "--sweep", CANCELLED)
     assert r.exit_code == 0, r.output
     out = " ".join(r.output.split())
+    assert f"sweep {CANCELLED} (cancelled: 1 of 1 trial(s) cancelled; 1 more planned trial(s) never started)" in out
     assert "no measurements" not in out
     assert "nothing to compare: no trial ended ok (1 cancelled)" in out
     assert f"the 2 window(s) they measured are stored, not compared: `tunelab export --sweep {CANCELLED}`" in out

@@ -820,7 +820,9 @@ def report(
         console.print(f"[yellow]sweep {k['sweep_id']} is later but {what}, with nothing to compare[/]: showing the latest "
                       f"sweep with results; `tunelab report --sweep {k['sweep_id']}` shows it", highlight=False,
                       soft_wrap=True)
-    title = f"sweep {sweep}" + (f" (cancelled: {st['cancelled']} of {st['trials']} trial(s) cancelled)"
+    never = planned - st["trials"] if planned is not None and st["trials"] < planned else 0
+    title = f"sweep {sweep}" + (f" (cancelled: {st['cancelled']} of {st['trials']} trial(s) cancelled"
+                                + (f"; {never} more planned trial(s) never started)" if never else ")")
                                 if st["cancelled"] else
                                 f" (incomplete: {st['trials']} of {planned} planned trial(s) recorded: it was stopped "
                                 "between trials, killed (`tunelab clean` then stops what it left and marks its runs) "

@@ -965,6 +965,13 @@ def _error_lines(err: ValidationError) -> list[tuple[str, str]]:
             msg = "required field is missing"
             if loc in _MISSING_EXAMPLES:
                 msg += f", e.g. {_MISSING_EXAMPLES[loc]}"
+        elif e["type"] == "value_error":
+            msg = msg.removeprefix("Value error, ")  # pydantic's prefix for a validator's ValueError: noise here
+            # A check across fields (a model validator) has no location; its message leads with the field it is
+            # about ("sla_search: needs a latency bound ..."): name that field instead of the whole plan.
+            lead = re.match(r"([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)*): (.+)", msg, re.S) if not loc else None
+            if lead:
+                loc, msg = lead.group(1), lead.group(2)
         out.append((loc or "<plan>", msg))
     return out
 
