@@ -868,3 +868,26 @@ def test_a_guided_boots_reason_lands_in_trials_and_ends_its_configs_tried_line()
     assert f"  #0 cfgG [G]: complete, output_tokens_per_s = 1800 (why: {why})" in text, text
     assert "  cfgD [D]: complete, output_tokens_per_s = 1000\n" in text + "\n"
     con.close()
+
+
+@pytest.mark.parametrize("slo, note", [(None, True), ({"ttft_s": 0.2}, False)])
+def test_plan_check_of_a_search_says_its_cost_and_warns_without_an_slo(tmp_path, slo, note):
+    """`plan check` of a search plan: the cost counts the budget's boots (and says so), and a plan without slo: is
+    told that its search has no latency bound."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from tunelab.cli import app
+
+    data = {"name": "s", "model": "models/tiny", "concurrency": [1, 4], "search": SEARCH,
+            "workloads": [{"name": "chat", "prompt_tokens": 32, "output_tokens": 16, "num_requests": 4}]}
+    if slo:
+        data["slo"] = slo
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    r = CliRunner().invoke(app, ["plan", "check", str(path)], env={"COLUMNS": "200"})
+    out = " ".join(r.output.split())
+    assert r.exit_code == 0, r.output
+    assert "the budget's boots, each at the default's cost" in out and "counts the default's boot only" not in out
+    assert "cost: 25 boot(s)" in out
+    assert ("no slo:" in out and "maximizes output_tokens_per_s with no latency bound" in out) == note, out

@@ -221,8 +221,15 @@ def plan_check(
         console.print(f"search: {p.search.objective.direction} {p.search.objective.metric} at "
                       f"{' '.join(p.search_cell())}; the default above, then configs TPE suggests from a space of "
                       f"{'continuous size' if g is None else f'{g} configs'}; budget: "
-                      f"{', '.join(f'{k} {v:g}' for k, v in b.model_dump().items() if v is not None)} (the cost below "
-                      "counts the default's boot only)", highlight=False, soft_wrap=True)
+                      f"{', '.join(f'{k} {v:g}' for k, v in b.model_dump().items() if v is not None)} ("
+                      + ("the cost below: the budget's boots, each at the default's cost, an upper bound)" if b.boots
+                         else "the cost below counts the default's boot only; the GPU-minutes bound the rest)"),
+                      highlight=False, soft_wrap=True)
+        if not any(v is not None for v in p.slo.model_dump().values()):
+            console.print(f"search: the plan has no slo:, so every config counts whatever its latency: the search "
+                          f"{p.search.objective.direction}s {p.search.objective.metric} with no latency bound; add "
+                          "e.g. slo: {ttft_s: 0.5, tpot_s: 0.05} to search under one (docs/tuning.md)",
+                          highlight=False, soft_wrap=True)
     # The plan is valid; can it run on THIS machine? (A GPU plan checked on a laptop is still a valid plan.)
     from tunelab.plan import runtime_checks
 
