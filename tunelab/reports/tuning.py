@@ -322,8 +322,11 @@ def _render(rep: TuningReport, s: pd.Series, obj: dict, thr: str, lat: str) -> N
     lines.append(f"configs tried ({len(rep.configs)}):")
     for r in rep.configs.itertuples():
         trial = "" if pd.isna(r.search_trial) else f"#{int(r.search_trial)} "
+        # the boot's SLO violation (mean over its windows of the largest observed / bound - 1; <= 0 meets it)
+        viol = "" if pd.isna(r.search_slo_violation) else \
+            f", SLO violation {r.search_slo_violation:+.0%} ({'met' if r.search_slo_violation <= 0 else 'not met'})"
         lines.append(f"  {trial}{r.config_label} [{r.config_key}]: {r.search_state}, {obj['metric']} = "
-                     f"{_fmt(r.search_value)}" + ("" if r.status == "ok" else f" ({r.status}"
+                     f"{_fmt(r.search_value)}{viol}" + ("" if r.status == "ok" else f" ({r.status}"
                                                  + ("" if pd.isna(r.failure_class) else f": {r.failure_class}") + ")")
                      + ("" if pd.isna(r.search_reason) else f" (why: {r.search_reason})"))
     rep.lines = lines
