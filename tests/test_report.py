@@ -302,7 +302,7 @@ def test_a_plain_sweep_with_an_slo_shows_goodput_and_the_share_in_slo(tmp_path, 
     print_comparison(comparison_frame(db, sweep), title="t")
     out = capsys.readouterr().out
     assert "TTFT <= 500 ms, TPOT <= 50 ms" in out and "goodput req/s" in out and "in SLO" in out
-    assert f"{comp.loc['cfg-a', 'slo_attainment'] * 100:.0f}%" in out
+    assert f"{comp.loc['cfg-a', 'slo_attainment'] * 100:.0f}%" in out and "no completed request met" not in out
     md = comparison_markdown(comparison_frame(db, sweep), sweep)
     assert "| in SLO |" in md and "TTFT <= 500 ms" in md
     assert max(line.count("|") - 1 for line in md.splitlines() if line.startswith("|")) <= 11
@@ -315,3 +315,20 @@ def test_a_sweep_without_an_slo_shows_no_goodput_columns(warehouse, capsys):
     assert comp["goodput_per_s"].isna().all()
     print_comparison(comp, title="t")
     assert "in SLO" not in capsys.readouterr().out and "in SLO" not in comparison_markdown(comp, SWEEP)
+
+
+def test_an_slo_no_request_met_is_said_in_words(tmp_path, capsys):
+    from tunelab.bundle import write_bundle
+    from tunelab.reports.report import comparison_frame, print_comparison
+    from tunelab.warehouse.loader import load_pending
+    from tunelab.warehouse.synthetic import synthetic_trial
+
+    res, db, sweep = tmp_path / "results", tmp_path / "wh.duckdb", "20260102T000000Z-slo-0002"
+    s = synthetic_trial(sweep_id=sweep, config_key="a", config_label="cfg-a")
+    s.sweep["plan_yaml"] = "name: slo\nslo:\n  ttft_s: 0.000001\n"
+    s.tables["measurements"]["goodput_per_s"] = 0.0
+    write_bundle(res, s.sweep, s.trial, s.tables)
+    load_pending(db, res)
+    print_comparison(comparison_frame(db, sweep), title="t")
+    out = " ".join(capsys.readouterr().out.split())
+    assert "TTFT <= 0.001 ms" in out and "no completed request met the slo: at any config and load" in out

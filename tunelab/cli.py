@@ -814,6 +814,7 @@ def report(
         # flagged ones (view window_findings).
         _json_out({"sweep_id": sweep, "status": status, "trials": st["trials"], "planned_trials": planned,
                    "cancelled_trials": st["cancelled"],
+                   "slo": comp.attrs.get("slo") or None,  # the plan's bounds (s) behind goodput / slo_attainment
                    "comparison": comp.to_dict("records"), "left_out": comp.attrs.get("left_out", []),
                    "failed_trials": failed, "notes": [dataclasses.asdict(g) for g in group_notes(notes)],
                    "skipped_sweeps": [{**k, "status": "cancelled" if k["cancelled"] else "no results"} for k in skipped],

@@ -395,6 +395,9 @@ def print_comparison(df: pd.DataFrame, title: str = "comparison", left_out: list
     rows = [_fmt_row(r, spec, slo) for _, r in df.iterrows()]
     if slo:
         Console(width=200).print(slo_legend(df), highlight=False, soft_wrap=True)
+        if (df["slo_attainment"].fillna(0) == 0).all():
+            Console(width=200).print("no completed request met the slo: at any config and load: check its bounds "
+                                     "against the latencies below", highlight=False, soft_wrap=True)
     for c in rows[0]:
         t.add_column(c, justify="right" if c not in ("runtime", "config", "workload", "quality") else "left")
     for r in rows:
