@@ -61,12 +61,25 @@ def prefect_server(tmp_path_factory):
 
     with temporary_settings({PREFECT_API_URL: url}):
         yield url
+        _retire_events_worker()
     for k, v in old.items():
         if v is None:
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
     _stop_group(proc, signal.SIGTERM, 30)
+
+
+def _retire_events_worker(timeout_s: float = 30) -> None:
+    """Send this process's pending Prefect events while their server is still up, and stop its events worker.
+
+    Why: the worker is one per process, and its client keeps the API URL it was made with. After this module's
+    server stopped, the events of every later test went to the dead URL, each retried with reconnection back-off;
+    the backlog grew, and at interpreter exit Prefect's handler drained it for minutes (a full suite that printed
+    "passed" then did not exit). Stopped here, the next server's events get a new worker with the new URL."""
+    from prefect.events.worker import EventsWorker
+
+    EventsWorker.drain_all(timeout=timeout_s, at_exit=False)
 
 
 def _stop_group(proc: subprocess.Popen, sig: int, timeout_s: float, drained: bool = False) -> None:
