@@ -107,12 +107,14 @@ def _children() -> list[int]:
 
 
 def _exit_watchdog(status: int) -> None:
-    """Seen after two passing runs of the whole suite: Prefect's exit handler for its events worker
-    (``_QueueServiceBase._at_exit`` -> ``drain``) waited forever on a future its idle worker never completed, so
-    the process printed "936 passed" and never exited. A suite that cannot end would turn a green run into a CI
-    timeout, so this daemon thread ends the process ``EXIT_WATCHDOG_S`` after the last test: it stops this
-    process's children (Prefect's temporary API server), removes the throw-away folders and exits with the
-    session's status. A normal exit takes a few seconds and never meets it."""
+    """Seen after passing runs of the whole suite: Prefect's exit handler for its events worker
+    (``_QueueServiceBase._at_exit`` -> ``drain``) waited for minutes, so the process printed "936 passed" and did
+    not exit. The cause: the worker kept the URL of the first module's Prefect server and retried every later
+    event against it once it had stopped; the server fixture (``test_flows.prefect_server``) now retires the worker
+    before stopping its server. Kept as a guard, since a suite that cannot end would turn a green run into a CI
+    timeout: this daemon thread ends the process ``EXIT_WATCHDOG_S`` after the last test, printing every thread's
+    stack first; it stops this process's children (Prefect's temporary API server), removes the throw-away folders
+    and exits with the session's status. A normal exit takes a few seconds and never meets it."""
     import signal
     import sys
     import time
