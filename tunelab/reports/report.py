@@ -235,7 +235,7 @@ def has_slo(df: pd.DataFrame) -> bool:
 def slo_legend(df: pd.DataFrame) -> str | None:
     """One line that says what :data:`SLO_COLUMNS` mean, with the plan's bounds (``df.attrs["slo"]``, seconds); None
     when the frame has no goodput. Source of the rule: ``vllm bench serve --goodput`` (a request is good when each
-    given metric of it is <= its bound; TPOT and E2EL per request, TTFT per request)."""
+    bounded metric of that request, its TTFT, TPOT or E2EL, is <= its bound)."""
     if not has_slo(df):
         return None
     bounds = ", ".join(f"{k.removesuffix('_s').upper()} <= {v * 1000:g} ms"
@@ -270,20 +270,20 @@ def _fmt_row(r: pd.Series, spec: bool = False, slo: bool = False) -> dict[str, s
         "failed": str(int(r["failed_requests"] or 0)),
         "quality": str(r["quality"]),
     }
-    if slo:
+    def insert_after(key: str, cells: list[tuple[str, str]]) -> None:
+        nonlocal out
         items = list(out.items())
-        i = [k for k, _ in items].index("cv") + 1
+        i = [k for k, _ in items].index(key) + 1
+        out = dict(items[:i] + cells + items[i:])
+
+    if slo:
         att = r.get("slo_attainment")
-        items[i:i] = [(SLO_COLUMNS[0], num(r.get("goodput_per_s"), ".2f")),
-                      (SLO_COLUMNS[1], "-" if att is None or pd.isna(att) else f"{att * 100:.0f}%")]
-        out = dict(items)
+        insert_after("cv", [(SLO_COLUMNS[0], num(r.get("goodput_per_s"), ".2f")),
+                            (SLO_COLUMNS[1], "-" if att is None or pd.isna(att) else f"{att * 100:.0f}%")])
     if spec:
         rate, length = r.get("spec_acceptance_rate"), r.get("spec_mean_acceptance_length")
-        items = list(out.items())
-        i = [k for k, _ in items].index("TPOT p50 ms") + 1
-        items[i:i] = [(SPEC_COLUMNS[0], "-" if rate is None or pd.isna(rate) else f"{rate * 100:.1f}%"),
-                      (SPEC_COLUMNS[1], num(length, ".2f"))]
-        out = dict(items)
+        insert_after("TPOT p50 ms", [(SPEC_COLUMNS[0], "-" if rate is None or pd.isna(rate) else f"{rate * 100:.1f}%"),
+                                     (SPEC_COLUMNS[1], num(length, ".2f"))])
     return out
 
 
