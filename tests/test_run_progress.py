@@ -73,7 +73,8 @@ def test_display_prints_plain_lines_per_phase_and_throttles_window_progress():
             clock.t += dt_
             P.emit(phase, **fields)
     lines = out.getvalue().splitlines()
-    assert lines[0] == "sweep: 2 trial(s); estimated 1 min 40 s"
+    # The estimate says what it assumes, with the load it saw (issue: "8 min 03 s whatever the load").
+    assert lines[0].startswith("sweep: 2 trial(s); estimated 1 min 40 s (assumes an otherwise idle machine; load now ")
     assert lines[1] == "trial 1/2 eager: starts; sweep time left 1 min 40 s"
     assert lines[2:5] == ["trial 1/2 eager: checking the device is clean",
                           "trial 1/2 eager: booting the server (typically ~30 s)",
@@ -420,3 +421,16 @@ def test_clean_releases_the_slot_of_a_killed_holder_at_once(prefect_server):
             if h.poll() is None:
                 os.killpg(h.pid, signal.SIGKILL)
                 h.wait()
+
+
+def test_load_note_says_the_estimate_assumes_an_idle_machine_and_names_a_busy_one():
+    """The estimate is made for an idle machine: the note says so, names the load and core count it saw, and
+    adds "expect longer" only when runnable work exceeds the cores."""
+    from tunelab.plan_cost import load_note
+
+    assert load_note(0.3, 2) == "assumes an otherwise idle machine; load now 0.3 on 2 cores"
+    busy = load_note(8.2, 2)
+    assert busy == "assumes an otherwise idle machine; load now 8.2 on 2 cores: expect longer"
+    assert "expect longer" not in load_note(2.0, 2)
+    assert load_note(1.5, 1).endswith("on 1 core: expect longer")
+

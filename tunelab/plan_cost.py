@@ -22,13 +22,14 @@ plan may be meant.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 # The limits live with the plan's validation, which enforces them; named here too, where they are explained.
 from tunelab.plan import MAX_WINDOW_PROMPT_TOKENS, MAX_WINDOW_REQUESTS, Plan, requests_for_level
 
 __all__ = ["MAX_WINDOW_PROMPT_TOKENS", "MAX_WINDOW_REQUESTS", "TYPICAL", "WARN_REQUESTS", "WARN_SWEEP_S",
-           "DeviceFigures", "PlanCost", "cost_lines", "plan_cost", "sla_reach_warnings"]
+           "DeviceFigures", "PlanCost", "cost_lines", "load_note", "plan_cost", "sla_reach_warnings"]
 
 #: A plan estimated to run longer than this many seconds gets a warning (a day).
 WARN_SWEEP_S = 24 * 3600.0
@@ -208,12 +209,38 @@ def _fmt_s(seconds: float) -> str:
     return f"{s // 3600} h {(s % 3600) // 60:02d} min"
 
 
+def load_note(load_1min: float | None = None, cores: int | None = None) -> str:
+    """The estimate's assumption in words, with the machine's load now: the typical figures are for an otherwise
+    idle machine, and on a busy one boots and windows take longer (a sweep of the README's demo took 3.5-4 min
+    idle and 62-74 min at a load average of 8-18 on 2 cores).
+
+    Args:
+        load_1min: the 1-minute load average (default: ``os.getloadavg()``; None where the OS has none).
+        cores: CPUs this process may use (default: ``len(os.sched_getaffinity(0))`` or ``os.cpu_count()``).
+    Returns: one phrase, e.g. ``"assumes an otherwise idle machine; load now 8.2 on 2 cores: expect longer"``.
+    """
+    if load_1min is None:
+        try:
+            load_1min = os.getloadavg()[0]
+        except (AttributeError, OSError):
+            return "assumes an otherwise idle machine"
+    if cores is None:
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except AttributeError:
+            cores = os.cpu_count() or 1
+    text = f"assumes an otherwise idle machine; load now {load_1min:.1f} on {cores} core{'s' if cores != 1 else ''}"
+    # A load above the cores means runnable work is queueing for CPU: boots and windows stretch with it.
+    return text + (": expect longer" if load_1min > cores else "")
+
+
 def cost_lines(cost: PlanCost) -> list[str]:
     """What ``tunelab plan check`` prints about the cost: counts, the estimate and how it was made."""
     return [
         f"cost: {cost.boots} boot(s), {cost.windows} measured window(s), {cost.measured_requests:,} measured + "
         f"{cost.warmup_requests:,} warm-up requests; largest window {cost.largest_window_requests:,} requests "
         f"({cost.largest_window_prompt_tokens:,} prompt tokens)",
-        f"estimated time: ~{_fmt_s(cost.estimate_s)} (boots ~{_fmt_s(cost.boot_s)}, requests ~{_fmt_s(cost.requests_s)})",
+        f"estimated time: ~{_fmt_s(cost.estimate_s)} (boots ~{_fmt_s(cost.boot_s)}, requests ~{_fmt_s(cost.requests_s)}; "
+        f"{load_note()})",
         f"how: {cost.how}",
     ]

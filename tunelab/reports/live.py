@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any, Callable
 
 from tunelab import progress as P
+from tunelab.plan_cost import load_note
 
 __all__ = ["SweepDisplay", "fmt_s", "window_left_s"]
 
@@ -102,8 +103,8 @@ class SweepDisplay:
         if ev.phase == "sweep":
             st.trials_total, st.estimate_s, st.started = ev.trials_total, ev.estimate_s, now
             n = ev.trials_total if ev.trials_total is not None else "?"
-            return f"sweep: {n} trial(s); estimated {fmt_s(ev.estimate_s)} ({ev.detail})" \
-                if ev.detail else f"sweep: {n} trial(s); estimated {fmt_s(ev.estimate_s)}"
+            detail = "; ".join(d for d in (ev.detail, load_note()) if d)
+            return f"sweep: {n} trial(s); estimated {fmt_s(ev.estimate_s)} ({detail})"
         if ev.phase == "trial":
             if st.trial_started is not None:
                 st.trials_ended += 1
