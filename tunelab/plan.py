@@ -408,6 +408,11 @@ class Plan(BaseModel):
     env: dict[str, Scalar | list[Scalar]] = Field(
         default_factory=dict, description="Environment variables; a list is a matrix axis, a scalar is fixed."
     )
+    allow_unknown_env: list[str] = Field(
+        default_factory=list,
+        description="VLLM_* environment variable names the plan sets on purpose although a runtime's vLLM does not "
+                    "know them (e.g. read by a plugin, or new in a later release): such a name is a warning, not a "
+                    "plan error. Any other VLLM_* name that no runtime of the plan knows is refused as a typo.")
     variants: list[Variant] = Field(
         default_factory=list,
         description="Named deviations from the base config, each one trial config (x the matrix axes, if any).",
@@ -976,11 +981,36 @@ def _error_lines(err: ValidationError) -> list[tuple[str, str]]:
     return out
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a mapping with a key written twice. YAML 1.2 says keys are unique, but
+    PyYAML keeps the last value silently, so ``max-num-seqs`` written twice would sweep only the second value
+    without a word."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[Any, int] = {}
+        for key_node, _value in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` merges; PyYAML resolves it itself
+                continue
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            try:
+                first = seen.setdefault(key, line)
+            except TypeError:  # an unhashable key; PyYAML's own error says so below
+                continue
+            if first != line:
+                raise yaml.constructor.ConstructorError(
+                    "while reading a mapping", node.start_mark,
+                    f"key {key!r} is written twice (lines {first} and {line}); YAML keeps only the last, so write "
+                    "it once (a list of values sweeps them: key: [a, b])", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_plan(path: str | Path) -> Plan:
     """Read and validate a plan file.
 
     Raises:
-        PlanError: unreadable file, YAML syntax error, or a field that fails validation; the message
+        PlanError: unreadable file, YAML syntax error, a key written twice in one mapping (named with both
+            lines), or a field that fails validation; the message
             names the file and each field path (e.g. ``workloads[0].prompt_tokens``) with what is allowed.
     """
     p = Path(path)
@@ -991,7 +1021,7 @@ def load_plan(path: str | Path) -> Plan:
     except UnicodeDecodeError as e:
         raise PlanError(f"{p}: not UTF-8 text (byte {e.start}): save the plan as UTF-8") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as e:
         raise PlanError(f"{p}: not valid YAML: {str(e).replace('<unicode string>', str(p))}") from None
     if not isinstance(data, dict):
@@ -1044,14 +1074,15 @@ def _facts(runtimes: dict, method: str, what: str) -> tuple[dict[str, frozenset[
 def runtime_checks(plan: "Plan", runtimes: dict) -> tuple[list[str], list[str]]:
     """The checks of a plan against its runtimes' facts, as one call that never raises.
 
-    Runs :func:`unknown_engine_args` and :func:`bad_engine_arg_values` (errors and warnings) and
-    :func:`unknown_env_warnings` (warnings). These
+    Runs :func:`unknown_engine_args` and :func:`bad_engine_arg_values` (errors and warnings),
+    :func:`unknown_env_errors` (errors) and :func:`unknown_env_warnings` (warnings). These
     checks only save a failed or misleading boot, so they must never stop a sweep or a plan check themselves:
     a check that raises (whatever the cause, e.g. an interpreter bug while reading a runtime) is skipped and
     becomes one warning that names it and the exception.
 
     Returns:
-        (errors, warnings), one line each. Errors are plan errors (an engine-arg name or value no runtime accepts).
+        (errors, warnings), one line each. Errors are plan errors (an engine-arg name or value no runtime accepts,
+        a VLLM_* name no runtime knows that the plan does not allow).
 
     Args:
         plan: the validated plan.
@@ -1070,11 +1101,51 @@ def runtime_checks(plan: "Plan", runtimes: dict) -> tuple[list[str], list[str]]:
             warnings.append(f"engine-arg {what} check skipped ({type(exc).__name__}: {exc}); {fallback} will "
                             "show as a boot failure (invalid_config) instead")
     try:
-        warnings += unknown_env_warnings(plan, runtimes)
+        env_errors = unknown_env_errors(plan, runtimes)
+        errors += [msg for _name, msg in env_errors]
+        refused = {f"env {name}:" for name, _msg in env_errors}
+        # A refused name is one error; its per-runtime warnings would only repeat it.
+        warnings += [w for w in unknown_env_warnings(plan, runtimes) if not any(w.startswith(r) for r in refused)]
     except Exception as exc:  # noqa: BLE001
         warnings.append(f"VLLM_* env name check skipped ({type(exc).__name__}: {exc}); an unknown variable will "
                         "show in the boot log and in trials.env_not_applied instead")
     return errors, warnings
+
+
+def unknown_env_errors(plan: "Plan", runtimes: dict) -> list[tuple[str, str]]:
+    """``VLLM_*`` names the plan sets that no runtime of the plan knows (``Runtime.vllm_env_names``) and that
+    ``allow_unknown_env`` does not list: a typo such as ``VLLM_USE_FASTOKNS``, which vLLM would only warn about
+    at boot and run without, so every trial of the config would measure the default. A name that some runtimes
+    know and others do not stays a warning (:func:`unknown_env_warnings`: comparing releases across a new
+    variable is a legitimate plan). Runtimes whose names cannot be read are not judged; with none judged,
+    nothing is refused.
+
+    Returns:
+        ``(name, message)`` per refused name; the message names where the plan sets it, the closest known name
+        (difflib) and the fix (correct it, or list it in ``allow_unknown_env``).
+    """
+    known_by, _ = _facts(runtimes, "vllm_env_names", "VLLM_* variable names")
+    judged = {n: k for n, k in known_by.items() if k is not None}
+    if not judged:
+        return []
+    allowed = set(plan.allow_unknown_env)
+    names = sorted({k for t in plan.name_check_trials() if t.runtime in judged for k in t.env
+                    if k.startswith("VLLM_") and k not in allowed})
+    pool = sorted(set().union(*judged.values()))
+    out = []
+    for k in names:
+        if any(k in known for known in judged.values()):
+            continue
+        where = ("search.space.env" if plan.search is not None and k in plan.search.space.env else
+                 "env" if k in plan.env else
+                 next((f"variants[{i}].env" for i, v in enumerate(plan.variants) if k in v.env), "env"))
+        close = difflib.get_close_matches(k, pool, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        vers = ", ".join(f"{n} (vLLM {runtimes[n].vllm_version or '?'})" for n in judged)
+        out.append((k, f"{where}: {k} is not a VLLM_* variable of runtime(s) {vers} (not in vllm/envs.py){hint}; "
+                       "vLLM would ignore it and run with the default; correct the name, or list it in "
+                       f"allow_unknown_env: [{k}] if it is meant"))
+    return out
 
 
 def unknown_env_warnings(plan: "Plan", runtimes: dict) -> list[str]:
