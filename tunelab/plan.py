@@ -161,10 +161,20 @@ class Workload(BaseModel):
         """The longest output of the workload, tokens (fixed: every request's ``max_tokens``)."""
         return self.profile.nominal_output_tokens
 
-    def record(self) -> dict[str, Any]:
-        """``{name, type, parameters, file_sha256}`` of the workload (and ``adapter`` when it targets a LoRA
-        adapter), as stored in ``trials.workloads``."""
-        rec = {"name": self.name, **self.profile.record()}
+    def record(self, kv_block_tokens: int | None = None) -> dict[str, Any]:
+        """``{name, type, parameters, file_sha256, endpoint, shared_prefix_tokens}`` of the workload (and
+        ``adapter`` when it targets a LoRA adapter), as stored in ``trials.workloads``. With a shared prefix and
+        the server's KV-cache block size ``kv_block_tokens`` (:func:`kv_block_tokens`), also ``kv_block_tokens``,
+        ``shared_prefix_blocks`` (full blocks the prefix fills: what prefix caching can reuse) and, when it fills
+        none, ``warnings`` (:func:`prefix_block_warning`)."""
+        rec = {"name": self.name, **self.profile.record(), "endpoint": self.endpoint,
+               "shared_prefix_tokens": self.shared_prefix_tokens}
+        if self.shared_prefix_tokens and kv_block_tokens:
+            rec["kv_block_tokens"] = int(kv_block_tokens)
+            rec["shared_prefix_blocks"] = self.shared_prefix_tokens // int(kv_block_tokens)
+            note = prefix_block_warning(self, int(kv_block_tokens))
+            if note:
+                rec["warnings"] = [note]
         if self.adapter is not None:
             rec["adapter"] = self.adapter
         return rec
@@ -207,6 +217,114 @@ def requests_for_level(plan: "Plan", workload: Workload, profile: LoadProfile) -
     (``LoadProfile.measured_requests``) over the workload's ``num_requests`` and the plan's
     ``requests_per_concurrency``."""
     return profile.measured_requests(workload.num_requests, plan.requests_per_concurrency)
+
+
+#: vLLM's KV-cache block size (tokens) when ``block-size`` is not set, by runtime device: the CPU backend sets 128
+#: (vllm/platforms/cpu.py, ``check_and_update_config``: ``cache_config.block_size = 128`` when unset; the CPU
+#: runtime's boot log shows it), CUDA's ``CacheConfig`` default is 16 (vllm/config/cache.py).
+DEFAULT_KV_BLOCK_TOKENS: dict[str, int] = {"cpu": 128, "cuda": 16}
+
+
+def kv_block_tokens(engine_args: dict[str, Any], device: str) -> int:
+    """The KV-cache block size of a server, tokens: the config's ``block-size``, else the device's default
+    (:data:`DEFAULT_KV_BLOCK_TOKENS`; 16 for a device not listed)."""
+    b = engine_args.get("block-size")
+    if isinstance(b, int) and not isinstance(b, bool) and b > 0:
+        return b
+    return DEFAULT_KV_BLOCK_TOKENS.get(device, 16)
+
+
+def prefix_block_warning(workload: "Workload", block_tokens: int) -> str | None:
+    """A line when ``workload``'s shared prefix is shorter than one KV-cache block of ``block_tokens``: vLLM's
+    prefix cache reuses whole blocks only (a block is hashed once full), so such a prefix gives 0 cache hits and
+    the workload measures no prefix caching. None otherwise."""
+    n = workload.shared_prefix_tokens
+    if 0 < n < block_tokens:
+        return (f"workloads {workload.name!r}: shared_prefix_tokens {n} is shorter than the server's KV-cache block "
+                f"of {block_tokens} tokens; the prefix cache reuses whole blocks only, so it will show 0 prefix-cache "
+                f"hits; use shared_prefix_tokens >= {block_tokens} (a multiple of it) or a smaller block-size")
+    return None
+
+
+def prefix_block_warnings(plan: "Plan", runtimes: dict) -> list[str]:
+    """:func:`prefix_block_warning` for every workload and distinct block size of the plan's trials (the config's
+    ``block-size`` or the runtime device's default); one line per (workload, block size), naming the configs."""
+    hits: dict[tuple[str, int], list[str]] = {}
+    for t in plan.trials():
+        rt = runtimes.get(t.runtime)
+        b = kv_block_tokens(t.engine_args, getattr(rt, "device", "cuda") if rt is not None else "cuda")
+        for w in plan.workloads:
+            if prefix_block_warning(w, b):
+                labels = hits.setdefault((w.name, b), [])
+                if t.label not in labels:
+                    labels.append(t.label)
+    by_name = {w.name: w for w in plan.workloads}
+    return [f"{prefix_block_warning(by_name[name], b)} (config(s) {', '.join(repr(x) for x in labels)})"
+            for (name, b), labels in hits.items()]
+
+
+#: config.json keys that give a model's positions, in the order vLLM reads them (vllm/config/model.py,
+#: ``_get_and_verify_max_len``: the smallest of those present).
+_POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                  "max_sequence_length", "max_seq_length", "seq_len")
+
+
+def model_positions(model_dir: str | Path) -> tuple[int, str] | None:
+    """The longest sequence a model takes, tokens, and where it comes from, read from ``config.json`` as vLLM
+    derives it (``_get_and_verify_max_len``): the smallest of :data:`_POSITION_KEYS` present (in ``text_config``
+    for a multimodal config), times ``rope_scaling.factor`` when RoPE scaling is set (a ``yarn`` scaling scales
+    ``original_max_position_embeddings``; ``su``, ``longrope`` and ``llama3`` scalings are already in the
+    positions). None when there is no readable config.json or no such key.
+    """
+    path = Path(model_dir) / "config.json"
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(cfg, dict):
+        return None
+    if isinstance(cfg.get("text_config"), dict):
+        cfg = {**cfg, **cfg["text_config"]}
+    found = [(cfg[k], k) for k in _POSITION_KEYS if isinstance(cfg.get(k), int) and not isinstance(cfg.get(k), bool)
+             and cfg[k] > 0]
+    if not found:
+        return None
+    n, key = min(found)
+    where = f"config.json {key}: {n}"
+    rs = cfg.get("rope_scaling")
+    if isinstance(rs, dict):
+        kind = rs.get("rope_type", rs.get("type"))
+        factor = rs.get("factor")
+        if kind not in ("su", "longrope", "llama3") and isinstance(factor, (int, float)) and factor > 1:
+            if kind == "yarn" and isinstance(rs.get("original_max_position_embeddings"), int):
+                n = rs["original_max_position_embeddings"]
+                where = f"config.json rope_scaling original_max_position_embeddings: {n}"
+            n = int(n * factor)
+            where += f" x rope_scaling {kind} factor {factor:g}"
+    return n, where
+
+
+def model_context_errors(plan: "Plan") -> list[str]:
+    """Every ``max-model-len`` the plan sets (base, matrix values, variants, search space) that is above the
+    model's positions (:func:`model_positions` of ``plan.model``): vLLM refuses it at boot (``User-specified
+    max_model_len ... is greater than the derived max_model_len``) after the whole start-up, so the config would
+    be ``invalid_config`` on every boot. Not judged when the model has no readable config.json, or when the plan
+    sets ``VLLM_ALLOW_LONG_MAX_MODEL_LEN`` (vLLM's own override). One line per value, naming the field, the
+    model's limit and its source, and the fix."""
+    envs = [plan.env, *(v.env for v in plan.variants)]
+    if any("VLLM_ALLOW_LONG_MAX_MODEL_LEN" in e for e in envs):
+        return []
+    limit = model_positions(plan.model)
+    if limit is None:
+        return []
+    n, where = limit
+    out = []
+    for field, flag, value, _rts in _engine_arg_values(plan):
+        if flag == "max-model-len" and isinstance(value, int) and not isinstance(value, bool) and value > n:
+            out.append(f"{field}: {value} is above the model's {n} positions ({where}, {plan.model}); vLLM "
+                       f"refuses it at boot; set max-model-len <= {n} (or set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in env "
+                       "if the model really handles longer sequences)")
+    return out
 
 
 class SLO(BaseModel):
@@ -1053,6 +1171,11 @@ def load_plan(path: str | Path) -> Plan:
             except ValueError:  # another drive (Windows): keep the plan-folder path as it is
                 model = str(cand)
         plan = plan.model_copy(update={"model": model})
+    # max-model-len against the model's positions (config.json), before any boot: one that is too long fails
+    # every boot as invalid_config after the whole start-up.
+    ctx_errors = model_context_errors(plan)
+    if ctx_errors:
+        raise PlanError(f"{p}: " + "\n".join(ctx_errors))
     return plan
 
 
@@ -1075,7 +1198,8 @@ def runtime_checks(plan: "Plan", runtimes: dict) -> tuple[list[str], list[str]]:
     """The checks of a plan against its runtimes' facts, as one call that never raises.
 
     Runs :func:`unknown_engine_args` and :func:`bad_engine_arg_values` (errors and warnings),
-    :func:`unknown_env_errors` (errors) and :func:`unknown_env_warnings` (warnings). These
+    :func:`unknown_env_errors` (errors), :func:`prefix_block_warnings` and :func:`unknown_env_warnings`
+    (warnings). These
     checks only save a failed or misleading boot, so they must never stop a sweep or a plan check themselves:
     a check that raises (whatever the cause, e.g. an interpreter bug while reading a runtime) is skipped and
     becomes one warning that names it and the exception.
@@ -1100,6 +1224,10 @@ def runtime_checks(plan: "Plan", runtimes: dict) -> tuple[list[str], list[str]]:
         except Exception as exc:  # noqa: BLE001
             warnings.append(f"engine-arg {what} check skipped ({type(exc).__name__}: {exc}); {fallback} will "
                             "show as a boot failure (invalid_config) instead")
+    try:
+        warnings += prefix_block_warnings(plan, runtimes)
+    except Exception as exc:  # noqa: BLE001
+        warnings.append(f"shared-prefix block check skipped ({type(exc).__name__}: {exc})")
     try:
         env_errors = unknown_env_errors(plan, runtimes)
         errors += [msg for _name, msg in env_errors]
