@@ -85,3 +85,50 @@ def test_warning_names_every_config_the_unknown_variable_reaches_and_suggests_th
     labels = [t.label for t in plan.trials()]
     assert len(set(labels)) == 2 and all(repr(x) in msg for x in labels), (msg, labels)
     assert "did you mean VLLM_USE_FASTOKENS?" in msg
+
+
+def _typo_plan(tmp_path: Path, **extra) -> Plan:
+    model = tmp_path / "model"
+    model.mkdir(exist_ok=True)
+    return Plan.model_validate({
+        "name": "p", "model": str(model), "runtimes": ["old"],
+        "variants": [{"name": "default"}, {"env": {"VLLM_USE_FASTOKNS": 1}}],
+        "workloads": [{"name": "w", "prompt_tokens": 8, "output_tokens": 4, "num_requests": 2}],
+        "concurrency": [1], **extra,
+    })
+
+
+def test_a_misspelt_vllm_env_name_no_runtime_knows_is_a_plan_error_with_the_closest_name(tmp_path):
+    """Issue 29 item 19: VLLM_USE_FASTOKNS was a warning and the run booted without the setting."""
+    from tunelab.plan import runtime_checks
+
+    rt = _fake_runtime(tmp_path, OLD_ENVS.replace('"VLLM_HOST_IP"', '"VLLM_USE_FASTOKENS"'))
+    errors, warnings = runtime_checks(_typo_plan(tmp_path), {"old": rt})
+    (msg,) = errors
+    assert msg.startswith("variants[1].env: VLLM_USE_FASTOKNS") and "did you mean VLLM_USE_FASTOKENS?" in msg
+    assert "allow_unknown_env" in msg
+    assert not any("VLLM_USE_FASTOKNS" in w for w in warnings)  # one error, not also a warning
+
+
+def test_an_unknown_vllm_env_name_the_plan_allows_stays_a_warning(tmp_path):
+    from tunelab.plan import runtime_checks
+
+    rt = _fake_runtime(tmp_path, OLD_ENVS.replace('"VLLM_HOST_IP"', '"VLLM_USE_FASTOKENS"'))
+    errors, warnings = runtime_checks(_typo_plan(tmp_path, allow_unknown_env=["VLLM_USE_FASTOKNS"]), {"old": rt})
+    assert errors == []
+    assert len(warnings) == 1 and "VLLM_USE_FASTOKNS" in warnings[0] and "not be applied" in warnings[0]
+
+
+def test_a_name_one_runtime_knows_is_a_warning_for_the_other_not_an_error(tmp_path):
+    from tunelab.plan import runtime_checks
+
+    old = _fake_runtime(tmp_path / "o", OLD_ENVS)
+    new = _fake_runtime(tmp_path / "n", OLD_ENVS.replace('"VLLM_HOST_IP"', '"VLLM_USE_FASTOKENS"'), version="0.25.1")
+    model = tmp_path / "model"
+    model.mkdir()
+    plan = Plan.model_validate({
+        "name": "p", "model": str(model), "runtimes": ["old", "new"], "env": {"VLLM_USE_FASTOKENS": 1},
+        "workloads": [{"name": "w", "prompt_tokens": 8, "output_tokens": 4, "num_requests": 2}],
+    })
+    errors, warnings = runtime_checks(plan, {"old": old, "new": new})
+    assert errors == [] and len(warnings) == 1 and "'old'" in warnings[0]

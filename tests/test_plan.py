@@ -250,3 +250,48 @@ def test_a_check_across_fields_names_its_field_not_the_whole_plan(tmp_path):
         load_plan(write(tmp_path, text))
     msg = str(ei.value)
     assert "  - sla_search: needs a latency bound" in msg and "<plan>" not in msg and "Value error" not in msg
+
+
+@pytest.mark.parametrize("where,text", [
+    ("engine_args", """
+        name: t
+        model: /models/tiny
+        engine_args:
+          max-num-seqs: 8
+          enforce-eager: true
+          max-num-seqs: 16
+        workloads:
+          - {name: short, prompt_tokens: 32, output_tokens: 8, num_requests: 4}
+        """),
+    ("top level", """
+        name: t
+        model: /models/tiny
+        concurrency: [1]
+        workloads:
+          - {name: short, prompt_tokens: 32, output_tokens: 8, num_requests: 4}
+        concurrency: [4]
+        """),
+])
+def test_a_key_written_twice_is_refused_naming_the_key_and_both_lines(tmp_path, where, text):
+    """Issue 29 item 19: PyYAML keeps the last of two equal keys silently, so a plan swept only one value."""
+    with pytest.raises(PlanError) as e:
+        load_plan(write(tmp_path, text))
+    msg = str(e.value)
+    key, lines = ("max-num-seqs", "lines 5 and 7") if where == "engine_args" else ("concurrency", "lines 4 and 7")
+    assert f"key {key!r} is written twice ({lines})" in msg and "plan.yaml" in msg
+
+
+def test_yaml_merge_keys_and_equal_keys_in_different_mappings_are_not_duplicates(tmp_path):
+    plan = load_plan(write(tmp_path, """
+        name: t
+        model: /models/tiny
+        engine_args: &base
+          max-num-seqs: 8
+        variants:
+          - {name: a, engine_args: {<<: *base, enforce-eager: true}}
+          - {name: b, engine_args: {max-num-seqs: 16}}
+        workloads:
+          - {name: short, prompt_tokens: 32, output_tokens: 8, num_requests: 4}
+          - {name: long, prompt_tokens: 64, output_tokens: 8, num_requests: 4}
+        """))
+    assert [w.name for w in plan.workloads] == ["short", "long"]

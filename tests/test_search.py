@@ -5,6 +5,7 @@ report against a synthetic warehouse."""
 from __future__ import annotations
 
 import json
+import math
 from types import SimpleNamespace
 
 import pandas as pd
@@ -226,7 +227,12 @@ def test_a_memory_failure_walks_max_num_seqs_down_until_it_boots_and_keeps_the_f
     assert out.best().engine_args["max-num-seqs"] == 64 and out.boots == 4
     from optuna.trial import TrialState
 
-    assert [t.state for t in out.study.trials] == [TrialState.FAIL]
+    # A boot out of memory is a property of the config: told as infeasible (the worst value and a violated
+    # constraint), not FAIL, which TPE ignores (issue 29 item 9). The walk-down configs (128, 64) are not points
+    # of this space ([256]), so optuna is not told them.
+    (t,) = out.study.trials
+    assert t.state == TrialState.COMPLETE and t.value == -math.inf and t.user_attrs["violation"] > 0
+    assert [r.told for r in out.records] == [None, "infeasible", None, None]
 
 
 def test_the_log_line_of_a_boot_that_did_not_count_says_why():
@@ -894,3 +900,105 @@ def test_plan_check_of_a_search_says_its_cost_and_warns_without_an_slo(tmp_path,
     assert "the budget's boots, each at the default's cost" in out and "counts the default's boot only" not in out
     assert "cost: 25 boot(s)" in out
     assert ("no slo:" in out and "maximizes output_tokens_per_s with no latency bound" in out) == note, out
+
+
+# -- failed boots: what optuna is told (issue 29 item 9) -------------------------------------------------------------
+def _failures_benchmark():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "search_failures.py"
+    spec = importlib.util.spec_from_file_location("search_failures", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_telling_memory_failures_as_infeasible_wastes_fewer_boots_than_fail():
+    """The simulated space of benchmarks/search_failures.py (max-num-seqs >= 256 with gpu-memory-utilization < 0.9
+    runs out of memory; 20 boots, walk-down on): the same seeded searches, told FAIL (before) and infeasible (now).
+    TPE ignores FAIL trials, so it kept sampling the failing region."""
+    sim = _failures_benchmark()
+    before = [sim.simulate("fail", seed) for seed in range(5)]
+    now = [sim.simulate("infeasible", seed) for seed in range(5)]
+    assert all(r["boots"] == 20 for r in before + now)
+    assert sum(r["failed"] for r in now) < sum(r["failed"] for r in before), (before, now)
+
+
+def _scripted_sampler(monkeypatch, proposals: list):
+    """Replace TPE by a sampler that proposes ``proposals[i]`` (one value of the one dimension) at its i-th ask,
+    then the last one again: the loop's telling is then checked without depending on TPE's choices."""
+    import optuna
+
+    class Scripted(optuna.samplers.BaseSampler):
+        def __init__(self, *a, **k):
+            self.asks = 0
+
+        def infer_relative_search_space(self, study, trial):
+            return {}
+
+        def sample_relative(self, study, trial, search_space):
+            return {}
+
+        def sample_independent(self, study, trial, name, dist):
+            self.asks += 1
+            return proposals[min(self.asks, len(proposals)) - 1]
+
+    monkeypatch.setattr(optuna.samplers, "TPESampler", Scripted)
+
+
+def test_a_config_failure_is_infeasible_an_environment_fault_is_fail_and_walk_downs_in_the_space_are_told(
+        monkeypatch):
+    from optuna.trial import TrialState
+
+    _scripted_sampler(monkeypatch, [0.9, 0.8])
+    plan = _plan({"space": {"engine_args": {"gpu-memory-utilization": [0.8, 0.85, 0.9]}},
+                  "objective": {"maximize": "output_tokens_per_s", "load": "c=4"}, "budget": {"boots": 4}},
+                 engine_args={"max-num-seqs": 64, "max-num-batched-tokens": 4096})
+
+    def boot(req):
+        gmu = req.engine_args.get("gpu-memory-utilization")
+        if gmu == 0.9:  # the device has less free memory than 0.9 asks for: a property of the config
+            return BootOutcome("boot_failed", "insufficient_free_memory", None, usable=False, gpu_minutes=0.5)
+        if gmu == 0.8:  # a boot that timed out: says nothing about the config
+            return BootOutcome("boot_failed", "timeout", None, usable=False, gpu_minutes=0.5)
+        tput, ttft = _sim(req.engine_args, req.env)
+        return BootOutcome("ok", None, _windows(tput, ttft, 2)[-1], gpu_minutes=1.0)
+
+    out = _search(plan, boot)
+    got = [(r.role, r.engine_args.get("gpu-memory-utilization"), r.state, r.told) for r in out.records]
+    assert got == [("default", None, "complete", None),
+                   ("search", 0.9, "fail", "infeasible"),
+                   ("walk_down", 0.85, "complete", "complete"),  # 0.9 -> 0.85 is a point of the space: told
+                   ("search", 0.8, "fail", "fail")], got
+    told = {t.params["gpu-memory-utilization"]: t for t in out.study.trials}
+    assert told[0.9].state == TrialState.COMPLETE and told[0.9].value == -math.inf
+    assert told[0.9].user_attrs["violation"] > 0
+    assert told[0.85].state == TrialState.COMPLETE and told[0.85].value > 0
+    (c,) = told[0.85].system_attrs["constraints"]  # what TPE's constraints_func reads: feasible (<= 0)
+    assert c <= 0
+    assert told[0.8].state == TrialState.FAIL
+
+
+def test_a_sampler_stuck_on_a_failing_config_does_not_end_the_search_as_space_exhausted(monkeypatch):
+    """TPE told FAIL may propose a config that failed again and again; 30 such proposals ended the search as
+    space_exhausted while 3 of its 4 configs were never booted."""
+    _scripted_sampler(monkeypatch, [256])  # always the config that runs out of memory
+    plan = _plan({"space": {"engine_args": {"max-num-seqs": [32, 64, 128, 256]}},
+                  "objective": {"maximize": "output_tokens_per_s", "load": "c=4"}, "budget": {"boots": 5},
+                  "walk_down": {"enabled": False}},
+                 engine_args={"max-num-seqs": 8, "max-num-batched-tokens": 4096})
+
+    def boot(req):
+        if req.engine_args["max-num-seqs"] == 256:
+            return BootOutcome("boot_failed", "oom_kv_cache", None, usable=False, gpu_minutes=0.5)
+        tput, ttft = _sim(req.engine_args, req.env)
+        return BootOutcome("ok", None, _windows(tput, ttft, 2)[-1], gpu_minutes=1.0)
+
+    lines: list[str] = []
+    w, lo = plan.search_cell()
+    out = run_search(plan.search, base_args=dict(plan.trials()[0].engine_args), base_env={}, seed=0, workload=w,
+                     load=lo, slo=plan.slo.model_dump(), boot=boot, log=lines.append)
+    assert out.stop_reason == "budget_boots" and out.boots == 5, (out.stop_reason, out.boots)
+    assert sorted(r.engine_args["max-num-seqs"] for r in out.records) == [8, 32, 64, 128, 256]
+    assert any("an unbooted config drawn at random" in x for x in lines)

@@ -94,3 +94,20 @@ def test_a_value_of_the_wrong_type_is_refused_before_the_warehouse_opens(tmp_pat
     with pytest.raises(RecordError, match="measurements.completed"):
         import_vllm_bench(db, [bad])
     assert not db.exists()
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "[]"])
+def test_an_empty_file_is_a_clear_error_with_exit_2(tmp_path, text):
+    """Issue 29 item 19: an empty result file raised IndexError (exit 1, a traceback); it is a bad input."""
+    from typer.testing import CliRunner
+
+    from tunelab.cli import app
+
+    empty = tmp_path / "empty.json"
+    empty.write_text(text)
+    with pytest.raises(BundleError, match=r"empty\.json: empty: no result records"):
+        import_vllm_bench(tmp_path / "wh.duckdb", [empty])
+    r = CliRunner().invoke(app, ["import", "vllm-bench", str(empty), "--db", str(tmp_path / "wh.duckdb")])
+    assert r.exit_code == 2, r.output
+    assert "no result records" in " ".join(r.output.split())
+    assert "Traceback" not in r.output and "IndexError" not in r.output

@@ -249,7 +249,7 @@ concurrency: [1]
     assert plan.workloads[0].prompt_tokens == 32 and plan.workloads[1].prompt_tokens == 256
     recs = [w.record() for w in plan.workloads]
     assert recs[0] == {"name": "fixed", "type": "fixed", "parameters": {"prompt_tokens": 32, "output_tokens": 8},
-                       "file_sha256": None}
+                       "file_sha256": None, "endpoint": "completions", "shared_prefix_tokens": 0}
     assert recs[1]["parameters"]["prompt_tokens"]["median"] == 64
     assert recs[2]["file_sha256"] == W.file_sha256(DATA / "sharegpt_synthetic.json")
     assert recs[3]["file_sha256"] == W.file_sha256(trace) and recs[3]["type"] == "trace"
@@ -416,3 +416,60 @@ def test_a_plan_with_workload_types_survives_a_json_round_trip():
     again = Plan.model_validate_json(plan.model_dump_json())
     assert again == plan and [w.type for w in again.workloads] == ["dataset", "distribution"]
     assert again.workloads[0].record() == plan.workloads[0].record()
+
+
+# -- issue 29 item 8: what trials.workloads records; shared prefix vs KV block; max-model-len vs config.json --------
+def test_the_record_keeps_endpoint_and_shared_prefix_and_its_blocks(tmp_path):
+    """A chat workload with a shared prefix was recorded as plain fixed 96/8."""
+    plan = _plan(tmp_path, "workloads:\n  - {name: pc, endpoint: chat, shared_prefix_tokens: 64, prompt_tokens: 96, "
+                           "output_tokens: 8, num_requests: 4}\n")
+    (w,) = plan.workloads
+    rec = w.record(kv_block_tokens=128)
+    assert rec["endpoint"] == "chat" and rec["shared_prefix_tokens"] == 64
+    assert rec["kv_block_tokens"] == 128 and rec["shared_prefix_blocks"] == 0
+    assert "0 prefix-cache hits" in rec["warnings"][0]
+    rec16 = w.record(kv_block_tokens=16)
+    assert rec16["shared_prefix_blocks"] == 4 and "warnings" not in rec16
+    json.dumps(rec)  # it goes into a JSON column
+
+
+def test_plan_check_warns_of_a_shared_prefix_shorter_than_the_kv_block(tmp_path):
+    from types import SimpleNamespace
+
+    from tunelab.plan import kv_block_tokens, runtime_checks
+
+    plan = _plan(tmp_path, "workloads:\n  - {name: pc, shared_prefix_tokens: 64, prompt_tokens: 96, output_tokens: 8, "
+                           "num_requests: 4}\nconcurrency: [1]\n")
+    cpu = SimpleNamespace(name="cpu", device="cpu", vllm_version="0.32.0", vllm_env_names=lambda: None,
+                          serve_flags=lambda: None, serve_choices=lambda: None)
+    _errors, warnings = runtime_checks(plan, {"cpu": cpu})
+    (msg,) = [x for x in warnings if "shared_prefix_tokens" in x]
+    assert "shorter than the server's KV-cache block of 128 tokens" in msg and "'pc'" in msg
+    gpu = SimpleNamespace(**{**vars(cpu), "device": "cuda"})
+    assert not [x for x in runtime_checks(plan, {"cpu": gpu})[1] if "shared_prefix_tokens" in x]
+    assert kv_block_tokens({"block-size": 32}, "cpu") == 32 and kv_block_tokens({}, "cpu") == 128
+
+
+@pytest.mark.parametrize("config,limit", [
+    ({"max_position_embeddings": 4096}, 4096),
+    ({"max_position_embeddings": 4096, "rope_scaling": {"rope_type": "linear", "factor": 2.0}}, 8192),
+    ({"max_position_embeddings": 32768, "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                                                         "original_max_position_embeddings": 4096}}, 16384),
+    ({"text_config": {"max_position_embeddings": 2048}}, 2048),
+])
+def test_max_model_len_above_the_models_positions_is_a_plan_error_before_any_boot(tmp_path, config, limit):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(config))
+    body = ("workloads:\n  - {name: w, prompt_tokens: 8, output_tokens: 4, num_requests: 2}\n"
+            f"engine_args:\n  max-model-len: [{limit}, {limit * 2}]\n")
+    p = tmp_path / "plan.yaml"
+    p.write_text(PLAN.replace("model: m", f"model: {model}") + body)
+    with pytest.raises(PlanError) as e:
+        load_plan(p)
+    msg = str(e.value)
+    assert f"engine_args.max-model-len[1]: {limit * 2} is above the model's {limit} positions" in msg
+    assert "config.json" in msg and f"set max-model-len <= {limit}" in msg
+    assert "max-model-len[0]" not in msg  # the value that fits is not named
+    p.write_text(PLAN.replace("model: m", f"model: {model}") + body + "env: {VLLM_ALLOW_LONG_MAX_MODEL_LEN: 1}\n")
+    assert load_plan(p).model == str(model)  # vLLM's own override is honoured

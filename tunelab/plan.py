@@ -161,10 +161,20 @@ class Workload(BaseModel):
         """The longest output of the workload, tokens (fixed: every request's ``max_tokens``)."""
         return self.profile.nominal_output_tokens
 
-    def record(self) -> dict[str, Any]:
-        """``{name, type, parameters, file_sha256}`` of the workload (and ``adapter`` when it targets a LoRA
-        adapter), as stored in ``trials.workloads``."""
-        rec = {"name": self.name, **self.profile.record()}
+    def record(self, kv_block_tokens: int | None = None) -> dict[str, Any]:
+        """``{name, type, parameters, file_sha256, endpoint, shared_prefix_tokens}`` of the workload (and
+        ``adapter`` when it targets a LoRA adapter), as stored in ``trials.workloads``. With a shared prefix and
+        the server's KV-cache block size ``kv_block_tokens`` (:func:`kv_block_tokens`), also ``kv_block_tokens``,
+        ``shared_prefix_blocks`` (full blocks the prefix fills: what prefix caching can reuse) and, when it fills
+        none, ``warnings`` (:func:`prefix_block_warning`)."""
+        rec = {"name": self.name, **self.profile.record(), "endpoint": self.endpoint,
+               "shared_prefix_tokens": self.shared_prefix_tokens}
+        if self.shared_prefix_tokens and kv_block_tokens:
+            rec["kv_block_tokens"] = int(kv_block_tokens)
+            rec["shared_prefix_blocks"] = self.shared_prefix_tokens // int(kv_block_tokens)
+            note = prefix_block_warning(self, int(kv_block_tokens))
+            if note:
+                rec["warnings"] = [note]
         if self.adapter is not None:
             rec["adapter"] = self.adapter
         return rec
@@ -207,6 +217,114 @@ def requests_for_level(plan: "Plan", workload: Workload, profile: LoadProfile) -
     (``LoadProfile.measured_requests``) over the workload's ``num_requests`` and the plan's
     ``requests_per_concurrency``."""
     return profile.measured_requests(workload.num_requests, plan.requests_per_concurrency)
+
+
+#: vLLM's KV-cache block size (tokens) when ``block-size`` is not set, by runtime device: the CPU backend sets 128
+#: (vllm/platforms/cpu.py, ``check_and_update_config``: ``cache_config.block_size = 128`` when unset; the CPU
+#: runtime's boot log shows it), CUDA's ``CacheConfig`` default is 16 (vllm/config/cache.py).
+DEFAULT_KV_BLOCK_TOKENS: dict[str, int] = {"cpu": 128, "cuda": 16}
+
+
+def kv_block_tokens(engine_args: dict[str, Any], device: str) -> int:
+    """The KV-cache block size of a server, tokens: the config's ``block-size``, else the device's default
+    (:data:`DEFAULT_KV_BLOCK_TOKENS`; 16 for a device not listed)."""
+    b = engine_args.get("block-size")
+    if isinstance(b, int) and not isinstance(b, bool) and b > 0:
+        return b
+    return DEFAULT_KV_BLOCK_TOKENS.get(device, 16)
+
+
+def prefix_block_warning(workload: "Workload", block_tokens: int) -> str | None:
+    """A line when ``workload``'s shared prefix is shorter than one KV-cache block of ``block_tokens``: vLLM's
+    prefix cache reuses whole blocks only (a block is hashed once full), so such a prefix gives 0 cache hits and
+    the workload measures no prefix caching. None otherwise."""
+    n = workload.shared_prefix_tokens
+    if 0 < n < block_tokens:
+        return (f"workloads {workload.name!r}: shared_prefix_tokens {n} is shorter than the server's KV-cache block "
+                f"of {block_tokens} tokens; the prefix cache reuses whole blocks only, so it will show 0 prefix-cache "
+                f"hits; use shared_prefix_tokens >= {block_tokens} (a multiple of it) or a smaller block-size")
+    return None
+
+
+def prefix_block_warnings(plan: "Plan", runtimes: dict) -> list[str]:
+    """:func:`prefix_block_warning` for every workload and distinct block size of the plan's trials (the config's
+    ``block-size`` or the runtime device's default); one line per (workload, block size), naming the configs."""
+    hits: dict[tuple[str, int], list[str]] = {}
+    for t in plan.trials():
+        rt = runtimes.get(t.runtime)
+        b = kv_block_tokens(t.engine_args, getattr(rt, "device", "cuda") if rt is not None else "cuda")
+        for w in plan.workloads:
+            if prefix_block_warning(w, b):
+                labels = hits.setdefault((w.name, b), [])
+                if t.label not in labels:
+                    labels.append(t.label)
+    by_name = {w.name: w for w in plan.workloads}
+    return [f"{prefix_block_warning(by_name[name], b)} (config(s) {', '.join(repr(x) for x in labels)})"
+            for (name, b), labels in hits.items()]
+
+
+#: config.json keys that give a model's positions, in the order vLLM reads them (vllm/config/model.py,
+#: ``_get_and_verify_max_len``: the smallest of those present).
+_POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                  "max_sequence_length", "max_seq_length", "seq_len")
+
+
+def model_positions(model_dir: str | Path) -> tuple[int, str] | None:
+    """The longest sequence a model takes, tokens, and where it comes from, read from ``config.json`` as vLLM
+    derives it (``_get_and_verify_max_len``): the smallest of :data:`_POSITION_KEYS` present (in ``text_config``
+    for a multimodal config), times ``rope_scaling.factor`` when RoPE scaling is set (a ``yarn`` scaling scales
+    ``original_max_position_embeddings``; ``su``, ``longrope`` and ``llama3`` scalings are already in the
+    positions). None when there is no readable config.json or no such key.
+    """
+    path = Path(model_dir) / "config.json"
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(cfg, dict):
+        return None
+    if isinstance(cfg.get("text_config"), dict):
+        cfg = {**cfg, **cfg["text_config"]}
+    found = [(cfg[k], k) for k in _POSITION_KEYS if isinstance(cfg.get(k), int) and not isinstance(cfg.get(k), bool)
+             and cfg[k] > 0]
+    if not found:
+        return None
+    n, key = min(found)
+    where = f"config.json {key}: {n}"
+    rs = cfg.get("rope_scaling")
+    if isinstance(rs, dict):
+        kind = rs.get("rope_type", rs.get("type"))
+        factor = rs.get("factor")
+        if kind not in ("su", "longrope", "llama3") and isinstance(factor, (int, float)) and factor > 1:
+            if kind == "yarn" and isinstance(rs.get("original_max_position_embeddings"), int):
+                n = rs["original_max_position_embeddings"]
+                where = f"config.json rope_scaling original_max_position_embeddings: {n}"
+            n = int(n * factor)
+            where += f" x rope_scaling {kind} factor {factor:g}"
+    return n, where
+
+
+def model_context_errors(plan: "Plan") -> list[str]:
+    """Every ``max-model-len`` the plan sets (base, matrix values, variants, search space) that is above the
+    model's positions (:func:`model_positions` of ``plan.model``): vLLM refuses it at boot (``User-specified
+    max_model_len ... is greater than the derived max_model_len``) after the whole start-up, so the config would
+    be ``invalid_config`` on every boot. Not judged when the model has no readable config.json, or when the plan
+    sets ``VLLM_ALLOW_LONG_MAX_MODEL_LEN`` (vLLM's own override). One line per value, naming the field, the
+    model's limit and its source, and the fix."""
+    envs = [plan.env, *(v.env for v in plan.variants)]
+    if any("VLLM_ALLOW_LONG_MAX_MODEL_LEN" in e for e in envs):
+        return []
+    limit = model_positions(plan.model)
+    if limit is None:
+        return []
+    n, where = limit
+    out = []
+    for field, flag, value, _rts in _engine_arg_values(plan):
+        if flag == "max-model-len" and isinstance(value, int) and not isinstance(value, bool) and value > n:
+            out.append(f"{field}: {value} is above the model's {n} positions ({where}, {plan.model}); vLLM "
+                       f"refuses it at boot; set max-model-len <= {n} (or set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in env "
+                       "if the model really handles longer sequences)")
+    return out
 
 
 class SLO(BaseModel):
@@ -408,6 +526,11 @@ class Plan(BaseModel):
     env: dict[str, Scalar | list[Scalar]] = Field(
         default_factory=dict, description="Environment variables; a list is a matrix axis, a scalar is fixed."
     )
+    allow_unknown_env: list[str] = Field(
+        default_factory=list,
+        description="VLLM_* environment variable names the plan sets on purpose although a runtime's vLLM does not "
+                    "know them (e.g. read by a plugin, or new in a later release): such a name is a warning, not a "
+                    "plan error. Any other VLLM_* name that no runtime of the plan knows is refused as a typo.")
     variants: list[Variant] = Field(
         default_factory=list,
         description="Named deviations from the base config, each one trial config (x the matrix axes, if any).",
@@ -976,11 +1099,36 @@ def _error_lines(err: ValidationError) -> list[tuple[str, str]]:
     return out
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a mapping with a key written twice. YAML 1.2 says keys are unique, but
+    PyYAML keeps the last value silently, so ``max-num-seqs`` written twice would sweep only the second value
+    without a word."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[Any, int] = {}
+        for key_node, _value in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` merges; PyYAML resolves it itself
+                continue
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            try:
+                first = seen.setdefault(key, line)
+            except TypeError:  # an unhashable key; PyYAML's own error says so below
+                continue
+            if first != line:
+                raise yaml.constructor.ConstructorError(
+                    "while reading a mapping", node.start_mark,
+                    f"key {key!r} is written twice (lines {first} and {line}); YAML keeps only the last, so write "
+                    "it once (a list of values sweeps them: key: [a, b])", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_plan(path: str | Path) -> Plan:
     """Read and validate a plan file.
 
     Raises:
-        PlanError: unreadable file, YAML syntax error, or a field that fails validation; the message
+        PlanError: unreadable file, YAML syntax error, a key written twice in one mapping (named with both
+            lines), or a field that fails validation; the message
             names the file and each field path (e.g. ``workloads[0].prompt_tokens``) with what is allowed.
     """
     p = Path(path)
@@ -991,7 +1139,7 @@ def load_plan(path: str | Path) -> Plan:
     except UnicodeDecodeError as e:
         raise PlanError(f"{p}: not UTF-8 text (byte {e.start}): save the plan as UTF-8") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as e:
         raise PlanError(f"{p}: not valid YAML: {str(e).replace('<unicode string>', str(p))}") from None
     if not isinstance(data, dict):
@@ -1023,6 +1171,11 @@ def load_plan(path: str | Path) -> Plan:
             except ValueError:  # another drive (Windows): keep the plan-folder path as it is
                 model = str(cand)
         plan = plan.model_copy(update={"model": model})
+    # max-model-len against the model's positions (config.json), before any boot: one that is too long fails
+    # every boot as invalid_config after the whole start-up.
+    ctx_errors = model_context_errors(plan)
+    if ctx_errors:
+        raise PlanError(f"{p}: " + "\n".join(ctx_errors))
     return plan
 
 
@@ -1044,14 +1197,16 @@ def _facts(runtimes: dict, method: str, what: str) -> tuple[dict[str, frozenset[
 def runtime_checks(plan: "Plan", runtimes: dict) -> tuple[list[str], list[str]]:
     """The checks of a plan against its runtimes' facts, as one call that never raises.
 
-    Runs :func:`unknown_engine_args` and :func:`bad_engine_arg_values` (errors and warnings) and
-    :func:`unknown_env_warnings` (warnings). These
+    Runs :func:`unknown_engine_args` and :func:`bad_engine_arg_values` (errors and warnings),
+    :func:`unknown_env_errors` (errors), :func:`prefix_block_warnings` and :func:`unknown_env_warnings`
+    (warnings). These
     checks only save a failed or misleading boot, so they must never stop a sweep or a plan check themselves:
     a check that raises (whatever the cause, e.g. an interpreter bug while reading a runtime) is skipped and
     becomes one warning that names it and the exception.
 
     Returns:
-        (errors, warnings), one line each. Errors are plan errors (an engine-arg name or value no runtime accepts).
+        (errors, warnings), one line each. Errors are plan errors (an engine-arg name or value no runtime accepts,
+        a VLLM_* name no runtime knows that the plan does not allow).
 
     Args:
         plan: the validated plan.
@@ -1070,11 +1225,55 @@ def runtime_checks(plan: "Plan", runtimes: dict) -> tuple[list[str], list[str]]:
             warnings.append(f"engine-arg {what} check skipped ({type(exc).__name__}: {exc}); {fallback} will "
                             "show as a boot failure (invalid_config) instead")
     try:
-        warnings += unknown_env_warnings(plan, runtimes)
+        warnings += prefix_block_warnings(plan, runtimes)
+    except Exception as exc:  # noqa: BLE001
+        warnings.append(f"shared-prefix block check skipped ({type(exc).__name__}: {exc})")
+    try:
+        env_errors = unknown_env_errors(plan, runtimes)
+        errors += [msg for _name, msg in env_errors]
+        refused = {f"env {name}:" for name, _msg in env_errors}
+        # A refused name is one error; its per-runtime warnings would only repeat it.
+        warnings += [w for w in unknown_env_warnings(plan, runtimes) if not any(w.startswith(r) for r in refused)]
     except Exception as exc:  # noqa: BLE001
         warnings.append(f"VLLM_* env name check skipped ({type(exc).__name__}: {exc}); an unknown variable will "
                         "show in the boot log and in trials.env_not_applied instead")
     return errors, warnings
+
+
+def unknown_env_errors(plan: "Plan", runtimes: dict) -> list[tuple[str, str]]:
+    """``VLLM_*`` names the plan sets that no runtime of the plan knows (``Runtime.vllm_env_names``) and that
+    ``allow_unknown_env`` does not list: a typo such as ``VLLM_USE_FASTOKNS``, which vLLM would only warn about
+    at boot and run without, so every trial of the config would measure the default. A name that some runtimes
+    know and others do not stays a warning (:func:`unknown_env_warnings`: comparing releases across a new
+    variable is a legitimate plan). Runtimes whose names cannot be read are not judged; with none judged,
+    nothing is refused.
+
+    Returns:
+        ``(name, message)`` per refused name; the message names where the plan sets it, the closest known name
+        (difflib) and the fix (correct it, or list it in ``allow_unknown_env``).
+    """
+    known_by, _ = _facts(runtimes, "vllm_env_names", "VLLM_* variable names")
+    judged = {n: k for n, k in known_by.items() if k is not None}
+    if not judged:
+        return []
+    allowed = set(plan.allow_unknown_env)
+    names = sorted({k for t in plan.name_check_trials() if t.runtime in judged for k in t.env
+                    if k.startswith("VLLM_") and k not in allowed})
+    pool = sorted(set().union(*judged.values()))
+    out = []
+    for k in names:
+        if any(k in known for known in judged.values()):
+            continue
+        where = ("search.space.env" if plan.search is not None and k in plan.search.space.env else
+                 "env" if k in plan.env else
+                 next((f"variants[{i}].env" for i, v in enumerate(plan.variants) if k in v.env), "env"))
+        close = difflib.get_close_matches(k, pool, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        vers = ", ".join(f"{n} (vLLM {runtimes[n].vllm_version or '?'})" for n in judged)
+        out.append((k, f"{where}: {k} is not a VLLM_* variable of runtime(s) {vers} (not in vllm/envs.py){hint}; "
+                       "vLLM would ignore it and run with the default; correct the name, or list it in "
+                       f"allow_unknown_env: [{k}] if it is meant"))
+    return out
 
 
 def unknown_env_warnings(plan: "Plan", runtimes: dict) -> list[str]:

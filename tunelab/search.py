@@ -18,8 +18,14 @@ budget is spent. One optuna trial = one boot of one config. docs/tuning.md says 
 - **Memory walk-down** (:func:`walk_down`): a boot that failed for memory is information, as in vLLM's
   ``benchmarks/auto_tune/auto_tune.sh``: the same config is booted again with ``--gpu-memory-utilization``,
   ``--max-model-len`` or ``--max-num-seqs`` lowered (which one depends on the failure class), up to
-  ``walk_down.max_steps`` times; the failed boot stays in the record and optuna is told the suggestion failed.
-  Every walk-down boot counts against the budget.
+  ``walk_down.max_steps`` times; the failed boot stays in the record. Every walk-down boot counts against the
+  budget, and optuna is told each walk-down boot whose config is a point of the space (``study.add_trial``).
+- **What optuna is told of a failed boot** (:data:`CONFIG_FAILURES`): a config failure (out of memory, an invalid
+  config) is *infeasible*: the worst value and a violated constraint (:data:`CONFIG_FAILURE_VIOLATION`), which TPE's
+  ``constraints_func`` uses to steer away from the region; an environment fault (timeout, crash, ...) is
+  ``TrialState.FAIL``, which TPE ignores. A suggestion that repeats a booted config costs no boot; after
+  :data:`MAX_REPEATS` of them in a row the next boot is an unbooted config drawn at random (seeded), and the search
+  ends ``space_exhausted`` only when no unbooted config is left to draw.
 - **Guided by the diagnosis** (``search.guide``, :data:`REMEDY_MOVES`): after a boot whose windows at the
   objective's cell flag a bottleneck (``window_diagnoses``) whose remedy is an engine arg of the space, the next
   boot is that config with the knob moved one value of the space (``api-server-count`` up, ...), enqueued in optuna
@@ -36,6 +42,7 @@ import hashlib
 import itertools
 import json
 import math
+import random
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
@@ -44,6 +51,8 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
+    "CONFIG_FAILURES",
+    "CONFIG_FAILURE_VIOLATION",
     "MEMORY_FAILURES",
     "BootOutcome",
     "boots_phrase",
@@ -64,12 +73,14 @@ __all__ = [
     "config_of",
     "distributions",
     "grid_keys",
+    "grid_params",
     "grid_size",
     "objective_value",
     "plain_number",
     "prune_decision",
     "range_values",
     "run_search",
+    "space_params",
     "walk_down",
 ]
 
@@ -77,6 +88,16 @@ Scalar = str | int | float | bool | None
 
 #: Boot failure classes (tasks.bootlog) that a smaller memory footprint can cure: the walk-down tries them again.
 MEMORY_FAILURES = ("oom_kv_cache", "oom_graph_capture", "insufficient_free_memory", "oom_weights")
+#: Boot failure classes that are a property of the config (the same config fails the same way on the same host):
+#: optuna is told such a boot as *infeasible* (a violated constraint and the worst value), so TPE learns the
+#: region to avoid. Any other failure (timeout, crash, a corrupt compile cache, a busy GPU, a port conflict, a
+#: measurement error, the quality gate) is an environment fault and is told ``TrialState.FAIL``, which TPE ignores:
+#: it says nothing about the config. Why: TPE leaves FAIL trials out of its model (optuna issues 2864, 3472), so
+#: with FAIL it kept sampling the region that runs out of memory.
+CONFIG_FAILURES = MEMORY_FAILURES + ("invalid_config",)
+#: The constraint value optuna is told for a config failure: far above any SLO excess (``observed / bound - 1``),
+#: so TPE ranks a config that did not boot below every config that ran, as ``objective_value`` does for no data.
+CONFIG_FAILURE_VIOLATION = 1e9
 
 
 class SearchRange(BaseModel):
@@ -686,6 +707,7 @@ class SearchRecord:
     trial_id: str | None = None
     boot: int = 0  # 1-based boot number in the search (the default is 1)
     reason: str | None = None
+    told: str | None = None  # what optuna was told: complete | infeasible | pruned | fail; None: not told
 
 
 @dataclass
@@ -725,6 +747,15 @@ def grid_keys(space: SearchSpace, base_args: dict[str, Scalar], base_env: dict[s
     :func:`config_of`), or None when they are not listed: a float dimension (its values as optuna builds them
     need not match a list made here), or more than :data:`MAX_LISTED_GRID` configs. The default config is one of
     them when its settings are values of the space."""
+    params = grid_params(space)
+    if params is None:
+        return None
+    return {key(*config_of(p, base_args, base_env)) for p in params}
+
+
+def grid_params(space: SearchSpace) -> list[dict[str, Any]] | None:
+    """The optuna params (``{name: value}``, env names as ``env.X``) of every config of the space's grid, in a
+    fixed order, or None when not listed (as :func:`grid_keys`)."""
     from optuna.distributions import CategoricalDistribution, IntDistribution
 
     axes: list[tuple[str, list]] = []
@@ -738,14 +769,54 @@ def grid_keys(space: SearchSpace, base_args: dict[str, Scalar], base_env: dict[s
     if math.prod(len(v) for _, v in axes) > MAX_LISTED_GRID:
         return None
     names = [n for n, _ in axes]
-    return {key(*config_of(dict(zip(names, combo)), base_args, base_env))
-            for combo in itertools.product(*(v for _, v in axes))}
+    return [dict(zip(names, combo)) for combo in itertools.product(*(v for _, v in axes))]
+
+
+def _random_params(dists: dict[str, Any], rng: Any) -> dict[str, Any]:
+    """One config drawn at random from the optuna distributions (``rng``: a ``random.Random``): a categorical
+    choice, an integer of the range's steps, a float uniform on the range (on the log scale with ``log``)."""
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+
+    out: dict[str, Any] = {}
+    for name, d in dists.items():
+        if isinstance(d, CategoricalDistribution):
+            out[name] = d.choices[rng.randrange(len(d.choices))]
+        elif isinstance(d, IntDistribution):
+            out[name] = rng.randrange(d.low, d.high + 1, d.step)
+        elif d.log:
+            out[name] = math.exp(rng.uniform(math.log(d.low), math.log(d.high)))
+        elif d.step is not None:
+            out[name] = d.low + d.step * rng.randrange(int(math.floor((d.high - d.low) / d.step + 1e-9)) + 1)
+        else:
+            out[name] = rng.uniform(d.low, d.high)
+    return out
+
+
+def space_params(space: SearchSpace, engine_args: dict[str, Scalar], env: dict[str, str]) -> dict[str, Any] | None:
+    """The optuna params of a config when it is a point of the space (every dimension set to one of its values, as
+    the distribution takes it), else None. Used to tell optuna a boot it did not suggest (a walk-down)."""
+    dists = distributions(space)
+    params: dict[str, Any] = {}
+    for kind in ("engine_args", "env"):
+        for name, d in getattr(space, kind).items():
+            v = _param_of(kind, name, d, engine_args, env)
+            if v is _UNSET:
+                return None
+            pn = _pname(kind, name)
+            dist = type(dists[pn]).__name__
+            v = int(v) if dist == "IntDistribution" and _is_num(v) else float(v) if (
+                dist == "FloatDistribution" and _is_num(v)) else v
+            if not dists[pn]._contains(dists[pn].to_internal_repr(v)):
+                return None
+            params[pn] = v
+    return params
 
 
 def run_search(spec: SearchSpec, *, base_args: dict[str, Scalar], base_env: dict[str, str], seed: int,
                workload: str, load: str, slo: dict[str, float | None], boot: Callable[[SearchBoot], BootOutcome],
                min_model_len: int = 0, key: Callable[[dict, dict], str] | None = None,
-               log: Callable[[str], Any] = lambda s: None, outcome: SearchOutcome | None = None) -> SearchOutcome:
+               log: Callable[[str], Any] = lambda s: None, outcome: SearchOutcome | None = None,
+               config_failure_as: Literal["infeasible", "fail"] = "infeasible") -> SearchOutcome:
     """Boot the plan's default config, then the configs TPE suggests, until the budget is spent.
 
     Args:
@@ -759,6 +830,9 @@ def run_search(spec: SearchSpec, *, base_args: dict[str, Scalar], base_env: dict
         log: one line per event.
         outcome: filled in as the search goes (default: a new one), so that the caller still has what the search
             knew when an interruption ends it.
+        config_failure_as: how optuna is told a boot that failed for its config (:data:`CONFIG_FAILURES`):
+            ``infeasible`` (the default: the worst value and a violated constraint) or ``fail``
+            (``TrialState.FAIL``, as before issue 29; kept so benchmarks/search_failures.py can compare the two).
 
     Raises:
         Whatever ``boot`` raises. An interruption (an exception that is not an ``Exception``: KeyboardInterrupt,
@@ -874,6 +948,7 @@ def run_search(spec: SearchSpec, *, base_args: dict[str, Scalar], base_env: dict
     # Every config of the grid, to stop once each was booted (the default may be one of them).
     grid = grid_keys(spec.space, base_args, base_env, key) if out.grid_size is not None else None
     repeats = 0
+    rng = random.Random(seed)  # the draw after repeated suggestions (seeded: the search stays reproducible)
     while True:
         stop = budget_left()
         if stop:
@@ -892,17 +967,26 @@ def run_search(spec: SearchSpec, *, base_args: dict[str, Scalar], base_env: dict
         if k in seen:  # already booted: tell optuna what it gave, at no boot (and say so: no suggestion is silent)
             repeats += 1
             prev = seen[k]
-            _tell(study, ot, prev, TrialState)
+            told = _tell(study, ot, prev, TrialState, direction, config_failure_as)
             log(f"search #{ot.number}: the config of search boot {prev.boot} ({prev.role}"
-                f"{'' if prev.number is None else f' #{prev.number}'}) again; told its result ({prev.state}), "
+                f"{'' if prev.number is None else f' #{prev.number}'}) again; told its result ({told}), "
                 "no boot")
             if repeats >= MAX_REPEATS:
-                out.stop_reason = "space_exhausted"
-                break
+                # The sampler keeps proposing booted configs (e.g. one that failed): that is not an exhausted
+                # space while configs are left. Boot an unbooted one drawn at random instead.
+                fresh = _unbooted(spec.space, dists, base_args, base_env, key, seen, rng)
+                if fresh is None:
+                    out.stop_reason = "space_exhausted"
+                    break
+                study.enqueue_trial(fresh, user_attrs={"guide_reason": f"{repeats} suggestions in a row repeated "
+                                                       "booted configs: an unbooted config drawn at random"})
+                log(f"search: {repeats} suggestions in a row repeated booted configs; the next boot is an unbooted "
+                    "config drawn at random")
+                repeats = 0
             continue
         repeats = 0
         rec = one(args, env, "search", ot.number, None, None, ot, ot.user_attrs.get("guide_reason"))
-        _tell(study, ot, rec, TrialState)
+        rec.told = _tell(study, ot, rec, TrialState, direction, config_failure_as)
         # A boot that failed for memory is information: walk its footprint down until it boots.
         cur, steps = rec, 0
         while (cur.state == "fail" and spec.walk_down.enabled and steps < spec.walk_down.max_steps
@@ -915,16 +999,66 @@ def run_search(spec: SearchSpec, *, base_args: dict[str, Scalar], base_env: dict
                 break
             steps += 1
             cur = one(wargs, env, "walk_down", ot.number, what, cur.config_key, None)
+            # A walk-down boot is information about its own config: told when that config is a point of the space.
+            params = space_params(spec.space, wargs, env)
+            if params is not None:
+                cur.told = _add(study, dists, params, cur, TrialState, direction, config_failure_as)
     return out
 
 
-def _tell(study: Any, ot: Any, rec: SearchRecord, TrialState: Any) -> None:
-    """Tell optuna a boot's result: complete/infeasible -> its value (with its SLO violation as the constraint),
-    pruned -> PRUNED, a failed boot -> FAIL."""
+def _unbooted(space: SearchSpace, dists: dict[str, Any], base_args: dict, base_env: dict,
+              key: Callable[[dict, dict], str], seen: dict, rng: Any) -> dict[str, Any] | None:
+    """Params of a config not booted yet, drawn at random (``rng``): from the listed grid when there is one (None
+    when every config was booted), else up to 1000 random draws of the distributions (None when all were booted)."""
+    grid = grid_params(space)
+    if grid is not None:
+        left = [p for p in grid if key(*config_of(p, base_args, base_env)) not in seen]
+        return left[rng.randrange(len(left))] if left else None
+    for _ in range(1000):
+        p = _random_params(dists, rng)
+        if key(*config_of(p, base_args, base_env)) not in seen:
+            return p
+    return None
+
+
+def _told(rec: SearchRecord, direction: str, config_failure_as: str) -> tuple[str, float | None, float]:
+    """What optuna is told of a boot: (kind, value, violation). ``complete``/``infeasible``: its value and SLO
+    violation; a config failure (:data:`CONFIG_FAILURES`) told ``infeasible``: the worst value (-inf when
+    maximising, +inf when minimising) and :data:`CONFIG_FAILURE_VIOLATION`; ``pruned``; ``fail`` otherwise."""
     if rec.state in ("complete", "infeasible") and rec.value is not None:
-        ot.set_user_attr("violation", float(rec.violation or 0.0))
-        study.tell(ot, rec.value)
-    elif rec.state == "pruned":
+        return rec.state, rec.value, float(rec.violation or 0.0)
+    if rec.state == "pruned":
+        return "pruned", None, 0.0
+    if rec.failure_class in CONFIG_FAILURES and config_failure_as == "infeasible":
+        return "infeasible", (-math.inf if direction == "maximize" else math.inf), CONFIG_FAILURE_VIOLATION
+    return "fail", None, 0.0
+
+
+def _tell(study: Any, ot: Any, rec: SearchRecord, TrialState: Any, direction: str = "maximize",
+          config_failure_as: str = "infeasible") -> str:
+    """Tell optuna a boot's result (:func:`_told`) on the asked trial ``ot``; returns what it was told."""
+    kind, value, violation = _told(rec, direction, config_failure_as)
+    if value is not None:
+        ot.set_user_attr("violation", violation)
+        study.tell(ot, value)
+    elif kind == "pruned":
         study.tell(ot, state=TrialState.PRUNED)
     else:
         study.tell(ot, state=TrialState.FAIL)
+    return kind
+
+
+def _add(study: Any, dists: dict[str, Any], params: dict[str, Any], rec: SearchRecord, TrialState: Any,
+         direction: str, config_failure_as: str) -> str:
+    """Tell optuna a boot it did not suggest (a walk-down) as a finished trial of ``params``; returns what it was
+    told."""
+    import optuna
+
+    kind, value, violation = _told(rec, direction, config_failure_as)
+    state = TrialState.COMPLETE if value is not None else TrialState.PRUNED if kind == "pruned" else TrialState.FAIL
+    study.add_trial(optuna.trial.create_trial(
+        params=params, distributions={k: dists[k] for k in params}, value=value, state=state,
+        user_attrs={"violation": violation, "walk_down": rec.walked or ""},
+        # What TPE's after_trial stores for a told trial; add_trial skips after_trial, so set it here.
+        system_attrs={"constraints": (violation,)} if value is not None else {}))
+    return kind

@@ -31,7 +31,7 @@ from tunelab.tasks.engine import BootFailed, EngineServer, group_members
 from tunelab.tasks.gpu import GpuSampler, check_clean, host_load_avg, placement_problem, server_placement
 from tunelab.tasks.diagnose import window_diagnoses
 from tunelab.tasks.measure import measure_server, progress_logger
-from tunelab.plan import Plan, Trial
+from tunelab.plan import Plan, Trial, kv_block_tokens
 from tunelab.runtime import Runtime
 
 __all__ = ["run_trial", "trial_row_base", "TrialContext", "SERVER_ENV_DEFAULTS", "trial_server_env"]
@@ -458,7 +458,8 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: Tr
     sweep = ctx.sweep
     # The trials record: every assignment below is validated against its column (tunelab/records.py).
     row = trial_row_base(trial, trial_id, sweep.sweep_id, runtime, ctx)
-    row.workloads = [w.record() for w in plan.workloads]  # type, parameters, sha256 of any file read
+    # type, parameters, sha256 of any file read, endpoint, shared prefix against this server's KV-cache block
+    row.workloads = [w.record(kv_block_tokens(trial.engine_args, runtime.device)) for w in plan.workloads]
     tables: dict[str, pd.DataFrame] = {}
     safe = trial_id.replace("/", "__")
     log_path = Path(ctx.logs_dir) / f"{safe}.log"

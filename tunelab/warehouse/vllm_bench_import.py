@@ -60,6 +60,10 @@ def _records(path: Path, text: str) -> list[dict]:
             records = [json.loads(line) for line in text.splitlines() if line.strip()]
         except json.JSONDecodeError as exc:
             raise BundleError(f"{path}: not a vllm bench serve result (neither JSON nor JSON lines): {exc}") from exc
+    if not records:
+        # An empty file (or `[]`): an interrupted run or a wrong path; there is nothing to import.
+        raise BundleError(f"{path}: empty: no result records; give a file written by `vllm bench serve "
+                          "--save-result` (one JSON object, or one per line with --append-result)")
     for i, r in enumerate(records):
         if not isinstance(r, dict) or "duration" not in r or "completed" not in r:
             raise BundleError(
