@@ -402,6 +402,9 @@ class Request(Record):
     turn: Int32 | None = _f("Multi-turn workloads: the request's turn in its session (0-based) (015).")
     cached_prompt_tokens: Int32 | None = _f("Prompt tokens served from the prefix cache (usage.prompt_tokens_details."
                                             "cached_tokens; needs vllm serve --enable-prompt-tokens-details) (015).")
+    first_chunk_tokens: Int32 | None = _f("Tokens in the first token chunk (the server's usage on it, stream_options."
+                                          "continuous_usage_stats); TPOT divides by output_tokens minus these. None: "
+                                          "the server did not say, TPOT divides by output_tokens - 1 (021).")
 
 
 # -- server metrics, GPU samples, quality checks -------------------------------------------------------------
