@@ -265,3 +265,26 @@ def test_shared_prefix_and_seeds(fake):
     assert not set(a) & set(c)  # another seed, other prompts
     for p in a + c:
         assert p.startswith(prefix + " ") and len(fake_tokenize(p)) == 60
+
+
+def test_request_asks_for_usage_on_every_chunk_and_records_the_first_chunks_tokens():
+    # stream_options.continuous_usage_stats (vLLM): each chunk carries the cumulative usage, so the first content
+    # chunk's token count (k1) is known; TPOT divides by the tokens after it (tasks.metrics.derive_request).
+    from tunelab.tasks.loadgen.transport import _completion_request, _new_record, _take_event
+
+    for endpoint in ("chat", "completions"):
+        _, body, _ = _completion_request("m", "hi", 64, endpoint, True)
+        assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+    rec = _new_record()
+    usage = lambda k: {"prompt_tokens": 7, "completion_tokens": k, "total_tokens": 7 + k}  # noqa: E731
+    _take_event({"choices": [{"delta": {"role": "assistant", "content": ""}}], "usage": usage(0)}, 1.0, rec, True)
+    _take_event({"choices": [{"delta": {"content": "a b c d e"}}], "usage": usage(5)}, 1.1, rec, True)
+    _take_event({"choices": [{"delta": {"content": " f"}}], "usage": usage(6)}, 1.105, rec, True)
+    _take_event({"choices": [{"delta": {"content": " g"}, "finish_reason": "length"}], "usage": usage(7)}, 1.11,
+                rec, True)
+    assert rec["first_chunk_tokens"] == 5 and rec["output_tokens"] == 7 and rec["chunk_ts"] == [1.1, 1.105, 1.11]
+    # A server that sends the usage only at the end: unknown, never a guess.
+    rec = _new_record()
+    _take_event({"choices": [{"text": "a b"}]}, 1.0, rec, False)
+    _take_event({"choices": [], "usage": usage(2)}, 1.1, rec, False)
+    assert rec["first_chunk_tokens"] is None and rec["output_tokens"] == 2

@@ -321,3 +321,25 @@ def test_duration_window_sends_until_its_duration_and_ends_on_time(slow_fake):
     assert m["duration_s"] < duration_s + 2 * req["e2el_s"].max()
     assert took < 30
     assert not any("ran out of" in n for n in res.notes)
+
+
+def test_prefix_cache_is_reset_after_the_warm_up_and_before_every_window_with_its_outcome(fake, monkeypatch):
+    # The reset comes right before each window (so after the level's warm-up too), and its outcome is the
+    # window's: the fake has no /reset_prefix_cache (404), as a server without VLLM_SERVER_DEV_MODE=1.
+    import tunelab.tasks.measure as measure
+
+    fake.reset()
+    served_at_reset: list[int] = []
+    real = measure.reset_prefix_cache
+
+    async def spy(client):
+        served_at_reset.append(len(fake.log()["log"]))  # completions the server had got by then
+        return await real(client)
+
+    monkeypatch.setattr(measure, "reset_prefix_cache", spy)
+    res = measure_server(fake.base_url, "k", MODEL, _plan(), progress=lambda *a: None)
+    assert served_at_reset == [3, 3 + 5]  # after the 3 warm-up requests; after window 1; none after the last
+    m = res.measurements
+    assert m["prefix_cache_reset"].str.startswith("unavailable: HTTP 404").all()
+    assert m["unique_prompts"].astype(bool).all() and (m["control_retries"] == 0).all()
+    assert not any("prefix-cache reset" in n for n in res.notes)  # unavailable is recorded, not a note per window

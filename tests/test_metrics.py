@@ -485,3 +485,23 @@ def test_aggregate_without_steady_part_counts_the_whole_window():
     assert m["steady_state"] is False and (m["ramp_requests"], m["drain_requests"]) == (0, 0)
     assert m["output_tokens_per_s"] == pytest.approx(6 / m["duration_s"])
     assert aggregate(df, slo=None)["steady_state"] is None  # concurrency without its target: not asked
+
+
+# ------------------------------------------------------------------ TPOT after a first chunk of several tokens
+
+
+def test_tpot_divides_by_the_tokens_after_a_first_chunk_of_several():
+    # 64 tokens: the first chunk holds 5 at 100 ms, then 59 chunks of 1 token every 5 ms. TPOT is the time after
+    # the first chunk over the tokens after it: 59 x 5 ms / 59 = 5.00 ms (output_tokens - 1 gives 4.68 ms).
+    offsets = [0.100] + [0.100 + 0.005 * i for i in range(1, 60)]
+    row = derive_request(raw(offsets=offsets, end=offsets[-1] + 0.001, out=64, req=64, first_chunk_tokens=5))
+    assert row["ok"] and row["first_chunk_tokens"] == 5
+    assert row["tpot_s"] == pytest.approx(0.005, rel=1e-6)
+    # The server did not say: vLLM's divisor, and the column says unknown.
+    old = derive_request(raw(offsets=offsets, end=offsets[-1] + 0.001, out=64, req=64))
+    assert old["first_chunk_tokens"] is None and old["tpot_s"] == pytest.approx(0.295 / 63, rel=1e-6)
+
+
+def test_tpot_is_none_when_the_first_chunk_held_every_token():
+    row = derive_request(raw(offsets=(0.1,), end=0.2, out=4, req=4, first_chunk_tokens=4))
+    assert row["ok"] and row["tpot_s"] is None and row["first_chunk_tokens"] == 4

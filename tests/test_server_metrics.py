@@ -266,3 +266,16 @@ def test_real_vllm_0_32_page_has_every_canonical_metric_under_new_names():
     assert rows["prefix_cache_hits"]["source_name"] == "vllm:prefix_cache_hits_total"
     for m in COUNTERS:
         assert rows[m]["value"] == 0.0  # same page twice: zero deltas, not NULL
+
+
+def test_gauges_of_several_api_servers_are_one_engine_value_not_a_mean():
+    # --api-server-count 8 before vLLM PR 28792: one series per API-server process, one live (0.95), seven 0.0.
+    # Their mean (0.12) is below diagnosis.KV_USAGE_FULL and hides a full KV cache.
+    from tunelab.diagnosis import KV_USAGE_FULL
+
+    after = snapshot((FIX / "vllm-api-servers-8_after.prom").read_text())
+    assert len(after.samples["vllm:kv_cache_usage_perc"]) == 8
+    rows = {r["metric"]: r for r in window_rows(snapshot(""), after, IDENT)}
+    assert rows["kv_cache_usage"]["value"] == pytest.approx(0.95)
+    assert rows["kv_cache_usage"]["value"] >= KV_USAGE_FULL
+    assert rows["num_requests_waiting"]["value"] == pytest.approx(12.0)  # one engine: its live series

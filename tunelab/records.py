@@ -362,6 +362,17 @@ class Measurement(WindowAggregate):
     sla_search_window: Bool | None = _f("True: a window of the plan's sla_search (tasks.sla_search), judged by the "
                                         "search's SLO bounds, left out of the quality gate's load checks and of "
                                         "compare / A/B level means; None: one of the plan's own windows (019).")
+    prefix_cache_reset: Text | None = _f("Outcome of POST /reset_prefix_cache right before the window (tasks.measure."
+                                         "reset_prefix_cache): 'ok' | 'not_taken: ...' (200 with success=false) | "
+                                         "'unavailable: HTTP <code>' | 'error: ...' (021).")
+    unique_prompts: Bool | None = _f("True: no two prompts of the window share a prefix by design (generated prompts, "
+                                     "no shared_prefix_tokens, not multi-turn): prefix-cache hits mean the cache was "
+                                     "not cold (quality check cache_not_cold) (021).")
+    control_retries: Int32 | None = _f("Control calls (/tokenize, /metrics, cache reset) retried on a fresh "
+                                       "connection since the previous window (tasks.loadgen.control) (021).")
+    overloaded: Bool | None = _f("Open loop: the server fell behind the arrivals (completions behind arrivals, "
+                                 "in-flight and TTFT growing over the window; tasks.metrics.overload); left out of "
+                                 "comparisons; None: not an open-loop window (021).")
 
 
 # -- requests ------------------------------------------------------------------------------------------------
@@ -402,6 +413,9 @@ class Request(Record):
     turn: Int32 | None = _f("Multi-turn workloads: the request's turn in its session (0-based) (015).")
     cached_prompt_tokens: Int32 | None = _f("Prompt tokens served from the prefix cache (usage.prompt_tokens_details."
                                             "cached_tokens; needs vllm serve --enable-prompt-tokens-details) (015).")
+    first_chunk_tokens: Int32 | None = _f("Tokens in the first token chunk (the server's usage on it, stream_options."
+                                          "continuous_usage_stats); TPOT divides by output_tokens minus these. None: "
+                                          "the server did not say, TPOT divides by output_tokens - 1 (021).")
 
 
 # -- server metrics, GPU samples, quality checks -------------------------------------------------------------

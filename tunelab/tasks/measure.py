@@ -5,9 +5,14 @@ excluded from every number; :func:`warmup_requests_for` says how many: at least 
 that every batch size the window will run was seen before it), then ``repeats`` measured windows, each with its own prompts drawn from its
 own seed so the prefix cache does not serve a repeat (a workload with ``shared_prefix_tokens`` gets one
 prefix, the same for every request and repeat of that workload). ``/metrics`` is scraped right before and
-right after each window; the deltas are the server's view of the same window. Between windows the prefix
-cache is reset where the server allows it (``/reset_prefix_cache``, needs ``VLLM_SERVER_DEV_MODE=1``;
-otherwise the fresh prompts keep the cache cold).
+right after each window; the deltas are the server's view of the same window. Right before each window (so
+after a level's warm-up too) the prefix cache is reset where the server allows it (``/reset_prefix_cache``,
+needs ``VLLM_SERVER_DEV_MODE=1``; otherwise the fresh prompts keep the cache cold); the reset's outcome is the
+window's ``prefix_cache_reset`` (:func:`reset_prefix_cache`: a 200 with ``{"success": false}`` did not take).
+
+Control calls (``/tokenize``, ``/metrics``, the reset, ``/v1/models``) go through ``loadgen.control.control_call``:
+a dropped connection is retried on a fresh one, a bounded number of times; the window counts them
+(``measurements.control_retries``) and a note names them. Only a server that is gone fails the trial.
 
 Server log: given the server's log file (``server_log``), the bytes it gained during each window (file offsets
 at the window's start and end) are searched for compilation and CUDA graph capture (``bootlog.compile_lines``);
@@ -57,6 +62,7 @@ from tunelab.tasks import metrics as M
 from tunelab.tasks import server_metrics as SM
 from tunelab.tasks.diagnose import GaugePeaks
 from tunelab.tasks.loadgen import PromptBuilder, make_client, run_level, run_sessions
+from tunelab.tasks.loadgen.control import control_call, take_retries
 from tunelab.load_profiles import RATE_WARMUP_S, LoadProfile
 from tunelab.plan import Plan, Workload, requests_for_level
 
@@ -274,7 +280,7 @@ async def _context_tokens(client: httpx.AsyncClient, model: str) -> int | None:
     """The served model's ``max_model_len`` from ``/v1/models`` (vLLM's ModelCard), or None when the server
     does not say."""
     try:
-        r = await client.get("/v1/models")
+        r = await control_call(client, "GET", "/v1/models")
         for card in r.json().get("data", []):
             if card.get("id") == model and isinstance(card.get("max_model_len"), int):
                 return int(card["max_model_len"])
@@ -369,18 +375,39 @@ def progress_logger(logger: Any, min_interval_s: float = 2.0) -> Callable[[str, 
 
 async def _scrape(client: httpx.AsyncClient) -> Any | None:
     try:
-        r = await client.get("/metrics", timeout=10)
+        r = await control_call(client, "GET", "/metrics", timeout=10)
         return SM.snapshot(r.text) if r.status_code == 200 else None
     except httpx.HTTPError:
         return None
 
 
-async def _reset_prefix_cache(client: httpx.AsyncClient) -> bool:
+#: ``measurements.prefix_cache_reset`` of a reset the server confirmed (HTTP 200, no ``"success": false``).
+RESET_OK = "ok"
+
+
+async def reset_prefix_cache(client: httpx.AsyncClient) -> str:
+    """``POST /reset_prefix_cache`` and what came of it, for ``measurements.prefix_cache_reset``.
+
+    Returns:
+        :data:`RESET_OK`; ``'not_taken: ...'`` when the server answered 200 with ``{"success": false}`` (vLLM
+        refuses a reset while requests still hold cache blocks, PR 12284; llm-d-benchmark PR 1918 reads the body
+        for this reason); ``'unavailable: HTTP <code>'`` (vLLM serves the endpoint only with
+        ``VLLM_SERVER_DEV_MODE=1``); ``'error: <type>: <text>'`` when no answer came (after the control call's
+        retries, ``loadgen.control``). Never raises: a window without a reset is measured and says so.
+    """
     try:
-        r = await client.post("/reset_prefix_cache", timeout=10)
-        return r.status_code == 200
-    except httpx.HTTPError:
-        return False
+        r = await control_call(client, "POST", "/reset_prefix_cache", timeout=10)
+    except httpx.HTTPError as e:
+        return f"error: {type(e).__name__}: {e}"
+    if r.status_code != 200:
+        return f"unavailable: HTTP {r.status_code} (vLLM serves it with VLLM_SERVER_DEV_MODE=1)"
+    try:
+        body = r.json()
+    except ValueError:  # vLLM answers an empty 200 when the reset took
+        body = None
+    if isinstance(body, dict) and body.get("success") is False:
+        return "not_taken: the server answered 200 with success=false"
+    return RESET_OK
 
 
 async def _measure(
@@ -475,6 +502,9 @@ async def _measure(
 
                     progress_events.emit("window", done=0, total=len(prompts), label=label, **wfields)
 
+                    # Right before the window, so it covers the warm-up too (its prompts, and a shared prefix
+                    # the warm-up cached): the window starts cold, and the outcome is the window's.
+                    reset = await reset_prefix_cache(client)
                     before = await _scrape(client)
                     log.mark()
                     host0 = host_load.HostSample.read()
@@ -492,6 +522,8 @@ async def _measure(
                     proc_cpu = host_load.server_process_cpu(procs0, host_load.ServerProcSample.read(server_pid))
                     await gauges.stop()
                     after = await _scrape(client)
+                    # Control calls (prompts' /tokenize, the reset, the scrapes) retried since the last window.
+                    retried = take_retries(client)
                     clines = None if text is None else bootlog.compile_lines(text)
                     ident = R.measurement_key(w.name, lv.kind, lv.value, rep)
                     derived = []
@@ -517,8 +549,16 @@ async def _measure(
                                       "load_processes": res.processes, **warm,
                                       "server_process_cpu": json.dumps(proc_cpu, sort_keys=True) if proc_cpu else None,
                                       "compile_during_window": None if clines is None else bool(clines),
-                                      "compile_log_lines": "\n".join(clines[:COMPILE_LINES_KEPT]) if clines else None})
+                                      "compile_log_lines": "\n".join(clines[:COMPILE_LINES_KEPT]) if clines else None,
+                                      "prefix_cache_reset": reset, "unique_prompts": _unique_prompts(w),
+                                      "control_retries": len(retried)})
                     req_rows.extend(derived)
+                    if reset != RESET_OK and not reset.startswith("unavailable"):
+                        notes.append(f"{label}: prefix-cache reset before the window: {reset}; the window may "
+                                     "not start cold (quality check cache_not_cold)")
+                    if retried:
+                        notes.append(f"{label}: {len(retried)} control call(s) retried on a fresh connection: "
+                                     + "; ".join(retried[:3]))
                     notes.extend(_window_notes(label, df, res, lv, w.profile.exact_prompt_tokens is not None))
                     notes.extend(_steady_notes(label, agg, sched, res))
                     notes.extend(_warmup_notes(label, agg, warm, clines, plan))
@@ -534,8 +574,15 @@ async def _measure(
                     if on_window is not None:
                         # The windows so far, for the caller to keep on disk now (a killed trial keeps them).
                         on_window(_result(req_rows, meas_rows, sm_rows, notes))
-                    await _reset_prefix_cache(client)
     return _result(req_rows, meas_rows, sm_rows, notes)
+
+
+def _unique_prompts(w: Workload) -> bool:
+    """True when no two prompts of the workload's windows share a prefix by design: generated prompts of an exact
+    length without ``shared_prefix_tokens``, not multi-turn (a session's turns repeat its history); a dataset's
+    texts may share one (``cache_not_cold`` is not judged on it)."""
+    return (w.profile.exact_prompt_tokens is not None and not w.shared_prefix_tokens
+            and not getattr(w.profile, "has_sessions", False))
 
 
 def _result(req_rows: list[dict], meas_rows: list[dict], sm_rows: list[dict], notes: list[str]) -> MeasureResult:

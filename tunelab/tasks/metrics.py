@@ -162,7 +162,8 @@ def derive_request(raw: Mapping[str, Any]) -> dict[str, Any]:
             request_index, send_ts, chunk_ts, end_ts, prompt_tokens, output_tokens,
             requested_output_tokens, ignore_eos, finish_reason, transport_error; optional:
             ``first_content_ts`` (first visible content; absent: every chunk was content, so
-            the first chunk), ``reasoning_chunks`` (default 0), ``session_index`` and ``turn``
+            the first chunk), ``reasoning_chunks`` (default 0), ``first_chunk_tokens`` (tokens
+            in the first token chunk, None when the server did not say), ``session_index`` and ``turn``
             (multi-turn sessions) and ``cached_prompt_tokens`` (the server's
             ``prompt_tokens_details.cached_tokens``), None when absent; an optional trial_id is
             passed through). Times are epoch seconds; ``chunk_ts`` lists the chunks that
@@ -185,9 +186,17 @@ def derive_request(raw: Mapping[str, Any]) -> dict[str, Any]:
           for the window's duration and the time the request held its slot;
         * ``itl_mean_s`` = mean gap between successive content chunks (None with
           fewer than two chunks);
-        * ``tpot_s`` = (E2EL - TTFT) / (output_tokens - 1), output_tokens from the
-          server's ``usage`` (a chunk may carry several tokens), None when
-          output_tokens <= 1 (as vLLM, which leaves such requests out of TPOT);
+        * ``first_chunk_tokens`` = k1, the tokens the first token chunk carried (the
+          raw record's ``first_chunk_tokens``: the server's cumulative usage on that
+          chunk, ``stream_options.continuous_usage_stats``), None when the server did
+          not say;
+        * ``tpot_s`` = (E2EL - TTFT) / (output_tokens - k1): the time after the first
+          chunk over the tokens that came after it (k1 = 1 when unknown, vLLM's
+          ``output_tokens - 1``); output_tokens from the server's ``usage``. None when
+          no token came after the first chunk (as vLLM, which leaves requests of one
+          token out of TPOT). A first chunk of several tokens (speculative decoding,
+          ``--stream-interval``, a detokenizer holding text back) would otherwise
+          spread the later tokens' time over too many tokens (aiperf PR 1279);
         * ``chunk_offsets_s`` = every content chunk's time after send.
 
         A request is failed (``ok`` False, ``error`` set, every latency None, never a
@@ -237,6 +246,7 @@ def derive_request(raw: Mapping[str, Any]) -> dict[str, Any]:
     else:  # a record from before reasoning streams: every chunk was content
         first_content = chunks[0] if chunks else None
     reasoning_chunks = _opt_count(raw.get("reasoning_chunks", 0), "reasoning_chunks") or 0
+    first_chunk_tokens = _opt_count(raw.get("first_chunk_tokens"), "first_chunk_tokens")
 
     error: str | None = None
     if transport_error:
@@ -274,6 +284,7 @@ def derive_request(raw: Mapping[str, Any]) -> dict[str, Any]:
         session_index=raw.get("session_index"),
         turn=raw.get("turn"),
         cached_prompt_tokens=_opt_count(raw.get("cached_prompt_tokens"), "cached_prompt_tokens"),
+        first_chunk_tokens=first_chunk_tokens,
         end_ts=end,
         last_token_ts=chunks[-1] if chunks else None,
         chunk_offsets_s=[] if send is None else [c - send for c in chunks],
@@ -301,8 +312,11 @@ def derive_request(raw: Mapping[str, Any]) -> dict[str, Any]:
     row["e2el_s"] = e2el
     if len(chunks) >= 2:
         row["itl_mean_s"] = (chunks[-1] - chunks[0]) / (len(chunks) - 1)
-    if output_tokens > 1:
-        row["tpot_s"] = (e2el - ttft) / (output_tokens - 1)
+    # Tokens after the first chunk; a server's k1 of 0 (a usage counted before its tokens) or above the total
+    # (impossible) is not trusted: vLLM's 1.
+    k1 = first_chunk_tokens if first_chunk_tokens and first_chunk_tokens <= output_tokens else 1
+    if output_tokens - k1 >= 1:
+        row["tpot_s"] = (e2el - ttft) / (output_tokens - k1)
     return row
 
 

@@ -40,7 +40,9 @@ Rules: a page that has both an old and a new name is read through the new one on
 (never counted twice); counters and histograms are deltas ``after - before``;
 histogram ``value`` is the window mean ``Δsum / Δcount``; gauges are the value on
 the ``after`` page. Series of several engines (``engine="0"``, ``"1"``: data
-parallel) are summed (the KV-cache fraction is averaged); the ``model_name`` label is
+parallel) are summed (the KV-cache fraction is averaged); a gauge's series of one engine
+written by several API-server processes (``pid`` label, ``--api-server-count`` before vLLM
+PR 28792) are one engine's value: the max of them (the live one), never their mean; the ``model_name`` label is
 ignored, and a series repeated under several ``model_name`` values is read once. A
 metric the page does not have gives ``value`` NULL and a ``null_reason``, never 0.
 Sources: vLLM ``vllm/v1/metrics/loggers.py`` (0.9 and current), ``vllm/engine/metrics.py``
@@ -254,6 +256,22 @@ def _matching(series: Mapping[_LabelKey, float], match: tuple[tuple[str, str], .
     return {k: v for k, v in series.items() if all(p in k for p in match)}
 
 
+#: Labels that name the process serving a series, not what it measures: vLLM before PR 28792 run with
+#: ``--api-server-count N`` (Prometheus multiprocess mode) writes one gauge series per API-server process,
+#: ``{engine="0", pid="..."}``, only one of which is live (the rest stay 0.0; vLLM issue 21954, PR 18053).
+_PROCESS_LABELS = frozenset({"pid"})
+
+
+def _per_engine(series: Mapping[_LabelKey, float]) -> dict[_LabelKey, float]:
+    """A gauge's series with the process labels dropped, one value per engine: the max over the processes'
+    series of one engine (the live one; a mean would divide the live value by the number of API servers)."""
+    out: dict[_LabelKey, float] = {}
+    for key, v in series.items():
+        k = tuple(p for p in key if p[0] not in _PROCESS_LABELS)
+        out[k] = v if k not in out or math.isnan(out[k]) else max(out[k], v)
+    return out
+
+
 def _probe(spec: _Spec, name: str) -> str:
     if spec.kind == "histogram":
         return f"{name}_count"
@@ -329,8 +347,9 @@ def window_rows(
         ``counter_delta`` -> value = after - before (summed over engines);
         ``histogram`` -> count = Δcount, sum = Δsum (seconds), value = Δsum/Δcount
         (None with reason 'no observations in the window' when Δcount is 0);
-        ``gauge`` -> value on the ``after`` page (summed over engines; the KV-cache
-        usage fraction averaged). A missing metric has value None and null_reason
+        ``gauge`` -> value on the ``after`` page (per engine the max over its API-server
+        processes' series, then summed over engines; the KV-cache usage fraction averaged).
+        A missing metric has value None and null_reason
         :data:`ABSENT` (or says which page lacks it); a counter that went down
         (server restart) has value None and says so.
 
@@ -375,8 +394,7 @@ def window_rows(
         row["source_name"] = name
 
         if spec.kind == "gauge":
-            series = _matching(after.samples[name], spec.match)
-            vals = list(series.values())
+            vals = list(_per_engine(_matching(after.samples[name], spec.match)).values())
             row["value"] = sum(vals) if spec.gauge_agg == "sum" else sum(vals) / len(vals)
             continue
 

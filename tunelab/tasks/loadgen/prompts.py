@@ -17,6 +17,8 @@ from typing import Any, AsyncIterator, Sequence
 
 import httpx
 
+from tunelab.tasks.loadgen.control import control_call
+
 __all__ = ["PromptBuilder", "PromptLengthError"]
 
 # A fixed, plain word list: prompts read like text (realistic tokenization work for the server's
@@ -105,8 +107,12 @@ class PromptBuilder:
 
         Raises:
             httpx.HTTPStatusError: the server has no working ``/tokenize`` (vLLM has it since 0.5).
+            httpx.TransportError: the connection failed on every attempt of ``loadgen.control.control_call``
+            (the server is gone).
         """
-        r = await self.client.post("/tokenize", json={"model": self.model, "prompt": text, "add_special_tokens": False})
+        # A control call: a dropped keep-alive connection is retried on a fresh one (loadgen.control).
+        r = await control_call(self.client, "POST", "/tokenize",
+                               json={"model": self.model, "prompt": text, "add_special_tokens": False})
         self.stats["tokenize_calls"] += 1
         r.raise_for_status()
         body = r.json()

@@ -81,7 +81,9 @@ def _completion_request(model: str, prompt: str, max_tokens: int, endpoint: str,
     prompt. Both transports send this same body."""
     body: dict[str, Any] = {
         "model": model, "max_tokens": max_tokens, "temperature": 0.0, "stream": True,
-        "stream_options": {"include_usage": True}, "ignore_eos": ignore_eos,
+        # continuous_usage_stats: a usage on every chunk (vLLM's StreamOptions; a server without it sends the last
+        # chunk's only), so the first content chunk's token count is known and TPOT divides by the tokens after it.
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True}, "ignore_eos": ignore_eos,
     }
     chat = endpoint == "chat"
     if chat:
@@ -97,7 +99,7 @@ def _new_record() -> dict[str, Any]:
     by :func:`_take_event`."""
     return {"send_ts": None, "chunk_ts": [], "end_ts": None, "prompt_tokens": None, "output_tokens": None,
             "finish_reason": None, "transport_error": None, "first_content_ts": None, "reasoning_chunks": 0,
-            "cached_prompt_tokens": None}
+            "cached_prompt_tokens": None, "first_chunk_tokens": None}
 
 
 def _take_event(obj: dict[str, Any], t: float, rec: dict[str, Any], chat: bool) -> None:
@@ -105,8 +107,10 @@ def _take_event(obj: dict[str, Any], t: float, rec: dict[str, Any], chat: bool) 
     ``t`` appended to ``chunk_ts`` once per choice that carries generated tokens of any kind (chat: a delta
     with ``content``, ``reasoning``/``reasoning_content`` or ``tool_calls``; completions: ``text``; role-only
     and empty deltas do not count), ``first_content_ts`` set at the first visible text (``content`` /
-    ``text``), ``reasoning_chunks`` counting chunks with reasoning text, and the finish reason. Called for every
-    event, so kept to dict look-ups."""
+    ``text``), ``reasoning_chunks`` counting chunks with reasoning text, the finish reason, and
+    ``first_chunk_tokens``: the cumulative ``usage.completion_tokens`` on the first chunk that carries tokens
+    (a server that streams usage on every chunk, ``stream_options.continuous_usage_stats``; None otherwise). Called
+    for every event, so kept to dict look-ups."""
     usage = obj.get("usage")
     if usage:
         rec["prompt_tokens"] = usage.get("prompt_tokens")
@@ -128,6 +132,8 @@ def _take_event(obj: dict[str, Any], t: float, rec: dict[str, Any], chat: bool) 
         else:
             content = token = ch.get("text")
         if token:
+            if not rec["chunk_ts"] and usage:
+                rec["first_chunk_tokens"] = usage.get("completion_tokens")
             rec["chunk_ts"].append(t)
         if content:
             if rec["first_content_ts"] is None:
