@@ -25,6 +25,9 @@ REPO = Path(__file__).resolve().parent.parent
 INSTALLED = Path(os.environ.get("TUNELAB_HOME") or REPO / ".tunelab").resolve()
 HOME = Path(tempfile.mkdtemp(prefix="tunelab-test-home-"))
 os.environ["TUNELAB_HOME"] = str(HOME)
+# Device locks are the host's (tunelab.paths.host_locks_dir); a test session keeps its own, as it did when they
+# lived in the home, so that two sessions on one machine do not wait for each other's CPU device.
+os.environ.setdefault("TUNELAB_LOCK_DIR", str(HOME / "host-locks"))
 if "PREFECT_HOME" not in os.environ:
     # Removed at interpreter exit: registered before Prefect is imported, so it runs after Prefect's own exit
     # handlers have stopped the ephemeral server that writes there.

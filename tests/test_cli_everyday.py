@@ -485,3 +485,47 @@ def test_report_of_a_sweep_cancelled_mid_window_says_its_windows_are_stored_not_
     r = cli("report", "--db", str(db))
     out = " ".join(r.output.split())
     assert r.exit_code == 0 and f"sweep {OLD}" in out and f"sweep {CANCELLED} is later but cancelled" in out, out
+
+
+def _no_temporary_server(monkeypatch) -> None:
+    """Make any start of Prefect's temporary API server fail loudly in this process."""
+    from prefect.server.api.server import SubprocessASGIServer
+
+    def refuse(self, timeout=None):
+        raise AssertionError("a Prefect temporary server was started")
+
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.setattr(SubprocessASGIServer, "start", refuse)
+
+
+def test_compare_without_a_prefect_server_starts_none(warehouse, monkeypatch):
+    """Issue 29 items 15/17: `compare` needs no Prefect run without PREFECT_API_URL, so it starts no temporary
+    server (16-123 s under load, and a raw traceback when it started too slowly)."""
+    _no_temporary_server(monkeypatch)
+    db = warehouse[0]
+    r = cli("compare", "--db", str(db), "--baseline", f"sweep={OLD},config=cfg-a", "--candidate",
+            f"sweep={OLD},config=cfg-b", "--json")
+    assert r.exit_code == 0, (r.output, r.exception)
+    assert json.loads(r.stdout)["rows"][0]["verdict"]
+
+
+def test_clean_on_a_clean_host_starts_no_server_keeps_brackets_and_counts_devices_only(tmp_path, monkeypatch):
+    """Issue 29 item 15: `clean` read "[config_key]" in run names as rich markup (gone), counted compile-cache
+    locks as device locks, and started a temporary Prefect server even with nothing to put right."""
+    import tunelab.flows.clean as clean_mod
+
+    _no_temporary_server(monkeypatch)
+    home, locks = tmp_path / "home", tmp_path / "host-locks"
+    monkeypatch.setenv("TUNELAB_HOME", str(home))
+    monkeypatch.setenv("TUNELAB_LOCK_DIR", str(locks))
+    (home / "state" / "locks").mkdir(parents=True)
+    (home / "state" / "locks" / "compile-cpu-abc.lock").touch()  # a compile-cache lock: not a device
+    locks.mkdir()
+    (locks / "tunelab-h-cpu0.lock").touch()
+    (locks / "compile-cpu-def.lock").touch()  # an older tunelab's compile lock in the same folder
+    monkeypatch.setattr(clean_mod, "_runs", lambda rep, log, start: log(
+        "flow run trial cfg-a [bc24dfb25695] r0 (0000): Running -> Crashed"))
+    r = cli("clean")
+    assert r.exit_code == 0, (r.output, r.exception)
+    assert "cfg-a [bc24dfb25695] r0" in r.output
+    assert "device locks: 1 free, 0 held" in r.output

@@ -123,3 +123,51 @@ def test_slot_holder_record_is_written_atomically_and_read_back(tmp_path, monkey
     assert SH.read_holder("tunelab-h-gpu0") == h
     SH._remove("tunelab-h-gpu0", h.lease_id, h.pid)
     assert SH.read_holder("tunelab-h-gpu0") is None
+
+
+def test_two_homes_on_one_host_share_the_device_lock(tmp_path, monkeypatch):
+    """Two clones (two tunelab homes) on one host: the second sweep waits for the device the first holds
+    (issue 29 item 16: the lock lived in <home>/state/locks, so both booted on one device at once)."""
+    home_a, home_b = tmp_path / "clone-a" / ".tunelab", tmp_path / "clone-b" / ".tunelab"
+    env = dict(os.environ, TUNELAB_HOME=str(home_a))
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD.format(repo=str(REPO))], env=env,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        monkeypatch.setenv("TUNELAB_HOME", str(home_b))
+        got, said = threading.Event(), []
+
+        def take():
+            with device_locks(["tunelab-h-cpu0"], log=said.append, poll_s=0.05):
+                got.set()
+
+        t = threading.Thread(target=take, daemon=True)
+        t.start()
+        assert not got.wait(1.0), "the second home booted on the device the first home holds"
+        assert said and "another sweep on this host holds it" in said[0]
+        holder.kill()
+        holder.wait()
+        assert got.wait(10)
+        t.join(5)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+
+
+def test_lock_and_slot_record_folder_is_the_hosts_not_the_homes(tmp_path, monkeypatch):
+    """Without TUNELAB_LOCK_DIR: $XDG_RUNTIME_DIR/tunelab-locks (else <tmp>/tunelab-locks-<uid>), whatever
+    TUNELAB_HOME is; the slot holder records live there too."""
+    from tunelab import paths
+    from tunelab.slot_holders import record_path
+
+    monkeypatch.delenv("TUNELAB_LOCK_DIR", raising=False)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
+    (tmp_path / "run").mkdir()
+    for home in ("h1", "h2"):
+        monkeypatch.setenv("TUNELAB_HOME", str(tmp_path / home))
+        assert paths.host_locks_dir() == tmp_path / "run" / "tunelab-locks"
+        assert record_path("tunelab-h-gpu0").parent == tmp_path / "run" / "tunelab-locks" / "slots"
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    assert paths.host_locks_dir().name == f"tunelab-locks-{os.getuid()}"
+    monkeypatch.setenv("TUNELAB_LOCK_DIR", str(tmp_path / "shared"))
+    assert paths.host_locks_dir() == tmp_path / "shared"

@@ -17,7 +17,8 @@
 
 Exit codes (README, "Commands"): 0 ok; 1 failed (every trial of a sweep failed, a bundle that does not load);
 2 bad plan, input or selector (nothing ran); 3 results safe on disk but not in the warehouse (its file is locked
-by another process: `tunelab load` later); 130 sweep interrupted (Ctrl-C); 143 sweep cancelled (Prefect, SIGTERM).
+by another process: `tunelab load` later); 4 Prefect's API could not be reached or started (nothing ran);
+130 sweep interrupted (Ctrl-C); 143 sweep cancelled (Prefect, SIGTERM).
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ def _main(version: bool = typer.Option(False, "--version", callback=_version, is
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_NOT_LOADED = 3
+EXIT_NO_PREFECT = 4  # Prefect's temporary API server did not start in time (nothing ran)
 EXIT_CANCELLED = 143  # 128 + SIGTERM: cancelled through Prefect or by SIGTERM
 EXIT_INTERRUPTED = 130  # 128 + SIGINT: Ctrl-C
 
@@ -94,6 +96,17 @@ def _fail(msg: str, code: int = EXIT_BAD_INPUT) -> None:
     # soft_wrap: one logical line stays one line in a log or a pipe (rich wraps at 80 columns off a terminal)
     err.print(f"[bold red]error:[/] {escape(str(msg))}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+def _start_prefect() -> None:
+    """Start Prefect's temporary API server (``prefect_env.start_ephemeral_server``; nothing with
+    ``PREFECT_API_URL``); when it does not answer in time, exit :data:`EXIT_NO_PREFECT` with its one line."""
+    from tunelab import prefect_env
+
+    try:
+        prefect_env.start_ephemeral_server()
+    except prefect_env.PrefectUnavailable as e:
+        _fail(str(e), EXIT_NO_PREFECT)
 
 
 @runtime_app.command("create")
@@ -326,7 +339,7 @@ def run(
 
     from tunelab.cancel_watch import clear_cancel_intent
 
-    prefect_env.start_ephemeral_server()  # (without PREFECT_API_URL) out of Ctrl-C's reach, dies with us
+    _start_prefect()  # (without PREFECT_API_URL) out of Ctrl-C's reach, dies with us; exit 4 if it never answers
     import time
 
     t0 = time.time()
@@ -513,16 +526,19 @@ def clean_command(
     from tunelab import prefect_env
 
     prefect_env.configure()
-    # The orphaned runs are in the ephemeral database when no PREFECT_API_URL is set: start that server as
-    # `tunelab run` does (guarded, dies with this command); with a server, the runs are there.
-    prefect_env.start_ephemeral_server()
+    from rich.markup import escape
+
     from tunelab.flows.clean import clean
 
-    rep = clean(results_dir=results, log=lambda m: console.print(m, highlight=False, soft_wrap=True))
+    # The orphaned runs are in the ephemeral database when no PREFECT_API_URL is set: clean starts that server
+    # (as `tunelab run` does: guarded, dies with this command) only when there is a run or a slot to put right.
+    # Its lines are text: a run name's "[config_key]" is not rich markup.
+    rep = clean(results_dir=results, log=lambda m: console.print(m, highlight=False, soft_wrap=True, markup=False),
+                start_prefect=prefect_env.start_ephemeral_server)
     # Which home was examined: run from another folder, clean looks at that folder's .tunelab (or TUNELAB_HOME).
     console.print(f"tunelab home: {paths.home()}", highlight=False, soft_wrap=True)
     console.print(f"servers stopped: {len(rep.servers_stopped)}; device locks: {len(rep.locks_free)} free, "
-                  f"{len(rep.locks_held)} held by a running sweep{' (' + ', '.join(rep.locks_held) + ')' if rep.locks_held else ''} "
+                  f"{len(rep.locks_held)} held by a running sweep{escape(' (' + ', '.join(rep.locks_held) + ')') if rep.locks_held else ''} "
                   f"(the kernel frees the lock of a dead process); slots released: {len(rep.slots_released)}; "
                   f"runs marked crashed: {len(rep.runs_crashed)}", highlight=False, soft_wrap=True)
     if rep.incomplete_bundles:
@@ -530,7 +546,9 @@ def clean_command(
                       f"in {results or paths.results_dir()}: `tunelab load` loads them with status 'incomplete'",
                       highlight=False, soft_wrap=True)
     for p in rep.problems:
-        err.print(f"[yellow]could not clean {p}[/]", highlight=False, soft_wrap=True)
+        err.print(f"[yellow]could not clean {escape(p)}[/]", highlight=False, soft_wrap=True)
+    if any("PrefectUnavailable" in p for p in rep.problems):  # its runs and slots could not be put right
+        raise typer.Exit(EXIT_NO_PREFECT)
 
 
 @app.command("load")
@@ -913,7 +931,8 @@ def compare_cmd(
                                             "HTML file (tables and the change chart embedded) to this path."),
 ) -> None:
     """A/B comparison of two selections of trials (t interval of the log ratio across boots) and regressions along vLLM
-    versions; runs the Prefect flow `compare` (markdown artifact) and prints the report."""
+    versions and prints the report; against a Prefect server (PREFECT_API_URL) it runs as the flow `compare`
+    (markdown artifact, regression event), without one it starts no temporary server."""
     from tunelab.flows.compare import parse_selector
 
     from tunelab.warehouse.compare import metric_direction
@@ -949,17 +968,24 @@ def compare_cmd(
         _fail(str(e))
     finally:
         con.close()
+    import os
+
     from tunelab import prefect_env
 
     prefect_env.configure()
     from tunelab.flows.compare import compare as compare_flow
 
-    prefect_env.start_ephemeral_server()
+    # A Prefect run (its artifact, its regression event) only where someone can see it: against a server. Without
+    # PREFECT_API_URL the comparison is computed in this process, no temporary server started (16-123 s under load).
+    as_flow = bool(os.environ.get("PREFECT_API_URL"))
     try:
-        out = compare_flow(b, c, metric=metric, db=str(db) if db else None, per_config=per_config, min_boots=min_boots,
-                           mixed_keys=mix_keys, paired=paired)
+        out = (compare_flow if as_flow else compare_flow.fn)(
+            b, c, metric=metric, db=str(db) if db else None, per_config=per_config, min_boots=min_boots,
+            mixed_keys=mix_keys, paired=paired)
     except ValueError as e:
         _fail(str(e))
+    except Exception as e:  # the server unreachable, a broken warehouse: one line, not a traceback
+        _fail(f"compare failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
     if not out["rows"]:
         # Nothing compared is a selector problem (an unknown sweep or version), not a result.
         _fail(f"no measurements match both selectors (baseline {out['baseline']}, candidate {out['candidate']}). "

@@ -3,8 +3,12 @@
 - ``PREFECT_HOME`` inside the tunelab home unless the user set one (``import prefect`` creates it).
 - No telemetry: ``DO_NOT_TRACK=1`` and ``PREFECT_SERVER_ANALYTICS_ENABLED=false`` (the latter also removed
   an intermittent "database is locked" error of the ephemeral server).
-- The ephemeral server gets 90 s to start: it took 5.7-10 s on a loaded 2-core box against a 20 s default.
-Without ``PREFECT_API_URL`` Prefect runs ephemeral: no server to start. With it, runs go to that server.
+- The ephemeral server gets 90 s to start by Prefect's own setting: it took 5.7-10 s on a loaded 2-core box
+  against a 20 s default. :func:`start_ephemeral_server` waits longer still (``TUNELAB_PREFECT_START_TIMEOUT_S``,
+  default 300 s, or Prefect's setting when that is longer): on a host at load 8-18 it took over 100 s, and a
+  user's ``PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS=1`` made every start fail with a traceback. When even
+  that bound passes it raises :class:`PrefectUnavailable`, one line the command line prints before it exits 4.
+Without ``PREFECT_API_URL`` Prefect runs ephemeral. With it, runs go to that server.
 
 The ephemeral server (:func:`start_ephemeral_server`). Prefect starts it as a plain child process
 (``SubprocessASGIServer``: uvicorn), stopped by an ``atexit`` hook. Two things went wrong with that:
@@ -29,7 +33,38 @@ import types
 
 from tunelab import paths
 
-__all__ = ["configure", "start_ephemeral_server"]
+__all__ = ["PrefectUnavailable", "START_TIMEOUT_ENV", "configure", "start_bound_s", "start_ephemeral_server"]
+
+#: The environment variable that bounds the wait for the ephemeral server, seconds (default 300).
+START_TIMEOUT_ENV = "TUNELAB_PREFECT_START_TIMEOUT_S"
+_DEFAULT_START_S = 300.0
+
+
+class PrefectUnavailable(RuntimeError):
+    """Prefect's temporary API server did not answer within :func:`start_bound_s`; the message is one line that
+    says how long tunelab waited, the host's load and the two fixes (a longer bound, or a running server)."""
+
+
+def start_bound_s() -> float:
+    """How long :func:`start_ephemeral_server` waits for the server, seconds: ``TUNELAB_PREFECT_START_TIMEOUT_S``
+    (default 300) or Prefect's ``PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS`` if that is longer.
+
+    Raises:
+        PrefectUnavailable: ``TUNELAB_PREFECT_START_TIMEOUT_S`` is not a positive number.
+    """
+    raw = os.environ.get(START_TIMEOUT_ENV)
+    try:
+        ours = float(raw) if raw else _DEFAULT_START_S
+        if not ours > 0:
+            raise ValueError
+    except ValueError:
+        raise PrefectUnavailable(f"{START_TIMEOUT_ENV}={raw!r}: not a positive number of seconds; unset it (300 s) "
+                                 "or give e.g. 600") from None
+    try:
+        theirs = float(os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS") or 0)
+    except ValueError:
+        theirs = 0.0
+    return max(ours, theirs)
 
 
 def configure() -> None:
@@ -91,7 +126,13 @@ def _subprocess_with_own_session() -> types.ModuleType:
 def start_ephemeral_server() -> int | None:
     """Start Prefect's ephemeral API server now, in its own session and guarded so that it dies with this
     process (see the module notes); returns its PID. Does nothing (None) when ``PREFECT_API_URL`` names a
-    server. Prefect's client then uses this server: it is the instance ``SubprocessASGIServer()`` returns."""
+    server. Prefect's client then uses this server: it is the instance ``SubprocessASGIServer()`` returns.
+
+    Waits up to :func:`start_bound_s` for the server to answer.
+
+    Raises:
+        PrefectUnavailable: it did not answer in time, or exited (one line: how long, the load, the fixes).
+    """
     if os.environ.get("PREFECT_API_URL"):
         return None
     from prefect.server.api import server as server_mod
@@ -99,7 +140,22 @@ def start_ephemeral_server() -> int | None:
     # Only the uvicorn command of that module starts processes; Prefect's own code is left as it is.
     server_mod.subprocess = _subprocess_with_own_session()
     srv = server_mod.SubprocessASGIServer()
-    srv.start()
+    bound = start_bound_s()
+    try:
+        srv.start(timeout=bound)  # Prefect's loop, with our bound instead of its setting
+    except Exception as e:
+        exited = srv.server_process.poll() if srv.server_process is not None else None
+        try:
+            srv.stop()
+        except Exception:  # already gone: the guard process stops it anyway
+            pass
+        load = f"{os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else "unknown"
+        what = (f"exited with code {exited} while starting" if exited is not None
+                else f"did not answer within {bound:.0f} s")
+        raise PrefectUnavailable(
+            f"Prefect's temporary API server {what} (host load {load}; {type(e).__name__}); nothing ran. Wait "
+            f"longer with {START_TIMEOUT_ENV}=600, or start one server (`prefect server start`) and set "
+            "PREFECT_API_URL=http://127.0.0.1:4200/api") from e
     proc = srv.server_process
     if proc is None:
         return None

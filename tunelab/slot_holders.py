@@ -8,7 +8,8 @@ next sweep waited in Prefect's acquisition loop without a word (seen: about 55 s
 holds a slot: a lease's holder is only ``{type: flow_run | task_run | deployment, id: UUID}``
 (``ConcurrencyLeaseHolder``, extra fields forbidden), and the REST API has no call that lists a limit's leases.
 
-So tunelab records the holder itself, one small JSON file per slot under ``<tunelab home>/state/slots/`` written
+So tunelab records the holder itself, one small JSON file per slot under ``<host locks dir>/slots/``
+(``paths.host_locks_dir``: the host's, shared by every tunelab home on it, like the device locks) written
 when the slot is taken and removed when it is given back: PID, host name, the process's start time (from
 ``/proc/<pid>/stat``, so a reused PID is told apart), the kernel's boot id, sweep id, flow run id, and the
 lease id Prefect returned (also passed to Prefect as the lease's holder: the sweep's flow run). A sweep that
@@ -18,7 +19,7 @@ waited and how long the wait may last, and releases the lease of a holder that i
 - same host and the PID is gone, or now belongs to a process that started at another time, or the host has
   rebooted since (another boot id): dead, its lease is released (``release_concurrency_slots_with_lease``);
 - another host: nothing here can prove it dead; the waiter says so and waits for the lease to run out;
-- no record (a tunelab home on another disk, an older tunelab): the holder is unknown, the same.
+- no record (a holder on another host, an older tunelab): the holder is unknown, the same.
 
 Releasing a lease by its id frees only that acquisition's slots; a lease that has already expired or been
 released is a no-op on the server, so two waiters reclaiming at once, or a record that outlived its lease, do
@@ -117,8 +118,8 @@ def this_process(slot: str, *, sweep_id: str | None, flow_run_id: str | None, le
 
 
 def record_path(slot: str) -> Path:
-    """``<tunelab home>/state/slots/<slot>.json``."""
-    return paths.state_dir() / "slots" / f"{slot}.json"
+    """``<host locks dir>/slots/<slot>.json`` (``paths.host_locks_dir``: per host, whatever the tunelab home)."""
+    return paths.host_locks_dir() / "slots" / f"{slot}.json"
 
 
 def read_holder(slot: str) -> SlotHolder | None:
@@ -226,8 +227,8 @@ class _Waiter:
                 lasts = "its lease has been renewed while we waited: it is alive, the wait lasts until its trial ends"
             h = read_holder(name)
             if h is None:
-                self.log(f"waiting for slot {name}: held by a holder tunelab has no record of (another tunelab home "
-                         f"or host); waited {waited:.0f} s; {lasts}")
+                self.log(f"waiting for slot {name}: held by a holder tunelab has no record of (another host, or "
+                         f"an older tunelab); waited {waited:.0f} s; {lasts}")
                 continue
             dead, why = holder_is_dead(h)
             if dead and h.lease_id:

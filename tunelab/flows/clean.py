@@ -6,15 +6,16 @@ A sweep that dies without running its ``finally`` blocks leaves:
    ``tasks.engine.stop_leftovers``, which knows which processes are tunelab's (the state file of servers
    started, each server's ``TUNELAB_SERVER_ID`` in its environment) and leaves alone the servers of a sweep that
    is still running;
-2. device locks (``flows.devices.device_locks``): ``flock`` locks, which the kernel releases when their process
-   dies; reported here (free, or held by a live sweep), never taken from a live holder;
+2. device locks (``flows.devices.device_locks``, in the host-wide ``paths.host_locks_dir``): ``flock`` locks,
+   which the kernel releases when their process dies; reported here (free, or held by a live sweep), never
+   taken from a live holder; compile-cache locks (``tasks.compile_cache``) are not devices and not counted;
 3. Prefect concurrency slots (server mode only): the slot records of ``tunelab.slot_holders`` whose holder is
    provably dead get their lease released (a waiting sweep would do the same, later) and their record removed;
 4. its Prefect flow run, and the trial subflow it was in, "Running" for ever: the runs recorded by
    ``tunelab.run_records`` whose process is provably dead are set to Crashed (forced, with a message naming the
    PID and why it is known dead), and so are their Running trial subflows. With an ephemeral Prefect (no
    ``PREFECT_API_URL``) the runs are in the ephemeral database under the tunelab home: the command starts the
-   ephemeral server for the moment it needs, as ``tunelab run`` does, and marks them there;
+   ephemeral server, as ``tunelab run`` does, only when there is a run (or a slot) to put right;
 5. the windows it measured: kept as an ``incomplete`` bundle (``flows.trial``); counted here, loaded by
    ``tunelab load``.
 
@@ -24,6 +25,7 @@ Every step reports what it did; one that fails is reported and the others still 
 from __future__ import annotations
 
 import fcntl
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -55,9 +57,14 @@ class CleanReport:
     problems: list[str] = field(default_factory=list)
 
 
+#: A device lock's file name (``flows.devices.slot_name``: ``tunelab-<host>-gpu0.lock``); anything else in the
+#: folder (a compile-cache lock of an older tunelab, which kept both in one folder) is not a device.
+_DEVICE_LOCK = re.compile(r"^tunelab-.+-(gpu|cpu)\d+\.lock$")
+
+
 def _locks(rep: CleanReport) -> None:
-    d = paths.state_dir() / "locks"
-    for f in sorted(d.glob("*.lock")) if d.is_dir() else []:
+    d = paths.host_locks_dir()
+    for f in sorted(p for p in d.glob("*.lock") if _DEVICE_LOCK.match(p.name)):
         with open(f, "a+") as fh:
             try:
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -68,17 +75,18 @@ def _locks(rep: CleanReport) -> None:
             rep.locks_free.append(f.stem)
 
 
-def _slots(rep: CleanReport, log: Callable[[str], None]) -> None:
+def _slots(rep: CleanReport, log: Callable[[str], None], start_prefect: Callable[[], object]) -> None:
     from uuid import UUID
 
     from tunelab.slot_holders import SlotHolder, holder_is_dead, read_holder
 
-    d = paths.state_dir() / "slots"
+    d = paths.host_locks_dir() / "slots"
     holders: list[SlotHolder] = [h for f in sorted(d.glob("*.json")) if d.is_dir()
                                  for h in [read_holder(f.stem)] if h is not None]
     dead = [(h, why) for h in holders for dead_, why in [holder_is_dead(h)] if dead_]
     if not dead:
         return
+    start_prefect()
     from prefect.client.orchestration import get_client
 
     with get_client(sync_client=True) as client:
@@ -91,12 +99,13 @@ def _slots(rep: CleanReport, log: Callable[[str], None]) -> None:
             rep.slots_released.append(h.slot)
 
 
-def _runs(rep: CleanReport, log: Callable[[str], None]) -> None:
+def _runs(rep: CleanReport, log: Callable[[str], None], start_prefect: Callable[[], object]) -> None:
     from tunelab.run_records import forget_run, orphaned_runs
 
     orphans = orphaned_runs()
     if not orphans:
         return
+    start_prefect()
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import (FlowRunFilter, FlowRunFilterParentFlowRunId, FlowRunFilterState,
                                                 FlowRunFilterStateType)
@@ -135,7 +144,8 @@ def _incomplete(rep: CleanReport, results_dir: Path) -> None:
             rep.incomplete_bundles.append(b)
 
 
-def clean(results_dir: Path | None = None, log: Callable[[str], None] = print) -> CleanReport:
+def clean(results_dir: Path | None = None, log: Callable[[str], None] = print,
+          start_prefect: Callable[[], object] = lambda: None) -> CleanReport:
     """Stop tunelab's leftover servers, report device locks, release dead holders' slots, mark orphaned flow
     runs Crashed, count incomplete bundles (module docstring). Prefect must be configured
     (``tunelab.prefect_env``) before the call.
@@ -143,6 +153,8 @@ def clean(results_dir: Path | None = None, log: Callable[[str], None] = print) -
     Args:
         results_dir: the bundles' folder (default ``<tunelab home>/results``).
         log: one call per thing done.
+        start_prefect: called once before the first Prefect call, only when there is a dead holder's slot or an
+            orphaned run to put right (the CLI starts the temporary server there: a clean host needs none).
 
     Returns:
         :class:`CleanReport`; a step that raised is a line of ``problems``, never an exception.
@@ -150,10 +162,16 @@ def clean(results_dir: Path | None = None, log: Callable[[str], None] = print) -
     from tunelab.tasks.engine import stop_leftovers
 
     rep = CleanReport()
+    started: list[object] = []
+
+    def once() -> None:
+        if not started:
+            started.append(start_prefect())
+
     steps = [("servers", lambda: rep.servers_stopped.extend(stop_leftovers(log=log))),
              ("device locks", lambda: _locks(rep)),
-             ("slots", lambda: _slots(rep, log)),
-             ("flow runs", lambda: _runs(rep, log)),
+             ("slots", lambda: _slots(rep, log, once)),
+             ("flow runs", lambda: _runs(rep, log, once)),
              ("bundles", lambda: _incomplete(rep, Path(results_dir) if results_dir else paths.results_dir()))]
     for name, step in steps:
         try:

@@ -24,6 +24,7 @@ Short selector names for the CLI: ``runtime`` -> ``runtime_name``, ``version`` -
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -80,9 +81,14 @@ def compare(baseline: dict, candidate: dict, metric: str = "output_tokens_per_s"
     Raises:
         ValueError: bad selector or metric, or no warehouse at ``db``.
     """
+    from prefect.context import FlowRunContext
+
     from tunelab.warehouse.migrate import connect
 
-    logger = get_run_logger()
+    # Called as a plain function (``compare.fn``: `tunelab compare` without a Prefect server, which then starts
+    # none): no run, so no run logger, artifact or event; the returned dict is the same.
+    in_run = FlowRunContext.get() is not None
+    logger = get_run_logger() if in_run else logging.getLogger("tunelab.compare")
     dbp = Path(db) if db else paths.db_path()
     if not dbp.exists():
         raise ValueError(f"db: no warehouse at {dbp}; run a sweep first or pass db=PATH")
@@ -109,7 +115,8 @@ def compare(baseline: dict, candidate: dict, metric: str = "output_tokens_per_s"
     try:
         from prefect.artifacts import create_markdown_artifact
 
-        create_markdown_artifact(md, key=artifact_key, description=f"{metric}: {baseline} vs {candidate}")
+        if in_run:
+            create_markdown_artifact(md, key=artifact_key, description=f"{metric}: {baseline} vs {candidate}")
     except Exception as e:  # a view; the result is returned anyway
         logger.warning("could not create the artifact: %s", e)
     flagged = reg[reg["status"].isin(["regression", "violation_unconfirmed"])] if len(reg) else reg
@@ -119,7 +126,7 @@ def compare(baseline: dict, candidate: dict, metric: str = "output_tokens_per_s"
            "mixed_keys": df.attrs.get("mixed_keys", {})}
     confirmed = confirmed_regressions(df, reg, df.attrs["candidate"].get("vllm_version"))
     out["confirmed"] = confirmed
-    if not confirmed:
+    if not confirmed or not in_run:
         return out
     summary = (f"tunelab: {len(confirmed)} confirmed regression(s) of {metric} "
                f"({_sel_text(df.attrs['candidate'])} vs {_sel_text(df.attrs['baseline'])}): "

@@ -237,12 +237,12 @@ def prefect_slots_enabled() -> bool:
 @contextlib.contextmanager
 def device_locks(names: Sequence[str], log: Callable[[str], None] | None = None, poll_s: float = 1.0):
     """Hold an exclusive host-level lock for each device name (``fcntl.flock`` on
-    ``<tunelab home>/state/locks/<name>.lock``), in sorted order so two sweeps cannot deadlock. The OS
-    releases a lock when its process dies, also on SIGKILL: a crashed sweep never blocks a device."""
+    ``<host locks dir>/<name>.lock``, ``paths.host_locks_dir``: one folder for the whole host, whatever the
+    sweep's tunelab home), in sorted order so two sweeps cannot deadlock. The OS releases a lock when its
+    process dies, also on SIGKILL: a crashed sweep never blocks a device."""
     import fcntl
 
-    d = paths.state_dir() / "locks"
-    d.mkdir(parents=True, exist_ok=True)
+    d = paths.host_locks_dir()
     files = []
     try:
         for n in sorted(set(names)):
@@ -255,7 +255,7 @@ def device_locks(names: Sequence[str], log: Callable[[str], None] | None = None,
                     break
                 except BlockingIOError:
                     if log and waited == 0.0:
-                        log(f"waiting for device {n}: another sweep on this host holds it")
+                        log(f"waiting for device {n}: another sweep on this host holds it (lock {d / (n + '.lock')})")
                     time.sleep(poll_s)
                     waited += poll_s
         yield
@@ -282,8 +282,7 @@ def free_device_locks(devices: Sequence[Device], n: int, log: Callable[[str], No
 
     if n > len(devices):
         raise ValueError(f"needs {n} devices, this host has {len(devices)} schedulable")
-    d = paths.state_dir() / "locks"
-    d.mkdir(parents=True, exist_ok=True)
+    d = paths.host_locks_dir()
     said = False
     while True:
         held: list[tuple[Device, Any]] = []

@@ -17,19 +17,36 @@ the loader never reads half a bundle. The store is a folder every host can write
 docs/multi_host.md gives the deployment, the ports and the alternatives. Only the coordinator opens the
 warehouse: DuckDB allows one writer process.
 
+Lost hosts and a stopped coordinator. Prefect leaves a run Running when the process worker that ran it is killed
+(Prefect issues 16746, 16515: nothing reports the end), and the coordinator's runs are not subflows, so
+cancelling the coordinator leaves them running or scheduled (Prefect issues 22594, 12713). So:
+
+- each ``host_trial`` writes a heartbeat into the store (:func:`heartbeat_path`, every :data:`HEARTBEAT_S` s,
+  from a thread of the run's process); the coordinator keeps, per Running run, when it last saw that heartbeat
+  change, by its own clock (no clock of another host is compared). A run Running with no new beat for
+  ``stale_s`` (default :data:`STALE_S`) is a zombie: the coordinator sets it Crashed (forced) with the reason
+  (host, last beat, how long) and reports it in :class:`MultiHostSummary` (``crashed``) and its log;
+- the coordinator, ended in any way Python sees (its ``timeout_s``, Prefect's cancel, Ctrl-C, an error), sets
+  every run it submitted that is not final to Cancelled (Scheduled/Pending) or Cancelling (Running: its worker
+  stops the process) and lists them (:func:`cancel_unfinished`).
+
 Hosts are named by :func:`tunelab.flows.devices.host_name` (``TUNELAB_HOST`` or the host name): in slot names, in
 ``trials.host`` and in the results.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import json
+import os
 import shutil
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from prefect import flow, get_run_logger
 
@@ -53,10 +70,54 @@ from tunelab.slot_holders import hold_slots
 from tunelab.tasks.gpu import inventory
 from tunelab.warehouse.loader import load_pending
 
-__all__ = ["HOST_DEPLOYMENT", "MultiHostSummary", "host_trial", "multi_host_sweep", "ship_bundle"]
+__all__ = ["HEARTBEAT_S", "HOST_DEPLOYMENT", "MultiHostSummary", "STALE_S", "cancel_unfinished", "heartbeat",
+           "heartbeat_path", "host_trial", "multi_host_sweep", "ship_bundle", "wait_for_runs"]
 
 #: ``<flow name>/<deployment name>`` of the per-host trial flow (docs/multi_host.md deploys it).
 HOST_DEPLOYMENT = "host-trial/host-trial"
+#: How often a ``host_trial`` run writes its heartbeat into the store, seconds.
+HEARTBEAT_S = 10.0
+#: A Running run whose heartbeat has not changed for this long (by the coordinator's clock) is a zombie, seconds:
+#: 12 missed beats, far above a loaded NFS's write delay, far below the 24 h the coordinator waited before.
+STALE_S = 120.0
+
+
+def heartbeat_path(store: Path, sweep_id: str, trial_id: str) -> Path:
+    """``<store>/<sweep_id>/.heartbeats/<trial id, '/' as '__'>.json``: a hidden folder, which the loader never
+    reads (a trial id holds slashes: ``<sweep>/<runtime>/<key>/r0``)."""
+    return Path(store) / sweep_id / ".heartbeats" / f"{trial_id.replace('/', '__')}.json"
+
+
+@contextlib.contextmanager
+def heartbeat(path: Path, every_s: float = HEARTBEAT_S):
+    """While the block runs, rewrite ``path`` every ``every_s`` seconds with ``{"host", "pid", "beat": n,
+    "at": ISO time}`` (atomic rename); a failed write is skipped (the store may hiccup). The thread dies with the
+    process, so a killed worker's run stops beating: that is what the coordinator watches."""
+    stop = threading.Event()
+    path = Path(path)
+
+    def write(n: int) -> None:
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}")
+            tmp.write_text(json.dumps({"host": host_name(), "pid": os.getpid(), "beat": n,
+                                       "at": dt.datetime.now(dt.timezone.utc).isoformat()}))
+            os.replace(tmp, path)
+
+    def beat() -> None:
+        n = 1
+        while not stop.wait(every_s):
+            n += 1
+            write(n)
+
+    write(1)  # the first beat before the block starts
+    t = threading.Thread(target=beat, name="tunelab-host-heartbeat", daemon=True)
+    t.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        t.join(5)
 
 
 def ship_bundle(bundle: Path, results_dir: Path, store: Path) -> Path:
@@ -99,6 +160,12 @@ def host_trial(plan_yaml: str, sweep: dict[str, Any], trial_index: int, trial_id
     Raises:
         PlanError: the plan does not hold on this host (runtime or model missing).
     """
+    sweep_id = str(sweep.get("sweep_id"))
+    with heartbeat(heartbeat_path(Path(store), sweep_id, trial_id)):  # the coordinator's sign of life of this run
+        return _host_trial(plan_yaml, sweep, trial_index, trial_id, store)
+
+
+def _host_trial(plan_yaml: str, sweep: dict[str, Any], trial_index: int, trial_id: str, store: str) -> dict[str, Any]:
     logger = get_run_logger()
     host = host_name()
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
@@ -153,11 +220,13 @@ class _null:
 @dataclass
 class MultiHostSummary:
     """What :func:`multi_host_sweep` returns: ``sweep_id``; ``runs``: per trial in plan order ``trial_id``,
-    ``flow_run_id``, ``state`` (the Prefect state name of its host run); ``loaded``: bundles the loader loaded;
-    ``db`` and ``store`` paths."""
+    ``flow_run_id``, ``state`` (the Prefect state type of its host run) and, for a run the coordinator ended,
+    ``reason``; ``crashed``: the trial ids of runs found Running with a dead worker (set Crashed, module notes);
+    ``loaded``: bundles the loader loaded; ``db`` and ``store`` paths."""
 
     sweep_id: str
     runs: list[dict[str, Any]] = field(default_factory=list)
+    crashed: list[str] = field(default_factory=list)
     loaded: int = 0
     db: str = ""
     store: str = ""
@@ -166,10 +235,104 @@ class MultiHostSummary:
 _FINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 
 
+def _beat_of(path: Path) -> tuple[Any, str | None]:
+    """(the heartbeat's counter, its host) or (None, None) when there is none (yet)."""
+    try:
+        d = json.loads(Path(path).read_text())
+        return (d.get("pid"), d.get("beat")), d.get("host")
+    except (OSError, ValueError, AttributeError):
+        return None, None
+
+
+def wait_for_runs(client: Any, runs: list[dict[str, Any]], *, store: Path, sweep_id: str, timeout_s: float,
+                  poll_s: float, stale_s: float = STALE_S, log: Callable[[str], None] = print,
+                  clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> list[str]:
+    """Poll ``runs`` (dicts with ``trial_id``, ``flow_run_id``, ``state``; updated in place) until every one is
+    final; a Running run whose heartbeat (:func:`heartbeat_path`) has not changed for ``stale_s`` seconds of
+    ``clock`` (none seen counts from when it was first seen Running) is set Crashed with the reason, which goes
+    into its dict's ``reason`` and the log.
+
+    Args:
+        client: a sync Prefect client (``read_flow_run``, ``set_flow_run_state``).
+
+    Returns:
+        The trial ids of the runs set Crashed.
+
+    Raises:
+        TimeoutError: runs not final after ``timeout_s`` (the message lists them).
+    """
+    from prefect.states import Crashed
+
+    t_end = clock() + timeout_s
+    seen: dict[str, tuple[Any, float]] = {}  # flow run id -> (last beat, when it last changed, by our clock)
+    crashed: list[str] = []
+    while True:
+        now = clock()
+        for r in runs:
+            if r["state"] in _FINAL:
+                continue
+            st = client.read_flow_run(r["flow_run_id"]).state
+            r["state"] = st.type.value if st else None
+            if r["state"] != "RUNNING":
+                continue
+            beat, host = _beat_of(heartbeat_path(store, sweep_id, r["trial_id"]))
+            last = seen.get(r["flow_run_id"])
+            if last is None or beat != last[0]:
+                seen[r["flow_run_id"]] = (beat, now)
+                continue
+            if now - last[1] < stale_s:
+                continue
+            where = f"on host {host}" if host else "(no heartbeat ever written: it never got to run its trial)"
+            reason = (f"its process stopped without a word {where}: Running, but no heartbeat for {now - last[1]:.0f} s "
+                      f"(limit {stale_s:g} s; its worker was killed or lost); set Crashed by the coordinator, "
+                      "its trial is missing from the warehouse: re-run it")
+            client.set_flow_run_state(r["flow_run_id"], Crashed(message=reason[:500]), force=True)
+            r.update(state="CRASHED", reason=reason)
+            crashed.append(r["trial_id"])
+            log(f"{r['trial_id']}: {reason}")
+        if all(r["state"] in _FINAL for r in runs):
+            return crashed
+        if clock() > t_end:
+            raise TimeoutError(f"sweep {sweep_id}: runs not final after {timeout_s:g} s: "
+                               f"{[r['trial_id'] for r in runs if r['state'] not in _FINAL]}")
+        sleep(poll_s)
+
+
+def cancel_unfinished(client: Any, runs: list[dict[str, Any]], why: str,
+                      log: Callable[[str], None] = print) -> list[str]:
+    """End every run of ``runs`` that is not final: Scheduled, Pending, Paused or unknown -> Cancelled at once (no
+    worker has it), Running -> Cancelling (its worker stops the process and ends it Cancelled). Forced: the
+    coordinator owns these runs. A run that cannot be read or set is logged and skipped.
+
+    Returns:
+        The trial ids whose run was cancelled; each also gets ``state`` and ``reason`` in its dict.
+    """
+    from prefect.states import Cancelled, Cancelling
+
+    done: list[str] = []
+    for r in runs:
+        try:
+            st = client.read_flow_run(r["flow_run_id"]).state
+            kind = st.type.value if st else None
+            if kind in _FINAL:
+                r["state"] = kind
+                continue
+            msg = f"cancelled by its coordinator: {why}"
+            new = Cancelling(message=msg) if kind in ("RUNNING", "CANCELLING") else Cancelled(message=msg)
+            client.set_flow_run_state(r["flow_run_id"], new, force=True)
+            r.update(state=new.type.value, reason=msg)
+            done.append(r["trial_id"])
+        except Exception as e:  # one run that cannot be ended must not keep the others running
+            log(f"{r['trial_id']}: could not cancel flow run {r['flow_run_id']}: {type(e).__name__}: {e}")
+    if done:
+        log(f"{len(done)} host trial run(s) cancelled ({why}): {', '.join(done)}")
+    return done
+
+
 @flow(name="multi-host-sweep", log_prints=True, validate_parameters=False)
 def multi_host_sweep(plan_path: str, store: str | None = None, db: str | None = None,
                      deployment: str = HOST_DEPLOYMENT, timeout_s: float = 24 * 3600,
-                     poll_s: float = 2.0) -> MultiHostSummary:
+                     poll_s: float = 2.0, stale_s: float = STALE_S) -> MultiHostSummary:
     """Run a plan's trials on the hosts of a work pool and load every bundle into one warehouse.
 
     Needs a Prefect server (``PREFECT_API_URL``) with ``deployment`` served by the pool's workers. The
@@ -179,6 +342,10 @@ def multi_host_sweep(plan_path: str, store: str | None = None, db: str | None = 
     Args:
         store: the results store (default: this host's results folder, ``paths.results_dir``).
         db: the warehouse file (default ``paths.db_path``).
+        stale_s: a Running run with no new heartbeat for this long is set Crashed (module notes).
+
+    Ended early (``timeout_s``, cancelled, interrupted, an error) it cancels every run it submitted that is not
+    final (:func:`cancel_unfinished`), then raises.
 
     Raises:
         PlanError: a bad plan. TimeoutError: runs not final after ``timeout_s`` (their bundles stay in the
@@ -207,26 +374,22 @@ def multi_host_sweep(plan_path: str, store: str | None = None, db: str | None = 
         plan_yaml = yaml.safe_dump(doc, sort_keys=False)
     sweep_d = records.to_row(records.Sweep, sweep, full=False)
     out = MultiHostSummary(sweep.sweep_id, db=str(db_p), store=str(store_p))
-    for i, t in enumerate(plan.trials()):
-        tid = records.trial_id(sweep.sweep_id, t.config_key, t.runtime, t.replicate)
-        fr = run_deployment(deployment, parameters={"plan_yaml": plan_yaml, "sweep": sweep_d, "trial_index": i,
-                                                    "trial_id": tid, "store": str(store_p)},
-                            timeout=0, as_subflow=False)
-        out.runs.append({"trial_id": tid, "flow_run_id": str(fr.id), "state": None})
-    logger.info("sweep %s: %d trial run(s) submitted to %s", sweep.sweep_id, len(out.runs), deployment)
-    t_end = time.monotonic() + timeout_s
-    with get_client(sync_client=True) as client:
-        while True:
-            for r in out.runs:
-                if r["state"] not in _FINAL:
-                    st = client.read_flow_run(r["flow_run_id"]).state
-                    r["state"] = st.type.value if st else None
-            if all(r["state"] in _FINAL for r in out.runs):
-                break
-            if time.monotonic() > t_end:
-                raise TimeoutError(f"sweep {sweep.sweep_id}: runs not final after {timeout_s:g} s: "
-                                   f"{[r['trial_id'] for r in out.runs if r['state'] not in _FINAL]}")
-            time.sleep(poll_s)
+    try:
+        for i, t in enumerate(plan.trials()):
+            tid = records.trial_id(sweep.sweep_id, t.config_key, t.runtime, t.replicate)
+            fr = run_deployment(deployment, parameters={"plan_yaml": plan_yaml, "sweep": sweep_d, "trial_index": i,
+                                                        "trial_id": tid, "store": str(store_p)},
+                                timeout=0, as_subflow=False)
+            out.runs.append({"trial_id": tid, "flow_run_id": str(fr.id), "state": None})
+        logger.info("sweep %s: %d trial run(s) submitted to %s", sweep.sweep_id, len(out.runs), deployment)
+        with get_client(sync_client=True) as client:
+            out.crashed = wait_for_runs(client, out.runs, store=store_p, sweep_id=sweep.sweep_id,
+                                        timeout_s=timeout_s, poll_s=poll_s, stale_s=stale_s, log=logger.error)
+    except BaseException as e:  # timeout, Prefect's cancel (TerminationSignal), Ctrl-C, an error: not subflows
+        why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'the coordinator ended'}"[:300]
+        with get_client(sync_client=True) as client:
+            cancel_unfinished(client, out.runs, why, log=logger.warning)
+        raise
     sweep.finished_at = dt.datetime.now(dt.timezone.utc)
     res = load_pending(db_p, store_p)
     out.loaded = len([r for r in res if r.status == "loaded"])
@@ -234,4 +397,7 @@ def multi_host_sweep(plan_path: str, store: str | None = None, db: str | None = 
         if r.status == "failed":
             logger.error("bundle %s not loaded: %s", r.bundle_dir, r.error)
     logger.info("sweep %s: %d bundle(s) loaded into %s", sweep.sweep_id, out.loaded, db_p)
+    if out.crashed:
+        logger.error("sweep %s: %d trial(s) lost with their host's worker (set Crashed, not in the warehouse: re-run "
+                     "them): %s", sweep.sweep_id, len(out.crashed), ", ".join(out.crashed))
     return out

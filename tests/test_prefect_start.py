@@ -1,0 +1,70 @@
+"""Prefect's temporary API server starting slowly (issue 29 item 17): tunelab waits with its own, longer bound
+(``TUNELAB_PREFECT_START_TIMEOUT_S``), and when even that passes the command says so in one line and exits 4.
+
+The first test starts a real ephemeral server under ``PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS=1``; the
+second uses a fake server process that never answers (``sleep``), the only way to make the start time out."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+REPO = Path(__file__).resolve().parent.parent
+PLAN = Path(__file__).parent / "plans" / "one_trial.yaml"
+
+_START = """
+from tunelab import prefect_env
+prefect_env.configure()
+pid = prefect_env.start_ephemeral_server()
+from prefect.client.orchestration import get_client
+with get_client(sync_client=True) as c:
+    print("HEALTH", c.api_healthcheck() is None, pid is not None, flush=True)
+"""
+
+
+def test_a_short_prefect_start_timeout_is_outwaited(tmp_path):
+    env = dict(os.environ, PREFECT_HOME=str(tmp_path / "prefect"), PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="1")
+    env.pop("PREFECT_API_URL", None)
+    env.pop("TUNELAB_PREFECT_START_TIMEOUT_S", None)
+    r = subprocess.run([sys.executable, "-c", _START], cwd=REPO, env=env, capture_output=True, text=True,
+                       timeout=400)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "HEALTH True True" in r.stdout
+
+
+def test_a_server_that_never_answers_is_one_line_and_exit_4(tmp_path, monkeypatch):
+    from prefect.server.api.server import SubprocessASGIServer
+
+    import tunelab.flows.sweep as sweep
+    from tunelab.cli import EXIT_NO_PREFECT, app
+
+    started: list[subprocess.Popen] = []
+
+    def fake_server(self):  # a fake: a process that never listens on its port
+        p = subprocess.Popen(["sleep", "60"])
+        started.append(p)
+        return p
+
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.setenv("TUNELAB_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("TUNELAB_PREFECT_START_TIMEOUT_S", "1")
+    monkeypatch.setenv("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "1")
+    monkeypatch.setattr(SubprocessASGIServer, "_run_uvicorn_command", fake_server)
+    monkeypatch.setattr(sweep, "preflight", lambda plan: None)  # the plan's runtime is not what this is about
+    try:
+        r = CliRunner().invoke(app, ["run", str(PLAN)], env={"COLUMNS": "200"})
+    finally:
+        for p in started:
+            p.kill()
+            p.wait()
+    assert r.exit_code == EXIT_NO_PREFECT == 4, (r.output, r.exception)
+    assert "Traceback" not in r.output
+    err_lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(err_lines) == 1 and err_lines[0].startswith("error: Prefect's temporary API server did not answer "
+                                                           "within 1 s"), r.stderr
+    assert "TUNELAB_PREFECT_START_TIMEOUT_S" in err_lines[0] and "PREFECT_API_URL" in err_lines[0]
+    assert all(p.poll() is not None for p in started)  # the fake server was stopped, not left behind
