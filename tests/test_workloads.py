@@ -473,3 +473,97 @@ def test_max_model_len_above_the_models_positions_is_a_plan_error_before_any_boo
     assert "max-model-len[0]" not in msg  # the value that fits is not named
     p.write_text(PLAN.replace("model: m", f"model: {model}") + body + "env: {VLLM_ALLOW_LONG_MAX_MODEL_LEN: 1}\n")
     assert load_plan(p).model == str(model)  # vLLM's own override is honoured
+
+
+# -- issue 29 item 7: the real ShareGPT file's unusable records; prompts clipped to the context --------------------
+def _sharegpt_v3_like(tmp_path: Path) -> Path:
+    """The shapes of ShareGPT_V3_unfiltered_cleaned_split.json that stopped plan check: ``"conversations": []``, a
+    record that starts with a gpt turn and has no answer after its human turn, a one-turn record, and usable ones
+    (one of them 9000 words long, far beyond a 4096-token context)."""
+    recs = [
+        {"id": "a", "conversations": [{"from": "human", "value": "hello there"}, {"from": "gpt", "value": "hi"}]},
+        {"id": "b", "conversations": []},
+        {"id": "c", "conversations": [{"from": "gpt", "value": "I start"}, {"from": "human", "value": "and then?"}]},
+        {"id": "d", "conversations": [{"from": "human", "value": "one turn only"}]},
+        {"id": "e", "conversations": [{"from": "human", "value": " ".join(["word"] * 9000)},
+                                      {"from": "gpt", "value": "a long answer " * 10}]},
+        {"id": "f", "conversations": [{"from": "human", "value": "what is a KV cache?"},
+                                      {"from": "gpt", "value": "blocks of keys and values"}]},
+    ]
+    p = tmp_path / "sharegpt_v3_like.json"
+    p.write_text(json.dumps(recs, indent=1))
+    return p
+
+
+def test_a_sharegpt_v3_shaped_file_passes_plan_check_skipping_and_counting_unusable_records(tmp_path):
+    path = _sharegpt_v3_like(tmp_path)
+    with pytest.raises(W.WorkloadFileError, match="at least 2 turns"):  # the strict reader still names the fault
+        W.read_dataset(path)
+    plan = _plan(tmp_path, f"workloads:\n  - {{name: sg, type: dataset, path: {path}, num_requests: 4}}\n"
+                           "engine_args: {max-model-len: 4096}\nconcurrency: [1]\n")
+    (w,) = plan.workloads
+    rec = w.dataset_filter_record()
+    assert (rec["records"], rec["used"]) == (6, 3)
+    assert rec["skipped"] == {"fewer than 2 turns": 2, "no answer after the first user turn": 1}
+    assert rec["file_sha256"] == W.file_sha256(path) and "vllm bench serve" in rec["rule"] and rec["name"] == "sg"
+    note = w.dataset_note()
+    assert "used 3 of 6 records; skipped 3" in note and "first at line" in note
+    specs = w.profile.request_specs(6, seed=0)
+    assert {s.prompt_text[:5] for s in specs} <= {"hello", "word ", "what "}
+    from tunelab.plan import runtime_checks
+
+    assert note in runtime_checks(plan, {})[1]  # printed by plan check, logged by the sweep
+    strict = tmp_path / "strict.yaml"
+    strict.write_text(PLAN + f"workloads:\n  - {{name: sg, type: dataset, path: {path}, num_requests: 4, "
+                             "skip_unusable: false}\n")
+    with pytest.raises(PlanError, match="at least 2 turns"):
+        load_plan(strict)
+
+
+def test_a_file_of_only_unusable_records_is_an_error_with_the_counts(tmp_path):
+    p = tmp_path / "none.json"
+    p.write_text('[{"conversations": []}, {"conversations": [{"from": "gpt", "value": "x"}]}]')
+    with pytest.raises(W.WorkloadFileError, match=r"no usable records: used 0 of 2 records; skipped 2"):
+        W.read_dataset_skipping(p)
+
+
+def test_a_dataset_prompt_longer_than_the_context_is_clipped_before_it_is_sent(tmp_path):
+    """A 9000-token prompt went out to a 4096-token server and came back 400, counted as an error."""
+    import asyncio
+
+    from tunelab.tasks.measure import window_requests
+
+    path = _sharegpt_v3_like(tmp_path)
+    plan = _plan(tmp_path, f"workloads:\n  - {{name: sg, type: dataset, path: {path}, num_requests: 4, "
+                           "order: file, max_output_tokens: 3000}\nconcurrency: [1]\n")
+
+    class WordTokenizer:  # a FAKE of PromptBuilder's server tokenizer count: one token per word
+        parallel = 4
+
+        async def count(self, text: str) -> int:
+            return len(text.split())
+
+    ctx = 4096
+    reqs = asyncio.run(window_requests(WordTokenizer(), plan.workloads[0], 3, 0, context_tokens=ctx))
+    lengths = [(len(t.split()), m) for t, m in zip(reqs.prompts, reqs.max_tokens)]
+    assert all(p + m <= ctx - W.CONTEXT_MARGIN_TOKENS for p, m in lengths), lengths
+    assert lengths[0] == (2, 1)  # 'hello there', answer 'hi': unchanged
+    long_p, long_m = lengths[1]
+    assert 3000 < long_p and long_m == 30  # cut at its end, kept most of the room; its answer's length kept
+    assert reqs.prompts[1].startswith("word word")
+    # without a known context nothing is clipped
+    reqs = asyncio.run(window_requests(WordTokenizer(), plan.workloads[0], 3, 0, context_tokens=None))
+    assert len(reqs.prompts[1].split()) == 9000
+
+
+def test_fit_text_to_context_keeps_half_the_context_for_the_output_at_most():
+    import asyncio
+
+    async def count(t: str) -> int:
+        return len(t.split())
+
+    text = " ".join(["w"] * 5000)
+    out_text, out, clipped = asyncio.run(W.fit_text_to_context(text, 4000, 4096, count, margin_tokens=0))
+    assert clipped and out == 2048 and len(out_text.split()) <= 4096 - 2048
+    same = asyncio.run(W.fit_text_to_context("a b c", 10, 4096, count))
+    assert same == ("a b c", 10, False)

@@ -179,6 +179,22 @@ class Workload(BaseModel):
             rec["adapter"] = self.adapter
         return rec
 
+    def dataset_filter_record(self) -> dict[str, Any] | None:
+        """``{name, path, file_sha256, rule, records, used, skipped}`` of a dataset workload (``trials.dataset_filters``,
+        ``tunelab.workloads.DatasetWorkload.filter_record``); None for another type."""
+        fr = getattr(self.profile, "filter_record", None)
+        return None if fr is None else {"name": self.name, **fr()}
+
+    def dataset_note(self) -> str | None:
+        """A line saying what a dataset workload skipped of its file (plan check, the sweep's log), or None."""
+        if self.type != "dataset":
+            return None
+        read = self.profile.loaded()  # type: ignore[attr-defined]
+        if not read.skipped:
+            return None
+        return (f"workloads {self.name!r}: {read.summary()} of {self.profile.path}: records with no "  # type: ignore[attr-defined]
+                "(prompt, answer) pair are skipped, as vllm bench serve does (skip_unusable: false makes them errors)")
+
     @model_validator(mode="after")
     def _sessions_need_chat(self) -> "Workload":
         if getattr(self.profile, "has_sessions", False) and self.endpoint != "chat":
@@ -643,7 +659,9 @@ class Plan(BaseModel):
             mml = args.get("max-model-len")
             if isinstance(mml, int) and not isinstance(mml, bool):
                 for i, w in enumerate(self.workloads):
-                    if w.prompt_tokens + w.output_tokens > mml:
+                    # A dataset's requests are clipped to the context one by one when sent (tunelab.workloads
+                    # DATASET_RULE): its longest record does not make every request fail.
+                    if w.type != "dataset" and w.prompt_tokens + w.output_tokens > mml:
                         raise ValueError(
                             f"workloads[{i}] ({w.name}): prompt_tokens + output_tokens = "
                             f"{w.prompt_tokens + w.output_tokens} exceeds max-model-len {mml}: every request would "
@@ -1225,9 +1243,10 @@ def runtime_checks(plan: "Plan", runtimes: dict) -> tuple[list[str], list[str]]:
             warnings.append(f"engine-arg {what} check skipped ({type(exc).__name__}: {exc}); {fallback} will "
                             "show as a boot failure (invalid_config) instead")
     try:
+        warnings += [n for n in (w.dataset_note() for w in plan.workloads) if n]
         warnings += prefix_block_warnings(plan, runtimes)
     except Exception as exc:  # noqa: BLE001
-        warnings.append(f"shared-prefix block check skipped ({type(exc).__name__}: {exc})")
+        warnings.append(f"dataset / shared-prefix notes skipped ({type(exc).__name__}: {exc})")
     try:
         env_errors = unknown_env_errors(plan, runtimes)
         errors += [msg for _name, msg in env_errors]

@@ -230,6 +230,10 @@ class Trial(Record):
                                         "device): it says nothing about the config (012).")
     workloads: JsonText | None = _f("The plan's workloads as measured: JSON list of {name, type, parameters, "
                                     "file_sha256} (tunelab.workloads; sha256 of a dataset or trace file read; 014).")
+    dataset_filters: JsonText | None = _f("Dataset workloads: JSON list of {name, path, file_sha256, rule, records, "
+                                          "used, skipped: {reason: count}}: the records of the file the trial could "
+                                          "draw from and why the others were skipped (tunelab.workloads."
+                                          "DATASET_RULE; 022). None: no dataset workload.")
     search_role: Text | None = _f("search: default (the plan's base config) | search (a TPE suggestion) | "
                                   "walk_down (a smaller footprint after a memory failure) (flows.search; 018).")
     search_trial: Int32 | None = _f("search: the optuna trial number of the suggestion; None for the default (018).")

@@ -35,7 +35,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, Union
+from typing import Annotated, Any, Awaitable, Callable, ClassVar, Literal, Union
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
@@ -59,6 +59,12 @@ __all__ = [
     "DatasetEntry",
     "TraceRow",
     "read_dataset",
+    "read_dataset_skipping",
+    "DatasetRead",
+    "UnusableRecord",
+    "DATASET_RULE",
+    "CONTEXT_MARGIN_TOKENS",
+    "fit_text_to_context",
     "read_trace",
     "file_sha256",
     "synthetic_sharegpt",
@@ -326,6 +332,18 @@ _SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assista
                    "chatgpt": "assistant", "bard": "assistant", "bing": "assistant", "system": "system"}
 
 
+class UnusableRecord(WorkloadFileError):
+    """A conversation record that gives no (prompt, answer) pair to send: fewer than two turns, a turn that is not
+    ``{"from", "value": text}`` of a known role, no user turn, or no non-empty answer after the first user turn.
+    ``vllm bench serve`` skips such ShareGPT records (vllm/benchmarks/datasets.py, ``ShareGPTDataset``: entries
+    with fewer than two turns are dropped); a :class:`DatasetWorkload` does too (``skip_unusable``) and counts
+    them by ``reason``; :func:`read_dataset` raises it."""
+
+    def __init__(self, path: str | os.PathLike, line: int | None, msg: str, reason: str) -> None:
+        self.reason = reason
+        super().__init__(path, line, msg)
+
+
 def _pos_int(path: Any, line: int, obj: dict, key: str) -> int | None:
     v = obj.get(key)
     if v is None:
@@ -346,13 +364,15 @@ def _entry(path: Any, line: int, obj: Any) -> DatasetEntry:
     if "conversations" in obj:
         conv = obj["conversations"]
         if not isinstance(conv, list) or len(conv) < 2:
-            raise WorkloadFileError(path, line, "conversations must be a list of at least 2 turns "
-                                                '([{"from": "human", "value": ...}, {"from": "gpt", "value": ...}])')
+            raise UnusableRecord(path, line, "conversations must be a list of at least 2 turns "
+                                             '([{"from": "human", "value": ...}, {"from": "gpt", "value": ...}])',
+                                 "fewer than 2 turns")
         msgs = []
         for j, turn in enumerate(conv):
             if not isinstance(turn, dict) or not isinstance(turn.get("value"), str) or turn.get("from") not in _SHAREGPT_ROLES:
-                raise WorkloadFileError(path, line, f"conversations[{j}] must be {{\"from\": one of "
-                                                    f"{sorted(_SHAREGPT_ROLES)}, \"value\": text}}, got {turn!r:.80}")
+                raise UnusableRecord(path, line, f"conversations[{j}] must be {{\"from\": one of "
+                                                 f"{sorted(_SHAREGPT_ROLES)}, \"value\": text}}, got {turn!r:.80}",
+                                     "a malformed turn")
             msgs.append({"role": _SHAREGPT_ROLES[turn["from"]], "content": turn["value"]})
         return _from_messages(path, line, msgs, out_tokens)
     if "messages" in obj:
@@ -379,11 +399,14 @@ def _from_messages(path: Any, line: int, msgs: list[dict], out_tokens: int | Non
     token count), unless the record gives ``output_tokens``."""
     first_user = next((i for i, m in enumerate(msgs) if m["role"] == "user"), None)
     if first_user is None:
-        raise WorkloadFileError(path, line, "the conversation has no human/user turn to send")
+        raise UnusableRecord(path, line, "the conversation has no human/user turn to send", "no user turn")
+    if not msgs[first_user]["content"].strip():
+        raise UnusableRecord(path, line, "the first user turn is empty", "an empty prompt")
     answer = msgs[first_user + 1] if first_user + 1 < len(msgs) else None
     if out_tokens is None and (answer is None or answer["role"] != "assistant" or not answer["content"]):
-        raise WorkloadFileError(path, line, "the first user turn has no non-empty answer after it to take the "
-                                            "output length from; add one or give output_tokens")
+        raise UnusableRecord(path, line, "the first user turn has no non-empty answer after it to take the "
+                                         "output length from; add one or give output_tokens",
+                             "no answer after the first user turn")
     prompt = tuple(msgs[: first_user + 1])
     return DatasetEntry(line, prompt_text=prompt[-1]["content"], messages=prompt, output_tokens=out_tokens,
                         output_text=None if out_tokens is not None else answer["content"])  # type: ignore[index]
@@ -392,9 +415,16 @@ def _from_messages(path: Any, line: int, msgs: list[dict], out_tokens: int | Non
 def _json_array_items(path: Any, text: str) -> list[tuple[int, Any]]:
     """The items of a top-level JSON array with the 1-based line where each starts."""
     dec = json.JSONDecoder()
+    # Lines counted from the last position asked (positions only grow): counting from 0 for each record is
+    # quadratic, hours on the 673 MB ShareGPT_V3 file.
+    mark = [0, 1]  # position, its line
 
     def line_of(pos: int) -> int:
-        return text.count("\n", 0, pos) + 1
+        if pos < mark[0]:
+            return text.count("\n", 0, pos) + 1
+        mark[1] += text.count("\n", mark[0], pos)
+        mark[0] = pos
+        return mark[1]
 
     def skip_ws(pos: int) -> int:
         while pos < len(text) and text[pos] in " \t\r\n":
@@ -461,6 +491,111 @@ def _format_of(path: str | os.PathLike, fmt: str, allowed: tuple[str, ...]) -> s
                                         f"{' or '.join('.' + a for a in allowed)}, or set format to one of {list(allowed)}")
 
 
+#: The rule a dataset workload applies to its file, as recorded with the trial (``trials.dataset_filters``).
+DATASET_RULE = ("skip conversation records with no (user prompt, non-empty answer) pair (vllm bench serve's ShareGPT "
+                "rule); at send time clip a text prompt so prompt + max_tokens fits the server's max-model-len "
+                "(max_tokens first to at most half of it, then the prompt's tail cut)")
+
+
+#: Tokens kept free of a clipped prompt + max_tokens below the context: the chat template and special tokens the
+#: server adds around a text prompt are not in its count.
+CONTEXT_MARGIN_TOKENS = 32
+
+
+async def fit_text_to_context(text: str, max_tokens: int, context_tokens: int,
+                              count: Callable[[str], Awaitable[int]],
+                              margin_tokens: int = CONTEXT_MARGIN_TOKENS) -> tuple[str, int, bool]:
+    """A dataset's text prompt and ``max_tokens`` made to fit the server's context (:data:`DATASET_RULE`), so a
+    9k-token prompt is not sent to a 4k server (which answers 400 and counts as an error).
+
+    Rule (as :func:`_clip_to_context` for lengths): when ``count(text) + max_tokens`` fits in ``context_tokens -
+    margin_tokens`` nothing changes; else ``max_tokens`` keeps at most half the context, and a prompt still too long
+    is cut at its end (characters in proportion to the excess, recounted until it fits).
+
+    Args:
+        text: the prompt. max_tokens: the request's output length. context_tokens: the server's max-model-len.
+        count: the server's tokenizer count of a text (``PromptBuilder.count``), awaited.
+        margin_tokens: tokens left free for the chat template and special tokens.
+
+    Returns:
+        (text, max_tokens, clipped): ``clipped`` is True when the prompt was cut.
+    """
+    room = max(2, context_tokens - margin_tokens)
+    n = await count(text)
+    if n + max_tokens <= room:
+        return text, max_tokens, False
+    out = max(1, min(max_tokens, room // 2, room - n)) if n < room else max(1, min(max_tokens, room // 2))
+    budget = room - out
+    if n <= budget:
+        return text, out, False
+    for _ in range(16):
+        text = text[: max(1, int(len(text) * budget / max(n, 1) * 0.97))]
+        n = await count(text)
+        if n <= budget:
+            break
+    return text, out, True
+
+
+@dataclass(frozen=True)
+class DatasetRead:
+    """A dataset file read with unusable records skipped (:func:`read_dataset_skipping`).
+
+    Attributes:
+        entries: the usable records, in file order.
+        records: records in the file.
+        skipped: reason -> records skipped for it (:class:`UnusableRecord` reasons).
+        first_skipped: (line, message) of the first skipped record, or None.
+    """
+
+    entries: list[DatasetEntry]
+    records: int
+    skipped: dict[str, int]
+    first_skipped: tuple[int, str] | None = None
+
+    def summary(self) -> str:
+        """E.g. ``used 61 of 64 records; skipped 3 (2 fewer than 2 turns, 1 no user turn; first at line 40)``."""
+        n = sum(self.skipped.values())
+        if not n:
+            return f"used all {self.records} records"
+        why = ", ".join(f"{c} {r}" for r, c in sorted(self.skipped.items(), key=lambda kv: -kv[1]))
+        first = f"; first at line {self.first_skipped[0]}" if self.first_skipped else ""
+        return f"used {len(self.entries)} of {self.records} records; skipped {n} ({why}{first})"
+
+
+def _items_of(path: str | os.PathLike, fmt: str) -> list[tuple[int, Any]]:
+    text = _read_text(path)
+    items = _json_array_items(path, text) if _format_of(path, fmt, ("json", "jsonl")) == "json" else _jsonl_items(path, text)
+    if not items:
+        raise WorkloadFileError(path, None, "no records")
+    return items
+
+
+def read_dataset_skipping(path: str | os.PathLike, fmt: str = "auto") -> DatasetRead:
+    """As :func:`read_dataset`, but a conversation record with no usable (prompt, answer) pair
+    (:class:`UnusableRecord`: fewer than two turns, a malformed turn, no user turn, an empty prompt, no answer) is
+    skipped and counted instead of raised, as ``vllm bench serve`` does with ShareGPT (whose V3 file has records with
+    ``"conversations": []`` and ones that start with a gpt turn). Other faults (invalid JSON, a bad length, a
+    record of no known shape) still raise.
+
+    Raises:
+        WorkloadFileError: as :func:`read_dataset`, and when every record was skipped (naming the counts).
+    """
+    items = _items_of(path, fmt)
+    entries: list[DatasetEntry] = []
+    skipped: dict[str, int] = {}
+    first: tuple[int, str] | None = None
+    for line, obj in items:
+        try:
+            entries.append(_entry(path, line, obj))
+        except UnusableRecord as e:
+            skipped[e.reason] = skipped.get(e.reason, 0) + 1
+            first = first or (line, str(e))
+    read = DatasetRead(entries, len(items), skipped, first)
+    if not entries:
+        raise WorkloadFileError(path, None, f"no usable records: {read.summary()}; the first: {first[1] if first else ''}")
+    return read
+
+
 def read_dataset(path: str | os.PathLike, fmt: str = "auto") -> list[DatasetEntry]:
     """The requests of a dataset file, in file order.
 
@@ -478,11 +613,7 @@ def read_dataset(path: str | os.PathLike, fmt: str = "auto") -> list[DatasetEntr
         WorkloadFileError: a missing or unreadable file, invalid JSON or a bad record (the message names the file
             and the record's line), or no record.
     """
-    text = _read_text(path)
-    items = _json_array_items(path, text) if _format_of(path, fmt, ("json", "jsonl")) == "json" else _jsonl_items(path, text)
-    if not items:
-        raise WorkloadFileError(path, None, "no records")
-    return [_entry(path, line, obj) for line, obj in items]
+    return [_entry(path, line, obj) for line, obj in _items_of(path, fmt)]
 
 
 @dataclass(frozen=True)
@@ -652,15 +783,17 @@ class DistributionWorkload(_Workload):
 class _FileWorkload(_Workload):
     path: str = Field(description="Local file path (relative: to the directory tunelab runs in).")
 
-    _cache: ClassVar[dict[tuple[str, int, int], Any]] = {}
+    _cache: ClassVar[dict[tuple, Any]] = {}
 
     def _load(self) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def loaded(self) -> Any:
-        """The file's parsed records, cached by (path, size, mtime)."""
+        """The file's parsed records, cached by (path, size, mtime, parameters)."""
         st = os.stat(self.path) if os.path.isfile(self.path) else None
-        key = (os.path.abspath(self.path), st.st_size if st else -1, st.st_mtime_ns if st else -1, type(self).__name__)
+        # The parameters are part of the key: the same file read with another format or skip rule is another read.
+        key = (os.path.abspath(self.path), st.st_size if st else -1, st.st_mtime_ns if st else -1, type(self).__name__,
+               json.dumps(self.model_dump(mode="json"), sort_keys=True))
         if key not in self._cache:
             self._cache[key] = self._load()  # type: ignore[index]
         return self._cache[key]  # type: ignore[index]
@@ -670,9 +803,19 @@ class _FileWorkload(_Workload):
         self.loaded()  # a bad file fails at plan check, naming the file and line
         return self
 
+    _sha_cache: ClassVar[dict[tuple[str, int, int], str]] = {}
+
+    def sha256(self) -> str:
+        """:func:`file_sha256` of the file, cached by (path, size, mtime) (a dataset can be hundreds of MB)."""
+        st = os.stat(self.path)
+        key = (os.path.abspath(self.path), st.st_size, st.st_mtime_ns)
+        if key not in self._sha_cache:
+            self._sha_cache[key] = file_sha256(self.path)
+        return self._sha_cache[key]
+
     def record(self) -> dict[str, Any]:
         rec = super().record()
-        rec["file_sha256"] = file_sha256(self.path)
+        rec["file_sha256"] = self.sha256()
         return rec
 
 
@@ -687,12 +830,30 @@ class DatasetWorkload(_FileWorkload):
     format: Literal["auto", "json", "jsonl"] = Field("auto", description="auto: by the file's suffix.")
     order: Literal["shuffle", "file"] = Field("shuffle", description="shuffle: seeded permutation; file: in order.")
     max_output_tokens: StrictInt = Field(1024, gt=0, description="Cap on an output length taken from a record, tokens.")
+    skip_unusable: bool = Field(True, description="Skip (and count) conversation records with no (prompt, answer) "
+                                                  "pair, as vllm bench serve does; false: such a record is an error.")
 
-    def _load(self) -> list[DatasetEntry]:
-        return read_dataset(self.path, self.format)
+    def _load(self) -> DatasetRead:
+        if self.skip_unusable:
+            return read_dataset_skipping(self.path, self.format)
+        entries = read_dataset(self.path, self.format)
+        return DatasetRead(entries, len(entries), {})
+
+    def entries(self) -> list[DatasetEntry]:
+        """The usable records of the file (cached)."""
+        return self.loaded().entries
+
+    def filter_record(self) -> dict[str, Any]:
+        """What the trial stores of the file and its filter (``trials.dataset_filters``): ``file_sha256``,
+        ``rule`` (:data:`DATASET_RULE`, or strict), ``records``, ``used``, ``skipped`` (reason -> count)."""
+        r: DatasetRead = self.loaded()
+        return {"path": self.path, "file_sha256": self.sha256(),
+                "rule": DATASET_RULE if self.skip_unusable else "every record must be usable (skip_unusable: false); "
+                + DATASET_RULE.split("; ", 1)[1],
+                "records": r.records, "used": len(r.entries), "skipped": dict(r.skipped)}
 
     def request_specs(self, n: int, seed: int, context_tokens: int | None = None) -> list[RequestSpec]:
-        entries: list[DatasetEntry] = self.loaded()
+        entries: list[DatasetEntry] = self.entries()
         idx: list[int] = []
         rng = _rng(seed, "dataset")
         while len(idx) < n:
@@ -712,11 +873,11 @@ class DatasetWorkload(_FileWorkload):
     @property
     def nominal_prompt_tokens(self) -> int:
         # Text prompts: about one token per 4 characters (the limit checks need only a bound's order).
-        return max((e.prompt_tokens or max(1, len(e.prompt_text or "") // 4)) for e in self.loaded())
+        return max((e.prompt_tokens or max(1, len(e.prompt_text or "") // 4)) for e in self.entries())
 
     @property
     def nominal_output_tokens(self) -> int:
-        return max(min(e.output_tokens or self.max_output_tokens, self.max_output_tokens) for e in self.loaded())
+        return max(min(e.output_tokens or self.max_output_tokens, self.max_output_tokens) for e in self.entries())
 
 
 class TraceWorkload(_FileWorkload):

@@ -460,6 +460,7 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: Tr
     row = trial_row_base(trial, trial_id, sweep.sweep_id, runtime, ctx)
     # type, parameters, sha256 of any file read, endpoint, shared prefix against this server's KV-cache block
     row.workloads = [w.record(kv_block_tokens(trial.engine_args, runtime.device)) for w in plan.workloads]
+    row.dataset_filters = [r for r in (w.dataset_filter_record() for w in plan.workloads) if r] or None
     tables: dict[str, pd.DataFrame] = {}
     safe = trial_id.replace("/", "__")
     log_path = Path(ctx.logs_dir) / f"{safe}.log"

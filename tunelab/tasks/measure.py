@@ -65,6 +65,7 @@ from tunelab.tasks.loadgen import PromptBuilder, make_client, run_level, run_ses
 from tunelab.tasks.loadgen.control import control_call, take_retries
 from tunelab.load_profiles import RATE_WARMUP_S, LoadProfile
 from tunelab.plan import Plan, Workload, requests_for_level
+from tunelab.workloads import fit_text_to_context
 
 __all__ = ["MeasureResult", "measure_server", "run_interruptible", "window_prompts",
            "progress_logger", "progress_reporter", "warmup_requests_for", "ServerLogTail",
@@ -227,6 +228,8 @@ async def window_requests(builder: PromptBuilder, w: Workload, n: int, seed: int
             out = sp.output_tokens
             if sp.output_text is not None:
                 out = max(1, min(out, await builder.count(sp.output_text)))
+            if sp.prompt_text is not None and context_tokens is not None:  # a dataset's text: fit the context
+                text, out, _clipped = await fit_text_to_context(text, out, context_tokens, builder.count)
         done[0] += 1
         if done[0] % 64 == 0 or done[0] == n:
             progress_events.emit("prompts", done=done[0], total=n)
