@@ -343,3 +343,20 @@ def test_prefix_cache_is_reset_after_the_warm_up_and_before_every_window_with_it
     assert m["prefix_cache_reset"].str.startswith("unavailable: HTTP 404").all()
     assert m["unique_prompts"].astype(bool).all() and (m["control_retries"] == 0).all()
     assert not any("prefix-cache reset" in n for n in res.notes)  # unavailable is recorded, not a note per window
+
+
+def test_an_open_loop_rate_past_the_servers_capacity_is_overloaded_and_higher_rates_are_not_run():
+    # A FIFO server of one slot, each request 25 ms + 10 x 5 ms = 75 ms: it completes 13.3 requests/s. At 3 req/s it
+    # keeps up; at 40 req/s the queue grows over the window (completions behind arrivals, in flight and TTFT
+    # growing): overloaded, and 80 req/s is not measured (guidellm's --detect-saturation).
+    timing = FakeTiming(ttft_s=0.025, itl_s=0.005, tokens_per_chunk=1, max_running=1)
+    plan = Plan(name="t", model="unused", concurrency=[], request_rates=[3, 40, 80], repeats=1, warmup_requests=0,
+                seed=3, workloads=[Workload(name="w", prompt_tokens=8, output_tokens=10, num_requests=24)])
+    with FakeServerProcess(timing, model=MODEL, server="uvicorn") as slow:
+        res = measure_server(slow.base_url, "k", MODEL, plan, progress=lambda *a: None)
+    m = res.measurements.set_index("load_value")
+    assert sorted(m.index) == [3.0, 40.0]  # 80 req/s not run
+    assert m.loc[3.0, "overloaded"] == False  # noqa: E712 - a nullable bool
+    assert m.loc[40.0, "overloaded"] == True  # noqa: E712
+    assert sum("overloaded: the server fell behind" in n for n in res.notes) == 1
+    assert any("not measured: the server was overloaded" in n for n in res.notes)

@@ -505,3 +505,39 @@ def test_tpot_divides_by_the_tokens_after_a_first_chunk_of_several():
 def test_tpot_is_none_when_the_first_chunk_held_every_token():
     row = derive_request(raw(offsets=(0.1,), end=0.2, out=4, req=4, first_chunk_tokens=4))
     assert row["ok"] and row["tpot_s"] is None and row["first_chunk_tokens"] == 4
+
+
+# ------------------------------------------------------------------ open-loop saturation
+
+
+def _open_loop(n, gap_s, service_s, slots=None, ramp_ttft=None):
+    """Rows of an open-loop window: a send every gap_s; a FIFO server of `slots` slots (None: no queue) that
+    takes service_s per request, TTFT = queueing + 10 ms."""
+    rows, free = [], [0.0] * (slots or 1)
+    for i in range(n):
+        send = i * gap_s
+        if slots is None:
+            start = send
+        else:
+            k = min(range(len(free)), key=free.__getitem__)
+            start = max(send, free[k])
+            free[k] = start + service_s
+        ttft = start - send + 0.010
+        end = start + service_s
+        rows.append(derive_request(raw(offsets=(ttft, end - send), end=end - send, out=2, req=2, send=send,
+                                       request_index=i, load_kind="rate")))
+    return pd.DataFrame(rows)
+
+
+def test_overload_needs_completions_behind_and_in_flight_and_ttft_growing():
+    from tunelab.tasks.metrics import overload
+
+    over = overload(_open_loop(30, 0.05, 0.125, slots=1))  # 20 req/s into 8 req/s
+    assert over.overloaded is True
+    assert over.completion_ratio < 0.9 and over.in_flight_growth > 1.5 and over.ttft_growth > 1.5
+    fine = overload(_open_loop(30, 0.25, 0.125, slots=1))  # 4 req/s into 8 req/s
+    assert fine.overloaded is False
+    # No queue, long requests: in flight ramps up from an empty server, TTFT stays: not overloaded.
+    ramp = overload(_open_loop(30, 0.05, 0.6))
+    assert ramp.in_flight_growth > 1.5 and ramp.overloaded is False
+    assert overload(_open_loop(5, 0.05, 0.125, slots=1)).overloaded is None  # too few requests to judge

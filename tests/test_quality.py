@@ -81,13 +81,18 @@ def make_tables(repeats=3, n_req=12, concurrency=4, out_tokens=32, ttft=0.05, it
                      "ttft_mean_s": ttft, "ttft_p50_s": ttft * (1 + 0.02 * r),
                      "tpot_p50_s": itl * (1 + 0.01 * r), "itl_mean_s": itl,
                      "achieved_concurrency": concurrency * 0.97, "client_cpu_frac": 0.3,
-                     "client_bound": False, "compile_during_window": False})
+                     "client_bound": False, "compile_during_window": False,
+                     "unique_prompts": True, "prefix_cache_reset": "ok", "overloaded": False})
         sm += [
             {**key, "metric": "server_ttft", "kind": "histogram", "value": server_ttft,
              "count": n_req, "sum": server_ttft * n_req},
             {**key, "metric": "server_itl", "kind": "histogram", "value": server_itl,
              "count": n_req * (out_tokens - 1), "sum": server_itl * n_req * (out_tokens - 1)},
             {**key, "metric": "preemptions", "kind": "counter_delta", "value": 0.0,
+             "count": None, "sum": None},
+            {**key, "metric": "prefix_cache_queries", "kind": "counter_delta", "value": 80.0 * n_req,
+             "count": None, "sum": None},
+            {**key, "metric": "prefix_cache_hits", "kind": "counter_delta", "value": 0.0,
              "count": None, "sum": None},
         ]
     gpu = pd.DataFrame({
@@ -203,6 +208,16 @@ def _h200_frontend_lag(t, client_itl=0.0262, server_itl=0.00927, **evidence):
     _client_evidence(t, **evidence)
 
 
+def _cache_not_taken(t):
+    """The report behind cache_not_cold: a reset answered 200 with success=false, and the next window of unique
+    prompts hit 128 of 256 queried tokens."""
+    sm, m = t["server_metrics"], t["measurements"]
+    first = sm["repeat"] == 1
+    sm.loc[first & (sm["metric"] == "prefix_cache_queries"), "value"] = 256.0
+    sm.loc[first & (sm["metric"] == "prefix_cache_hits"), "value"] = 128.0
+    m.loc[m["repeat"] == 1, "prefix_cache_reset"] = "not_taken: the server answered 200 with success=false"
+
+
 def _throttle(t):
     t["gpu_samples"].loc[5:8, "throttle_reasons"] = HW_THERMAL | SW_POWER_CAP
 
@@ -265,6 +280,8 @@ CASES = {
     "warmup_ttft_settled": (_first_k_slower("ttft_s", 5.0), {}, {}, {"warmup_ttft_settled": "warn"}),
     "warmup_e2el_settled": (_first_k_slower("e2el_s", 3.0), {}, {}, {"warmup_e2el_settled": "warn"}),
     "no_outlier_cluster": (_stall(range(4, 8)), {}, {}, {"no_outlier_cluster": "warn"}),
+    "cache_not_cold": (_cache_not_taken, {}, {}, {"cache_not_cold": "warn"}),
+    "overloaded": (_set("measurements", "overloaded", True, slice(1, 2)), {}, {}, {"overloaded": "warn"}),
 }
 
 
@@ -898,3 +915,19 @@ def test_a_plans_own_bad_window_still_fails_beside_search_windows():
     t["measurements"].loc[0, "achieved_concurrency"] = 1.0  # the plan's c=4 repeat 0
     res = validate_trial(t, make_trial(), QualityThresholds())
     assert failed(res).get("achieved_concurrency") == "fail", res.summary
+
+
+def test_cache_not_cold_names_the_window_and_its_reset():
+    tables = make_tables()
+    _cache_not_taken(tables)
+    row = validate_trial(tables, make_trial(), QualityThresholds()).checks.set_index("expectation").loc["cache_not_cold"]
+    assert "chat/concurrency/4/1" in row["observed"] and "128 of 256" in row["observed"]
+    assert "success=false" in row["observed"]
+
+
+def test_a_shared_prefix_window_is_not_judged_cold():
+    tables = make_tables()
+    _cache_not_taken(tables)
+    tables["measurements"]["unique_prompts"] = False  # shared_prefix_tokens: hits are the point
+    res = validate_trial(tables, make_trial(), QualityThresholds())
+    assert "cache_not_cold" in skipped(res) and "cache_not_cold" not in failed(res)

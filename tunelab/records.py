@@ -196,6 +196,10 @@ class Trial(Record):
     engine_args: JsonText | None = _f("{flag: value} passed to vllm serve, as JSON text.")
     env: JsonText | None = _f("The server's env on top of the runtime's (secrets redacted), as JSON text.")
     env_not_applied: JsonText | None = _f("Env vars of the plan that vLLM reported as unknown, JSON list.")
+    flag_proof: JsonText | None = _f("Positive proof per env flag, read from the live server (tasks.flag_proof): "
+                                     "{flag: {value, status: proven | contradicted | unprovable, evidence}}; e.g. "
+                                     "VLLM_USE_FASTOKENS proven by fastokens' extension mapped in the API-server "
+                                     "processes (021).")
     effective_config: JsonText | None = _f("What vLLM reports it used (boot log), as JSON text.")
     command: Text | None = _f("The vllm serve command line, secrets redacted.")
     status: Text = Field(description="ok | boot_failed | failed | cancelled | gpu_busy | incomplete (killed after "

@@ -40,6 +40,10 @@ Server behaviours, per fake (``FakeTiming``; both HTTP stacks implement them):
   Triton kernel JIT compilation during inference: fake_batch_<size>. This causes a latency spike; consider
   extending warmup to cover this shape/config.`` ``/fake/stats`` lists the sizes that stalled (``stalls``).
 
+* ``max_running`` (uvicorn stack only): a server of fixed capacity: at most that many requests stream at once,
+  the rest wait in arrival order (FIFO) and their schedule starts when they get a slot (an open-loop rate above
+  the capacity makes the queue, in-flight count and TTFT grow over the window: ``tasks.metrics.overload``).
+
 Faults, injected per request by a marker anywhere in the prompt (or chat message):
 
 * ``[[fault:503]]``: HTTP 503 with a JSON error body;
@@ -144,6 +148,10 @@ class FakeTiming:
     #: later per other request in flight when it arrived (TTFT = ttft_s + ttft_per_in_flight_s x (in flight - 1)),
     #: so latency rises with concurrency and an SLO on TTFT holds up to a known concurrency (the SLA search).
     ttft_per_in_flight_s: float = 0.0
+    #: A server of fixed capacity (uvicorn stack only): at most this many requests stream at once, the rest wait
+    #: in arrival order (FIFO) and their schedule starts when they get a slot; each takes ``ttft_s + n x itl_s``,
+    #: so it completes ``max_running / (ttft_s + n x itl_s)`` requests/s. 0: no limit.
+    max_running: int = 0
 
 
 def jit_log_line(size: int) -> str:
@@ -184,6 +192,7 @@ def make_app(timing: FakeTiming, model: str = "fake-model", log_file: str | None
     perf = time.perf_counter
     state: dict[str, Any] = {"log": [], "in_flight": 0, "max_in_flight": 0, "n": 0, "next_rid": 0}
     stalls = SizeStalls(timing.new_size_stall_s, log_file)
+    slots = asyncio.Semaphore(timing.max_running) if timing.max_running > 0 else None  # FIFO: waiters wake in order
     vocab: dict[str, int] = {}
     rev: list[str] = []
 
@@ -317,8 +326,16 @@ def make_app(timing: FakeTiming, model: str = "fake-model", log_file: str | None
             shift0 = stalls.shift_s  # taken before: the request that makes a new size is in the slow batch
             stalls.arrived(state["in_flight"])
             try:
-                await stream(send, req, path.endswith("chat/completions"), t_recv, "fake_recv" in scope, shift0,
-                             timing.ttft_per_in_flight_s * (state["in_flight"] - 1))
+                load_s = timing.ttft_per_in_flight_s * (state["in_flight"] - 1)
+                if slots is not None:
+                    await slots.acquire()
+                    load_s += perf() - t_recv  # the time it queued: its schedule starts at its slot
+                try:
+                    await stream(send, req, path.endswith("chat/completions"), t_recv, "fake_recv" in scope, shift0,
+                                 load_s)
+                finally:
+                    if slots is not None:
+                        slots.release()
             finally:
                 state["in_flight"] -= 1
         elif path == "/health":
@@ -368,8 +385,9 @@ class FakeServerProcess:
         server = server or os.environ.get("TUNELAB_FAKE_SERVER", "uvicorn")
         if server not in ("uvicorn", "raw"):
             raise ValueError(f"server must be 'uvicorn' or 'raw', got {server!r}")
-        if server == "raw" and timing.ttft_per_in_flight_s:
-            raise ValueError("ttft_per_in_flight_s is implemented by the uvicorn fake only; use server='uvicorn'")
+        if server == "raw" and (timing.ttft_per_in_flight_s or timing.max_running):
+            raise ValueError("ttft_per_in_flight_s and max_running are implemented by the uvicorn fake only; use "
+                             "server='uvicorn'")
         self.server = server
         self.cpus = cpus
         self.log_file = None if log_file is None else str(log_file)
@@ -399,7 +417,8 @@ class FakeServerProcess:
                 "--tokens-per-chunk", str(self.timing.tokens_per_chunk), "--server", self.server,
                 "--usage-delay-s", repr(self.timing.usage_delay_s),
                 "--new-size-stall-s", repr(self.timing.new_size_stall_s),
-                "--ttft-per-in-flight-s", repr(self.timing.ttft_per_in_flight_s)]
+                "--ttft-per-in-flight-s", repr(self.timing.ttft_per_in_flight_s),
+                "--max-running", str(self.timing.max_running)]
         if self.log_file:
             argv += ["--log-file", self.log_file]
         import tempfile
@@ -499,10 +518,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--usage-delay-s", type=float, default=0.0)
     ap.add_argument("--new-size-stall-s", type=float, default=0.0)
     ap.add_argument("--ttft-per-in-flight-s", type=float, default=0.0)
+    ap.add_argument("--max-running", type=int, default=0)
     ap.add_argument("--log-file", default=None)
     a = ap.parse_args(argv)
     timing = FakeTiming(a.ttft_s, a.itl_s, a.tokens_per_chunk, a.usage_delay_s, a.new_size_stall_s,
-                        a.ttft_per_in_flight_s)
+                        a.ttft_per_in_flight_s, a.max_running)
     if a.server == "raw":
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from raw_timed_server import serve_raw

@@ -101,8 +101,11 @@ def boot_value(measurements: pd.DataFrame, cell: ABCell) -> float | None:
     if measurements is None or measurements.empty or cell.metric not in measurements.columns:
         return None
     m = measurements[measurements["workload"] == cell.workload]
-    if "sla_search_window" in m.columns:  # the plan's windows only: a search window may share the level (019)
-        m = m[~m["sla_search_window"].astype("boolean").fillna(False).to_numpy(dtype=bool)]
+    # The plan's windows only: a search window may share the level (019); an overloaded open-loop window measured
+    # a growing queue (021).
+    for col in ("sla_search_window", "overloaded"):
+        if col in m.columns:
+            m = m[~m[col].astype("boolean").fillna(False).to_numpy(dtype=bool)]
     labels = [load_label(k, v) for k, v in zip(m["load_kind"], m["load_value"])]
     vals = pd.to_numeric(m.loc[[lab == cell.load for lab in labels], cell.metric], errors="coerce").dropna()
     if vals.empty:

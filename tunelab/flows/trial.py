@@ -30,6 +30,7 @@ from tunelab.markdown import shorten
 from tunelab.tasks.engine import BootFailed, EngineServer, group_members
 from tunelab.tasks.gpu import GpuSampler, check_clean, host_load_avg, placement_problem, server_placement
 from tunelab.tasks.diagnose import window_diagnoses
+from tunelab.tasks.flag_proof import prove_flags
 from tunelab.tasks.measure import measure_server, progress_logger
 from tunelab.plan import Plan, Trial, kv_block_tokens
 from tunelab.runtime import Runtime
@@ -511,6 +512,12 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: Tr
                 wrong = _wrong_device(server, runtime, list(ctx.gpu_indices))
                 if wrong:
                     raise _WrongDevice(wrong)
+                # Positive proof of the env flags, read from the live server (tasks.flag_proof; 021).
+                proofs = prove_flags(trial.env, getattr(getattr(server, "proc", None), "pid", None))
+                row.flag_proof = proofs  # stored as JSON text
+                for flag, proof in proofs.items():
+                    if proof["status"] == "contradicted":
+                        logger.warning("%s=%s did not take effect as set: %s", flag, proof["value"], proof["evidence"])
                 res, gpu = _task_value(measure_task(server, plan, gpu_index, on_window=keep_windows))
                 if plan.sla_search is not None:  # the highest load meeting the slo, on this server (017)
                     # The plan's windows stay in the bundle if the search fails (the trial is then 'failed').

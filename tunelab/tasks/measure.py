@@ -14,6 +14,10 @@ Control calls (``/tokenize``, ``/metrics``, the reset, ``/v1/models``) go throug
 a dropped connection is retried on a fresh one, a bounded number of times; the window counts them
 (``measurements.control_retries``) and a note names them. Only a server that is gone fails the trial.
 
+Open-loop saturation: an open-loop window (request rate, trace) whose server fell behind its arrivals
+(``tasks.metrics.overload``) is ``measurements.overloaded`` and gets a note; the workload's higher levels of
+that load kind are not measured (a note says so), as guidellm's ``--detect-saturation``.
+
 Server log: given the server's log file (``server_log``), the bytes it gained during each window (file offsets
 at the window's start and end) are searched for compilation and CUDA graph capture (``bootlog.compile_lines``);
 ``measurements.compile_during_window`` and ``compile_log_lines`` record the result and a note names it.
@@ -443,7 +447,14 @@ async def _measure(
         builder = PromptBuilder(client, model)
         context_tokens = await _context_tokens(client, model)
         for w in plan.workloads:
+            overloaded_at: dict[str, float] = {}  # open-loop load kind -> first level that overloaded the server
             for lv in levels:
+                if lv.kind in overloaded_at and lv.value > overloaded_at[lv.kind]:
+                    # guidellm's --detect-saturation: past the first overloaded level, a higher rate only fills the
+                    # queue faster; its windows would measure the queue, not the rate.
+                    notes.append(f"{w.name} {lv.label}: not measured: the server was overloaded at {lv.kind} "
+                                 f"{overloaded_at[lv.kind]:g} (quality check overloaded)")
+                    continue
                 common = dict(endpoint=w.endpoint, ignore_eos=w.ignore_eos, timeout_s=plan.request_timeout_s)
                 n_warm = warmup_requests_for(plan, lv)
                 warm = {"warmup_requests": n_warm, "warmup_peak_in_flight": 0}
@@ -542,6 +553,12 @@ async def _measure(
                             logging.getLogger("tunelab.measure").info("%s: %s", label, line)
                     agg = M.aggregate(df, slo or None, client_cpu_frac=res.client_cpu_frac,
                                       target=lv.target_concurrency)
+                    # Open loop only: a closed loop cannot outrun the server (it sends when a slot frees).
+                    over = M.overload(df) if lv.target_concurrency is None else None
+                    if over is not None and over.overloaded:
+                        overloaded_at.setdefault(lv.kind, lv.value)
+                        notes.append(f"{label}: overloaded: the server fell behind the arrivals ({over.describe()}); "
+                                     "its latencies are a growing queue's, not this rate's; left out of comparisons")
                     if duration_s is not None:
                         # A duration window keeps its pace for a later repeat: its own requests / seconds sending.
                         pace_per_s = len(res.records) / duration_s
@@ -554,7 +571,8 @@ async def _measure(
                                       "compile_during_window": None if clines is None else bool(clines),
                                       "compile_log_lines": "\n".join(clines[:COMPILE_LINES_KEPT]) if clines else None,
                                       "prefix_cache_reset": reset, "unique_prompts": _unique_prompts(w),
-                                      "control_retries": len(retried)})
+                                      "control_retries": len(retried),
+                                      "overloaded": None if over is None else over.overloaded})
                     req_rows.extend(derived)
                     if reset != RESET_OK and not reset.startswith("unavailable"):
                         notes.append(f"{label}: prefix-cache reset before the window: {reset}; the window may "

@@ -69,6 +69,11 @@ __all__ = [
     "SteadyInterval",
     "aggregate",
     "summarize_repeats",
+    "overload",
+    "Overload",
+    "OVERLOAD_MIN_REQUESTS",
+    "OVERLOAD_GROWTH",
+    "OVERLOAD_BEHIND_FRAC",
 ]
 
 #: Percentiles reported for every latency (``*_p50_s`` ... ``*_p99_s``): ``records.PERCENTILES``.
@@ -785,3 +790,96 @@ def summarize_repeats(measurements: pd.DataFrame) -> pd.DataFrame:
         rows.append(row)
     cols = [*keys, "n_repeats", *(f"{m}_{s}" for m in _SPREAD_METRICS for s in ("mean", "std", "cv"))]
     return pd.DataFrame(rows, columns=cols)
+
+
+# --------------------------------------------------------------------------- open-loop saturation
+
+#: Fewest sent requests of a window :func:`overload` judges (three thirds of at least 4).
+OVERLOAD_MIN_REQUESTS = 12
+#: Last third / first third of the window (by send order) above which in-flight and TTFT count as growing.
+OVERLOAD_GROWTH = 1.5
+#: Completions / arrivals over the second half of the sending span below which completions fall behind.
+OVERLOAD_BEHIND_FRAC = 0.9
+
+
+@dataclass(frozen=True)
+class Overload:
+    """:func:`overload`'s finding for one open-loop window.
+
+    Attributes:
+        overloaded: True when all three hold (completions behind arrivals, in-flight growing, TTFT growing);
+            None when the window cannot be judged (fewer than :data:`OVERLOAD_MIN_REQUESTS` sent, or no
+            sending span).
+        completion_ratio: completions / arrivals in the second half of the sending span.
+        in_flight_growth: mean in flight at the sends of the last third / of the first third.
+        ttft_growth: median TTFT of the last third's ok requests / of the first third's.
+    """
+
+    overloaded: bool | None
+    completion_ratio: float | None = None
+    in_flight_growth: float | None = None
+    ttft_growth: float | None = None
+
+    def describe(self) -> str:
+        """One line with the three figures, e.g. ``completions 0.41 x arrivals, in flight x6.2, TTFT x9.8``."""
+        f = lambda x: "n/a" if x is None else f"{x:.2f}"  # noqa: E731
+        return (f"completions {f(self.completion_ratio)} x arrivals, in flight x{f(self.in_flight_growth)}, "
+                f"TTFT x{f(self.ttft_growth)} from the first to the last third")
+
+
+def overload(derived: pd.DataFrame) -> Overload:
+    """Whether an open-loop window (arrivals on a schedule: request rate, trace) outran the server.
+
+    An open-loop client keeps sending whatever the server does; past the server's capacity the queue grows
+    without bound and the window's latencies are those of a queue that was still filling, not of the rate asked
+    for (guidellm's ``--detect-saturation``, guidellm issues 108, 242). The window is overloaded when all of:
+
+    * completions fall behind arrivals: over the second half of the sending span (first to last send), the
+      requests that ended in it / the requests sent in it < :data:`OVERLOAD_BEHIND_FRAC` (a stable server
+      finishes as many as arrive, one E2EL later);
+    * in flight grows: the mean number in flight at the sends of the last third of the requests (send order) is
+      above :data:`OVERLOAD_GROWTH` x that of the first third;
+    * TTFT grows: the median TTFT of the last third's ok requests is above :data:`OVERLOAD_GROWTH` x the first
+      third's (requests wait longer and longer in the queue).
+
+    A ramp from an empty server alone raises in-flight but neither TTFT nor the completion gap, so it is not
+    flagged; all three together are the signature of a queue growing over the window.
+
+    Args:
+        derived: one window's :func:`derive_request` rows (``send_ts``, ``end_ts``, ``ok``, ``ttft_s``).
+
+    Returns:
+        :class:`Overload`; ``overloaded`` None when the window cannot be judged.
+    """
+    send = pd.to_numeric(derived["send_ts"], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    end = pd.to_numeric(derived["end_ts"], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    sent = ~np.isnan(send)
+    if int(sent.sum()) < OVERLOAD_MIN_REQUESTS:
+        return Overload(None)
+    order = np.argsort(np.where(sent, send, np.inf), kind="stable")[: int(sent.sum())]
+    s_sorted = send[order]
+    s0, s1 = float(s_sorted[0]), float(s_sorted[-1])
+    if s1 <= s0:
+        return Overload(None)
+    mid = (s0 + s1) / 2
+    arrived = int(np.sum((send >= mid) & (send <= s1)))
+    ended = int(np.sum(~np.isnan(end) & (end >= mid) & (end <= s1)))
+    ratio = ended / arrived if arrived else None
+    end_or_inf = np.where(np.isnan(end), np.inf, end)
+    in_flight_at = np.array([float(np.sum(sent & (send <= t) & (end_or_inf > t))) for t in s_sorted])
+    third = len(order) // 3
+    first, last = order[:third], order[-third:]
+    a, c = float(np.mean(in_flight_at[:third])), float(np.mean(in_flight_at[-third:]))
+    growth = c / a if a > 0 else None
+    ok = derived["ok"].astype(bool).to_numpy()
+    ttft = pd.to_numeric(derived["ttft_s"], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    t_first = ttft[first][ok[first] & ~np.isnan(ttft[first])]
+    t_last = ttft[last][ok[last] & ~np.isnan(ttft[last])]
+    ttft_growth = (float(np.median(t_last)) / float(np.median(t_first))
+                   if t_first.size and t_last.size and float(np.median(t_first)) > 0 else None)
+    # A window whose last third never finished (every request cut at the timeout) has no TTFT to compare: the
+    # other two signs decide then.
+    ttft_grew = ttft_growth is None and t_last.size == 0 or (ttft_growth is not None and ttft_growth > OVERLOAD_GROWTH)
+    over = (ratio is not None and ratio < OVERLOAD_BEHIND_FRAC and growth is not None and growth > OVERLOAD_GROWTH
+            and ttft_grew)
+    return Overload(bool(over), ratio, growth, ttft_growth)

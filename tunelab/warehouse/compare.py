@@ -166,7 +166,8 @@ def _not_applied(trials: pd.DataFrame, keep: list[str], side: str) -> list[dict]
 
 def _boot_values(con, trial_ids: list[str], metric: str) -> pd.DataFrame:
     """Per trial and cell, the mean of ``metric`` over the boot's windows; the windows of an ``sla_search:``
-    (``measurements.sla_search_window``) are left out: a search window at a plan's level would be averaged in."""
+    (``measurements.sla_search_window``) are left out: a search window at a plan's level would be averaged in;
+    so are overloaded open-loop windows (``measurements.overloaded``: a growing queue's latencies)."""
     cols = ["trial_id", "workload", "load_kind", "load_value", "boot_value", "repeats"]
     if not trial_ids:
         return pd.DataFrame(columns=cols)
@@ -178,6 +179,7 @@ def _boot_values(con, trial_ids: list[str], metric: str) -> pd.DataFrame:
                 FROM measurements m JOIN _tl_ids USING (trial_id)
                 WHERE m.{metric} IS NOT NULL AND isfinite(m.{metric})
                   AND m.sla_search_window IS NOT TRUE  -- the plan's windows only (docs/sla_search.md; 019)
+                  AND m.overloaded IS NOT TRUE  -- an open-loop window the server fell behind (021)
                 GROUP BY ALL"""
         ).fetchdf()
     finally:
@@ -207,7 +209,7 @@ def _history_prior(con, exclude: list[str], metric: str, quality: Sequence[str],
                     WHERE f.status IN ({', '.join('?' for _ in statuses)})
                       AND f.quality_verdict IN ({', '.join('?' for _ in quality)})
                       AND m.trial_id NOT IN (SELECT trial_id FROM _tl_ex)
-                      AND m.sla_search_window IS NOT TRUE
+                      AND m.sla_search_window IS NOT TRUE AND m.overloaded IS NOT TRUE
                       AND coalesce(f.gpu_name, '') IN (SELECT DISTINCT coalesce(gpu_name, '') FROM trial_facts
                                                        WHERE trial_id IN (SELECT trial_id FROM _tl_ex))
                       AND m.{metric} IS NOT NULL AND isfinite(m.{metric})
@@ -582,6 +584,7 @@ def regressions(
             FROM measurements m JOIN trial_facts f ON f.trial_id = m.trial_id
             WHERE f.status IN ({', '.join('?' for _ in statuses)})
               AND f.quality_verdict IN ({', '.join('?' for _ in quality)}) {extra}
+              AND m.overloaded IS NOT TRUE  -- an open-loop window the server fell behind (021)
               AND m.{metric} IS NOT NULL AND isfinite(m.{metric})
             GROUP BY ALL""",
         params,

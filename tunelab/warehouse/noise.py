@@ -21,8 +21,9 @@ CELL_KEYS = ("runtime_name", "config_key", "gpu_name", "workload", "load_kind", 
 _REQUEST_COLUMN = {"ttft": "ttft_s", "tpot": "tpot_s", "e2el": "e2el_s", "itl": "itl_mean_s"}
 
 
-#: SQL condition on ``measurements m``: the plan's own windows, not an SLA search's (019; docs/sla_search.md).
-_PLAN_WINDOWS = "m.sla_search_window IS NOT TRUE"
+#: SQL condition on ``measurements m``: the plan's own windows, not an SLA search's (019; docs/sla_search.md), nor
+#: an open-loop window the server fell behind (``overloaded``, 021).
+_PLAN_WINDOWS = "m.sla_search_window IS NOT TRUE AND m.overloaded IS NOT TRUE"
 
 
 def _cell_columns(alias: str) -> str:

@@ -160,6 +160,15 @@ CHECKS: dict[str, CheckInfo] = {
                                "out of server_client_*_agree (QualityThresholds.attribute_frontend_lag)"),
     "preemptions": _ci("server_vs_client", "ExpectColumnValuesToBeBetween", "warn",
                        "preemptions counter delta per measurement <= max_preemptions"),
+    # conditions (tunelab/tasks/quality/conditions.py)
+    "cache_not_cold": _ci("conditions", "ExpectColumnValuesToBeBetween", "warn",
+                          "per window of unique prompts (measurements.unique_prompts): prefix-cache hits / "
+                          "queried tokens (server_metrics) <= 0.25: the window started with a cold cache (a "
+                          "reset that did not take shows in measurements.prefix_cache_reset)"),
+    "overloaded": _ci("conditions", "ExpectColumnValuesToBeInSet", "warn",
+                      "no open-loop window in which the server fell behind its arrivals (measurements.overloaded: "
+                      "completions behind arrivals, in flight and TTFT growing; tasks.metrics.overload); such a "
+                      "window is left out of comparisons"),
     # warmup
     "warmup_ttft_settled": _ci("warmup", "ExpectColumnPairValuesAToBeGreaterThanB", "warn",
                                "per window, each of the first k requests has TTFT <= "

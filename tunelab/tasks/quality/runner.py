@@ -9,6 +9,7 @@ from typing import Any
 import pandas as pd
 
 from tunelab.quality_thresholds import QualityThresholds
+from tunelab.tasks.quality import conditions as _conditions
 from tunelab.tasks.quality import suites as _suites
 from tunelab.tasks.quality.catalogue import (
     _REQUIRED_COLUMNS,
@@ -225,6 +226,7 @@ def validate_trial(
         _suites._suite_environment(gxe, gpu, trial, th, out)
         _suites._suite_server_vs_client(gxe, meas, sm, th, out, req=req)
         _suites._suite_warmup(gxe, own_req, th, out)
+        _conditions.suite_conditions(gxe, meas, sm, out)  # cache_not_cold, overloaded
         checks = _run_plans(out.plans, out.skips, trial_id)
     except Exception as exc:  # noqa: BLE001 - any failure of validation -> 'unvalidated'
         text = f"{type(exc).__name__}: {exc}"

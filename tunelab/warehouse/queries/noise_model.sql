@@ -20,6 +20,7 @@ WITH w AS (
     JOIN measurements m USING (trial_id, workload, load_kind, load_value, repeat)
     WHERE f.status = 'ok' AND f.quality_verdict IN ('pass', 'warn', 'unvalidated')
       AND m.sla_search_window IS NOT TRUE  -- the plan's windows only (docs/sla_search.md; 019)
+      AND m.overloaded IS NOT TRUE  -- an open-loop window the server fell behind (021)
       AND v.value > 0 AND isfinite(v.value)
       AND ($metric IS NULL OR v.metric = $metric)
       AND ($config_key IS NULL OR f.config_key = $config_key)

@@ -10,3 +10,7 @@ ALTER TABLE measurements ADD COLUMN IF NOT EXISTS prefix_cache_reset VARCHAR;
 ALTER TABLE measurements ADD COLUMN IF NOT EXISTS unique_prompts BOOLEAN;
 ALTER TABLE measurements ADD COLUMN IF NOT EXISTS control_retries INTEGER;
 ALTER TABLE measurements ADD COLUMN IF NOT EXISTS overloaded BOOLEAN;
+-- trials.flag_proof: positive proof per env flag read from the live server (tunelab.tasks.flag_proof), e.g.
+-- VLLM_USE_FASTOKENS proven by fastokens' native extension mapped in the API-server processes:
+-- {flag: {value, status: proven | contradicted | unprovable, evidence}}.
+ALTER TABLE trials ADD COLUMN IF NOT EXISTS flag_proof JSON;
