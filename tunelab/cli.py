@@ -881,9 +881,14 @@ def tuning_report_cmd(
     db: Optional[Path] = typer.Option(None, help="DuckDB file."),
     plots: Optional[Path] = typer.Option(None, "--plots", help="Also write the configs-and-frontier PNG here."),
     markdown_out: Optional[Path] = typer.Option(None, "--markdown", help="Also write the report as markdown here."),
+    price_per_gpu_hour: Optional[float] = typer.Option(None, "--price-per-gpu-hour", help="What one GPU-hour costs "
+                                                       "(any currency): adds the cost per million output tokens "
+                                                       "beside each frontier config (default: the plan's "
+                                                       "price_per_gpu_hour)."),
 ) -> None:
-    """The tuning report of a `search:` sweep: configs tried, the throughput/latency frontier, the best config under
-    the SLO with its verdict against the default, bottlenecks, GPU-minutes, boots vs the grid, the deploy command."""
+    """The tuning report of a `search:` sweep: configs tried, the throughput/latency frontier with output tokens per
+    GPU-hour (and, with a price, the cost per million output tokens), the best config under the SLO with its
+    verdict against the default, bottlenecks, GPU-minutes, boots vs the grid, the deploy command."""
     import duckdb
 
     from tunelab.reports.tuning import tuning_report
@@ -893,7 +898,9 @@ def tuning_report_cmd(
         _fail(f"no warehouse at {dbp}: run a sweep first (tunelab run PLAN)")
     _need_folder("--plots", plots)
     try:
-        rep = tuning_report(Path(dbp), sweep, plots_dir=plots)
+        if price_per_gpu_hour is not None and not price_per_gpu_hour > 0:
+            raise ValueError(f"--price-per-gpu-hour {price_per_gpu_hour:g}: must be > 0 (e.g. 3.5)")
+        rep = tuning_report(Path(dbp), sweep, plots_dir=plots, price_per_gpu_hour=price_per_gpu_hour)
     except duckdb.IOException as e:
         _fail_db_open(dbp, e)
     except ValueError as e:

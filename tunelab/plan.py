@@ -457,6 +457,10 @@ class Plan(BaseModel):
     search: SearchSpec | None = Field(
         None, description="Search over engine args and env with boots as the cost (tunelab.search, flows.search, "
                           "docs/tuning.md): space, objective under the plan's slo, budget.")
+    price_per_gpu_hour: Annotated[float, Field(gt=0)] | None = Field(
+        None, description="What one GPU-hour costs you (any currency, e.g. 3.5): the tuning report then gives the "
+                          "cost per million output tokens beside each frontier point (reports.tuning); "
+                          "`tunelab tuning-report --price-per-gpu-hour` overrides it.")
     sla_search: SlaSearchSpec | None = Field(
         None, description="On each booted server, after the plan's windows: search the highest load (concurrency "
                           "or rate) at which the plan's slo holds (tunelab.sla_search, docs/sla_search.md), e.g. "
