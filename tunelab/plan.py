@@ -451,7 +451,9 @@ class Plan(BaseModel):
     cpu_affinity: CpuAffinity | None = Field(
         None, description="Pin the server's processes and the load generator to CPUs of their own (less host noise; "
                           "see CpuAffinity); absent: the kernel places them.")
-    eager_diagnosis: bool = Field(False, description="Re-boot a config that failed to boot with only --enforce-eager added.")
+    eager_diagnosis: bool = Field(False, description="Re-boot a config that failed to boot with only --enforce-eager added "
+                                  "and say what that shows (graphs, or memory/configuration). Off by default: it "
+                                  "costs up to one more boot timeout per failed config (docs/warehouse.md).")
     slo: SLO = Field(default_factory=SLO)
     quality: QualityThresholds = Field(default_factory=QualityThresholds)
     search: SearchSpec | None = Field(

@@ -469,6 +469,8 @@ def trial_facts_markdown(tables: dict[str, pd.DataFrame]) -> str:
         "",
         f"runtime `{g('runtime_name')}` · vLLM {g('vllm_version') or '?'} · {gpu} · {status} · boot "
         f"{'-' if g('boot_s') is None else format(g('boot_s'), '.1f')} s · compile cache {g('compile_cache') or '-'}",
+        *(["", f"eager re-boot (the config once more with only --enforce-eager): {g('eager_diagnosis')}"]
+          if g("eager_diagnosis") else []),
     ])
 
 
