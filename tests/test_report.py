@@ -332,3 +332,39 @@ def test_an_slo_no_request_met_is_said_in_words(tmp_path, capsys):
     print_comparison(comparison_frame(db, sweep), title="t")
     out = " ".join(capsys.readouterr().out.split())
     assert "TTFT <= 0.001 ms" in out and "no completed request met the slo: at any config and load" in out
+
+
+def test_latency_is_labelled_ok_only_with_the_failed_share_beside_it_and_goodput_as_a_percentage(tmp_path, capsys):
+    """Issue 29 (also build): a config that fails a quarter of its requests must not read as fast: its latency
+    percentiles say they are over the completed requests only, the failed share sits beside them, and goodput is
+    also given as a share of every request sent (failed ones are not good), beside goodput/s."""
+    from tunelab.bundle import write_bundle
+    from tunelab.reports.report import comparison_frame, comparison_markdown, print_comparison
+    from tunelab.warehouse.loader import load_pending
+    from tunelab.warehouse.synthetic import synthetic_trial
+
+    res, db, sweep = tmp_path / "results", tmp_path / "wh.duckdb", "20260103T000000Z-err-0001"
+    rng = np.random.default_rng(7)
+    for key, failed in (("a", 0), ("b", 25)):
+        s = synthetic_trial(sweep_id=sweep, config_key=key, config_label=f"cfg-{key}", rng=rng)
+        s.sweep["plan_yaml"] = "name: err\nslo:\n  ttft_s: 0.5\n"
+        m = s.tables["measurements"]
+        m["steady_state"], m["steady_s"] = False, None
+        m["completed"], m["failed"] = 75 if failed else 100, failed
+        m["request_throughput_per_s"] = m["completed"] / m["duration_s"]
+        m["goodput_per_s"] = 0.8 * m["request_throughput_per_s"]  # 80 % of the completed ones met the SLO
+        write_bundle(res, s.sweep, s.trial, s.tables)
+    load_pending(db, res)
+    comp = comparison_frame(db, sweep)
+    print_comparison(comp, title="t")
+    out = capsys.readouterr().out
+    # the terminal table wraps its headers: the label is under each of the four latency columns
+    assert out.count("(OK only)") >= 5 and "latency columns (OK only)" in out
+    assert "failed %" in out and "goodput %" in out
+    row_b = next(ln for ln in out.splitlines() if "cfg-b" in ln)
+    assert "25.0%" in row_b and "60%" in row_b and "80%" in row_b  # failed share; goodput 0.8 x 75/100; in SLO
+    row_a = next(ln for ln in out.splitlines() if "cfg-a" in ln)
+    assert "0.0%" in row_a
+    md = comparison_markdown(comp, sweep)
+    assert "| TTFT p50 ms (OK only) |" in md and "failed %" in md and "| goodput % |" in md
+    assert "percentiles over the completed requests only" in md

@@ -1002,3 +1002,53 @@ def test_a_sampler_stuck_on_a_failing_config_does_not_end_the_search_as_space_ex
     assert out.stop_reason == "budget_boots" and out.boots == 5, (out.stop_reason, out.boots)
     assert sorted(r.engine_args["max-num-seqs"] for r in out.records) == [8, 32, 64, 128, 256]
     assert any("an unbooted config drawn at random" in x for x in lines)
+
+
+def test_the_tuning_report_gives_tokens_per_gpu_hour_and_the_cost_per_million_tokens():
+    """Issue 29 (also build): beside each frontier config, output tokens per GPU-hour (a tensor-parallel 2 boot
+    occupies two GPUs) and, with a price per GPU-hour from the plan or the command, the cost per million output
+    tokens = price x 1e6 / tokens per GPU-hour."""
+    from tunelab.reports.tuning import tuning_report
+    from tunelab.warehouse.loader import insert_trial_tables
+    from tunelab.warehouse.migrate import connect
+    from tunelab.warehouse.synthetic import synthetic_trial
+
+    con = connect(":memory:")
+    plan_yaml = "name: s\nmodel: models/tiny\nprice_per_gpu_hour: 4.0\nsearch:\n  space:\n    env: {VLLM_X: [0, 1]}\n"
+    obj = {"metric": "output_tokens_per_s", "direction": "maximize", "workload": "chat", "load": "c=4",
+           "slo": {"ttft_s": 1.0, "tpot_s": None, "e2el_s": None}, "slo_percentile": 90}
+    configs = {"D": (1000, 0.03, "default", {"max-num-seqs": 64}), "T": (1600, 0.06, "search",
+                                                                          {"tensor-parallel-size": 2})}
+    for i, (key, (tput, ttft, role, args)) in enumerate(configs.items()):
+        st = synthetic_trial(sweep_id="sw", config_key=key, config_label=f"cfg{key}", loads=(("concurrency", 4.0),),
+                             base_output_tokens_per_s=tput,
+                             started_at=pd.Timestamp("2026-01-01", tz="UTC") + pd.Timedelta(minutes=i))
+        st.tables["measurements"]["ttft_p90_s"] = ttft
+        st.sweep.update(plan_yaml=plan_yaml, search_objective=json.dumps(obj), search_boots=2, search_grid_size=2,
+                        search_gpu_minutes=3.0, search_stop_reason="budget_boots", search_best_config_key="T")
+        trial = {**st.trial, "engine_args": json.dumps(args), "env": "{}", "search_role": role,
+                 "search_trial": None if role == "default" else i, "search_state": "complete",
+                 "search_value": float(tput), "search_slo_violation": None}
+        con.execute("BEGIN")
+        insert_trial_tables(con, st.trial["trial_id"], {"sweep": pd.DataFrame([st.sweep]),
+                                                        "trial": pd.DataFrame([trial]), **st.tables}, source="test")
+        con.execute("COMMIT")
+    out_tps = con.execute("SELECT t.config_key, avg(m.output_tokens_per_s) FROM measurements m JOIN trials t "
+                          "USING (trial_id) GROUP BY 1").fetchall()
+    per_hour = {k: v * 3600 / (2 if k == "T" else 1) for k, v in out_tps}
+    rep = tuning_report(con, "sw")
+    f = rep.frontier.set_index("config_key")
+    assert set(f.index) == {"D", "T"}  # T: more tokens/s on two GPUs, D: less TTFT and cheaper per token
+    for k in ("D", "T"):
+        assert f.loc[k, "output_tokens_per_gpu_hour"] == pytest.approx(per_hour[k])
+        assert f.loc[k, "cost_per_million_output_tokens"] == pytest.approx(4.0 * 1e6 / per_hour[k])
+    assert f.loc["D", "cost_per_million_output_tokens"] < f.loc["T", "cost_per_million_output_tokens"]
+    text = "\n".join(rep.lines)
+    assert "cost per million output tokens at 4 per GPU-hour" in text and "tok/GPU-h" in text
+    assert "cost_per_million_output_tokens" in rep.markdown
+    rep = tuning_report(con, "sw", price_per_gpu_hour=8.0)  # the command's price wins over the plan's
+    assert rep.frontier.set_index("config_key").loc["D", "cost_per_million_output_tokens"] == pytest.approx(
+        8.0 * 1e6 / per_hour["D"])
+    with pytest.raises(ValueError, match="must be > 0"):
+        tuning_report(con, "sw", price_per_gpu_hour=0)
+    con.close()

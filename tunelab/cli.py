@@ -385,7 +385,8 @@ def run(
     console.print(f"warehouse: {summary.db}  bundles: {summary.results}", highlight=False, soft_wrap=True)
     if bad:
         console.print(f"[yellow]{len(bad)} trial(s) not ok:[/]")
-        _print_failed([{**t, "label": t["config"], "log_path": _log_path_of(summary.results, summary.sweep_id, t)}
+        _print_failed([{**t, "label": t["config"], "log_path": _log_path_of(summary.results, summary.sweep_id, t),
+                        "eager_diagnosis": _log_path_of(summary.results, summary.sweep_id, t, "eager_diagnosis")}
                        for t in bad], summary.sweep_id)
     nl = summary.not_loaded
     if nl:
@@ -457,17 +458,21 @@ def _print_failed(rows: list[dict], sweep_id: str) -> None:
         console.print(f"[yellow]{t['label']} r{t.get('replicate')}: {t['status']}[/]{cls}: ",
                       highlight=False, soft_wrap=True, end="")
         console.print(why, highlight=False, soft_wrap=True, markup=False)
+        if t.get("eager_diagnosis"):  # the --enforce-eager re-boot's finding (plan eager_diagnosis: true)
+            console.print(f"  eager re-boot: {t['eager_diagnosis']}", highlight=False, soft_wrap=True, markup=False)
         if t.get("log_path"):
             console.print(f"  server log: {t['log_path']}", highlight=False, soft_wrap=True, markup=False)
 
 
-def _log_path_of(results: str | Path, sweep_id: str, trial: dict) -> str | None:
-    """The server log of a trial of this sweep, from its bundle (``trials.log_path``); None when unknown."""
+def _log_path_of(results: str | Path, sweep_id: str, trial: dict, column: str = "log_path") -> str | None:
+    """The server log of a trial of this sweep, from its bundle (``trials.log_path``; another ``column`` of the
+    trial row, e.g. ``eager_diagnosis``, likewise); None when unknown."""
     from tunelab.bundle import bundle_dir_for, read_bundle
 
     try:
         t = read_bundle(bundle_dir_for(Path(results), sweep_id, trial["trial_id"]), verify=False)["trial"].iloc[0]
-        return t.get("log_path") or None
+        v = t.get(column)
+        return None if v is None or (isinstance(v, float) and v != v) else (v or None)
     except Exception:  # a trial that never wrote a bundle (orchestrator error) has no log of its own
         return None
 
@@ -795,10 +800,11 @@ def report(
                 skipped.append(state[r[0]])
         elif sweep not in state:
             _fail(f"no sweep {sweep!r} in {dbp}; latest: {', '.join(r[0] for r in states[:5])}")
-        failed = con.execute("SELECT trial_id, config_label, replicate, status, failure_class, failure_reason, log_path "
-                             "FROM trials WHERE sweep_id = ? AND status <> 'ok' ORDER BY started_at", [sweep]).fetchall()
-        failed = [dict(zip(("trial_id", "label", "replicate", "status", "failure_class", "failure_reason", "log_path"),
-                           r)) for r in failed]
+        failed = con.execute("SELECT trial_id, config_label, replicate, status, failure_class, failure_reason, log_path, "
+                             "eager_diagnosis FROM trials WHERE sweep_id = ? AND status <> 'ok' ORDER BY started_at",
+                             [sweep]).fetchall()
+        failed = [dict(zip(("trial_id", "label", "replicate", "status", "failure_class", "failure_reason", "log_path",
+                            "eager_diagnosis"), r)) for r in failed]
         # Windows of trials that did not end ok (cancelled mid-sweep, failed part-way): stored, never compared.
         uncompared = con.execute("SELECT count(*) FROM measurements m JOIN trials t USING (trial_id) "
                                  "WHERE t.sweep_id = ? AND t.status <> 'ok'", [sweep]).fetchone()[0]
@@ -881,9 +887,14 @@ def tuning_report_cmd(
     db: Optional[Path] = typer.Option(None, help="DuckDB file."),
     plots: Optional[Path] = typer.Option(None, "--plots", help="Also write the configs-and-frontier PNG here."),
     markdown_out: Optional[Path] = typer.Option(None, "--markdown", help="Also write the report as markdown here."),
+    price_per_gpu_hour: Optional[float] = typer.Option(None, "--price-per-gpu-hour", help="What one GPU-hour costs "
+                                                       "(any currency): adds the cost per million output tokens "
+                                                       "beside each frontier config (default: the plan's "
+                                                       "price_per_gpu_hour)."),
 ) -> None:
-    """The tuning report of a `search:` sweep: configs tried, the throughput/latency frontier, the best config under
-    the SLO with its verdict against the default, bottlenecks, GPU-minutes, boots vs the grid, the deploy command."""
+    """The tuning report of a `search:` sweep: configs tried, the throughput/latency frontier with output tokens per
+    GPU-hour (and, with a price, the cost per million output tokens), the best config under the SLO with its
+    verdict against the default, bottlenecks, GPU-minutes, boots vs the grid, the deploy command."""
     import duckdb
 
     from tunelab.reports.tuning import tuning_report
@@ -893,7 +904,9 @@ def tuning_report_cmd(
         _fail(f"no warehouse at {dbp}: run a sweep first (tunelab run PLAN)")
     _need_folder("--plots", plots)
     try:
-        rep = tuning_report(Path(dbp), sweep, plots_dir=plots)
+        if price_per_gpu_hour is not None and not price_per_gpu_hour > 0:
+            raise ValueError(f"--price-per-gpu-hour {price_per_gpu_hour:g}: must be > 0 (e.g. 3.5)")
+        rep = tuning_report(Path(dbp), sweep, plots_dir=plots, price_per_gpu_hour=price_per_gpu_hour)
     except duckdb.IOException as e:
         _fail_db_open(dbp, e)
     except ValueError as e:

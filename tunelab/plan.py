@@ -590,12 +590,18 @@ class Plan(BaseModel):
     cpu_affinity: CpuAffinity | None = Field(
         None, description="Pin the server's processes and the load generator to CPUs of their own (less host noise; "
                           "see CpuAffinity); absent: the kernel places them.")
-    eager_diagnosis: bool = Field(False, description="Re-boot a config that failed to boot with only --enforce-eager added.")
+    eager_diagnosis: bool = Field(False, description="Re-boot a config that failed to boot with only --enforce-eager added "
+                                  "and say what that shows (graphs, or memory/configuration). Off by default: it "
+                                  "costs up to one more boot timeout per failed config (docs/warehouse.md).")
     slo: SLO = Field(default_factory=SLO)
     quality: QualityThresholds = Field(default_factory=QualityThresholds)
     search: SearchSpec | None = Field(
         None, description="Search over engine args and env with boots as the cost (tunelab.search, flows.search, "
                           "docs/tuning.md): space, objective under the plan's slo, budget.")
+    price_per_gpu_hour: Annotated[float, Field(gt=0)] | None = Field(
+        None, description="What one GPU-hour costs you (any currency, e.g. 3.5): the tuning report then gives the "
+                          "cost per million output tokens beside each frontier point (reports.tuning); "
+                          "`tunelab tuning-report --price-per-gpu-hour` overrides it.")
     sla_search: SlaSearchSpec | None = Field(
         None, description="On each booted server, after the plan's windows: search the highest load (concurrency "
                           "or rate) at which the plan's slo holds (tunelab.sla_search, docs/sla_search.md), e.g. "

@@ -706,11 +706,18 @@ def _eager_diagnosis(trial: Trial, runtime: Runtime, plan: Plan, log_path: Path,
                    cuda_visible)
     try:
         with s:
-            return f"eager boots ({s.boot.boot_s:.1f} s): graph capture / compile problem"
+            found = f"eager boots ({s.boot.boot_s:.1f} s): graph capture / compile problem"
     except BootFailed as e:
         text = eager_log.read_text(errors="replace") if eager_log.exists() else ""
         f = bootlog.classify_boot_failure(text, e.returncode, e.kind == "timeout")
-        return f"eager also fails ({f.failure_class}): memory sizing or configuration, not graphs"
+        if e.kind == "timeout":  # a boot too slow for the bound shows nothing about memory or graphs
+            found = (f"eager also timed out ({f.failure_class}): the boot is too slow for the plan's boot timeout "
+                     "with or without CUDA graphs (model loading, a cold compile, a loaded host); this tells "
+                     f"nothing about graphs or memory: raise the boot timeout and re-run (eager log {eager_log})")
+        else:
+            found = f"eager also fails ({f.failure_class}): memory sizing or configuration, not graphs"
+    get_run_logger().warning("eager diagnosis of %s: %s", trial_id, found)  # said where the failure is said
+    return found
 
 
 def host_name() -> str:

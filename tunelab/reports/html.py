@@ -92,7 +92,7 @@ def sweep_html(db_path: Path, sweep_id: str, all_quality: bool = False) -> str:
         trials = con.execute(
             """SELECT trial_id, config_label, config_key, runtime_name, replicate, coalesce(gpu_name, '') AS gpu,
                       status, failure_class, failure_reason, boot_s, compile_cache, quality_verdict, engine_args,
-                      env, log_path, vllm_version
+                      env, log_path, vllm_version, eager_diagnosis
                FROM trials WHERE sweep_id = ? ORDER BY started_at, trial_id""", [sweep_id]).fetchdf()
     finally:
         con.close()
@@ -111,7 +111,9 @@ def sweep_html(db_path: Path, sweep_id: str, all_quality: bool = False) -> str:
         if len(failed):
             text += "\n\n## Failed trials (whole reasons)\n\n" + "\n".join(markdown_table([{
                 "trial": f"`{r.trial_id.split('/', 1)[-1]}`", "status": r.status, "failure": r.failure_class,
-                "reason": r.failure_reason, "server log": f"`{r.log_path}`" if r.log_path else "",
+                "reason": r.failure_reason, **({"eager re-boot": r.eager_diagnosis or ""}
+                                               if failed["eager_diagnosis"].notna().any() else {}),
+                "server log": f"`{r.log_path}`" if r.log_path else "",
             } for r in failed.itertuples(index=False)]))
         versions = ", ".join(sorted({str(v) for v in trials["vllm_version"].dropna()})) or "?"
         plan_name, host, started = sw[0]

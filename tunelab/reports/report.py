@@ -224,7 +224,27 @@ def has_spec_decode(df: pd.DataFrame) -> bool:
 #: Display columns of the plan's ``slo:`` in a plain sweep (``goodput_per_s`` and ``slo_attainment`` of
 #: :func:`comparison_frame`), shown after the throughput: goodput in requests/s, and the share of the completed
 #: requests that met every bound, in %.
-SLO_COLUMNS = ("goodput req/s", "in SLO")
+SLO_COLUMNS = ("goodput req/s", "goodput %", "in SLO")
+#: The latency columns of the comparison. Their percentiles are over the requests that completed (a failed request
+#: has no TTFT/TPOT/E2EL); where any request of the frame failed they are labelled with :data:`OK_ONLY` and the
+#: ``failed %`` column beside them gives the failed share, so a config that fails its slow requests does not read
+#: as fast (error-aware latency, as LLMPerf and GenAI-Perf users ask for).
+LATENCY_COLUMNS = ("TTFT p50 ms", "TPOT p50 ms", "ITL p50 ms", "E2EL p95 ms")
+OK_ONLY = " (OK only)"
+FAILED_PCT = "failed %"
+
+
+def has_failures(df: pd.DataFrame) -> bool:
+    """True when some request of a :func:`comparison_frame` failed (its latency columns are then labelled OK-only)."""
+    return "failed_requests" in df.columns and bool((df["failed_requests"].fillna(0) > 0).any())
+
+
+def _failed_frac(r: pd.Series) -> float | None:
+    """failed / (completed + failed) requests of a row; None where the counts are missing."""
+    f, c = r.get("failed_requests"), r.get("completed_requests")
+    if f is None or c is None or pd.isna(f) or pd.isna(c) or f + c <= 0:
+        return None
+    return float(f) / float(f + c)
 
 
 def has_slo(df: pd.DataFrame) -> bool:
@@ -241,13 +261,16 @@ def slo_legend(df: pd.DataFrame) -> str | None:
     bounds = ", ".join(f"{k.removesuffix('_s').upper()} <= {v * 1000:g} ms"
                        for k, v in (df.attrs.get("slo") or {}).items() if v is not None)
     return (f"slo{f' ({bounds})' if bounds else ''}, per request as vllm bench serve --goodput: goodput = requests/s "
-            "meeting every bound; in SLO = their share of the completed requests (failed ones: column failed)")
+            "meeting every bound; goodput % = their share of all requests sent (a failed request is not good); in "
+            "SLO = their share of the completed requests (failed ones: column failed)")
 
 
-def _fmt_row(r: pd.Series, spec: bool = False, slo: bool = False) -> dict[str, str]:
+def _fmt_row(r: pd.Series, spec: bool = False, slo: bool = False, ok_only: bool = False) -> dict[str, str]:
     """One comparison row as display strings; ``spec`` adds :data:`SPEC_COLUMNS` after TPOT (acceptance rate in %,
     mean acceptance length in tokens per draft, the bonus token included; ``-`` where the row has none); ``slo``
-    adds :data:`SLO_COLUMNS` after the output-token throughput's cv."""
+    adds :data:`SLO_COLUMNS` after the output-token throughput's cv (goodput % = in SLO x completed / all
+    requests). ``failed %`` follows the latency columns; ``ok_only`` (:func:`has_failures`) labels those
+    columns :data:`OK_ONLY`."""
     def ms(x: Any) -> str:
         return "-" if pd.isna(x) else f"{x * 1000:.1f}"
 
@@ -267,6 +290,7 @@ def _fmt_row(r: pd.Series, spec: bool = False, slo: bool = False) -> dict[str, s
         "TPOT p50 ms": ms(r["tpot_p50_s"]),
         "ITL p50 ms": ms(r["itl_p50_s"]),
         "E2EL p95 ms": ms(r["e2el_p95_s"]),
+        FAILED_PCT: "-" if _failed_frac(r) is None else f"{_failed_frac(r) * 100:.1f}%",
         "failed": str(int(r["failed_requests"] or 0)),
         "quality": str(r["quality"]),
     }
@@ -277,13 +301,17 @@ def _fmt_row(r: pd.Series, spec: bool = False, slo: bool = False) -> dict[str, s
         out = dict(items[:i] + cells + items[i:])
 
     if slo:
-        att = r.get("slo_attainment")
+        att, ff = r.get("slo_attainment"), _failed_frac(r)
+        good = None if att is None or pd.isna(att) else att * (1 - ff if ff is not None else 1)
         insert_after("cv", [(SLO_COLUMNS[0], num(r.get("goodput_per_s"), ".2f")),
-                            (SLO_COLUMNS[1], "-" if att is None or pd.isna(att) else f"{att * 100:.0f}%")])
+                            (SLO_COLUMNS[1], "-" if good is None else f"{good * 100:.0f}%"),
+                            (SLO_COLUMNS[2], "-" if att is None or pd.isna(att) else f"{att * 100:.0f}%")])
     if spec:
         rate, length = r.get("spec_acceptance_rate"), r.get("spec_mean_acceptance_length")
         insert_after("TPOT p50 ms", [(SPEC_COLUMNS[0], "-" if rate is None or pd.isna(rate) else f"{rate * 100:.1f}%"),
                                      (SPEC_COLUMNS[1], num(length, ".2f"))])
+    if ok_only:
+        out = {(k + OK_ONLY if k in LATENCY_COLUMNS else k): v for k, v in out.items()}
     return out
 
 
@@ -303,8 +331,8 @@ def comparison_markdown(df: pd.DataFrame, sweep_id: str, statuses: list[dict] | 
     if df.empty:
         lines.append("_no measurements_")
         return "\n".join(lines)
-    spec, slo = has_spec_decode(df), has_slo(df)
-    rows = [_fmt_row(r, spec, slo) for _, r in df.iterrows()]
+    spec, slo, ok_only = has_spec_decode(df), has_slo(df), has_failures(df)
+    rows = [_fmt_row(r, spec, slo, ok_only) for _, r in df.iterrows()]
     several_runtimes = len({r["runtime"] for r in rows}) > 1
     for r in rows:  # one runtime: named in the heading, not repeated in every row
         if several_runtimes:
@@ -315,10 +343,13 @@ def comparison_markdown(df: pd.DataFrame, sweep_id: str, statuses: list[dict] | 
     lines += ["### Throughput", ""] + ([slo_legend(df) or "", ""] if slo else []) + markdown_table([
         {k: r[k] for k in (*ident, "boots x repeats", "output tok/s", "cv", *(SLO_COLUMNS if slo else ()), "failed",
                            "quality")} for r in rows])
-    latency = ("TTFT p50 ms", "TPOT p50 ms", *(SPEC_COLUMNS if spec else ()), "ITL p50 ms", "E2EL p95 ms")
+    lab = OK_ONLY if ok_only else ""
+    latency = (f"TTFT p50 ms{lab}", f"TPOT p50 ms{lab}", *(SPEC_COLUMNS if spec else ()), f"ITL p50 ms{lab}",
+               f"E2EL p95 ms{lab}", FAILED_PCT)
     lines += ["", "### Latency (ms)" + ("; speculative decoding: acceptance rate, mean acceptance length (tokens)"
-                                         if spec else ""), ""] + markdown_table([{k: r[k] for k in (*ident, *latency)}
-                                                                                 for r in rows])
+                                         if spec else "")
+              + ("; percentiles over the completed requests only, failed % = failed / all requests" if ok_only
+                 else ""), ""] + markdown_table([{k: r[k] for k in (*ident, *latency)} for r in rows])
     return "\n".join(lines)
 
 
@@ -391,8 +422,12 @@ def print_comparison(df: pd.DataFrame, title: str = "comparison", left_out: list
         Console(width=200).print(f"({empty_note})" if empty_note else "(no measurements)" if not left_out
                                  else "(no measurement passed its quality gate)", highlight=False, soft_wrap=True)
         return
-    spec, slo = has_spec_decode(df), has_slo(df)
-    rows = [_fmt_row(r, spec, slo) for _, r in df.iterrows()]
+    spec, slo, ok_only = has_spec_decode(df), has_slo(df), has_failures(df)
+    rows = [_fmt_row(r, spec, slo, ok_only) for _, r in df.iterrows()]
+    if ok_only:
+        Console(width=200).print(f"latency columns{OK_ONLY}: percentiles over the completed requests; a failed "
+                                 f"request has none ({FAILED_PCT} = failed / all requests, beside them)",
+                                 highlight=False, soft_wrap=True)
     if slo:
         Console(width=200).print(slo_legend(df), highlight=False, soft_wrap=True)
         if (df["slo_attainment"].fillna(0) == 0).all():
@@ -434,6 +469,8 @@ def trial_facts_markdown(tables: dict[str, pd.DataFrame]) -> str:
         "",
         f"runtime `{g('runtime_name')}` · vLLM {g('vllm_version') or '?'} · {gpu} · {status} · boot "
         f"{'-' if g('boot_s') is None else format(g('boot_s'), '.1f')} s · compile cache {g('compile_cache') or '-'}",
+        *(["", f"eager re-boot (the config once more with only --enforce-eager): {g('eager_diagnosis')}"]
+          if g("eager_diagnosis") else []),
     ])
 
 

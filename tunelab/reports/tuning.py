@@ -15,6 +15,12 @@ From the warehouse (``sweeps.search_*`` and ``trials.search_*``, migration 018, 
 - the bottleneck diagnosis of both (``window_diagnoses``, read only where that table exists): the checks flagged
   in their windows at the objective's cell;
 - GPU-minutes spent, boots used against the full grid, and the ``vllm serve`` command line of the best config;
+- the **cost** of each frontier config: output tokens per GPU-hour (``output_tokens_per_s`` at the objective's
+  cell x 3600 / the GPUs one boot occupies: tensor x pipeline x data parallel size, 1 when unset; a CPU boot
+  counts as one device) and, with a price per GPU-hour (the plan's ``price_per_gpu_hour`` or the command's
+  ``--price-per-gpu-hour``), the cost per million output tokens = price x 1e6 / (output tokens per GPU-hour).
+  The throughput is the one measured at that cell's load, so the cost is the cost at that load: a config run
+  below its saturation costs more per token than its peak would;
 - a PNG of the configs and the frontier, in ``reports.plots``' style.
 """
 
@@ -34,7 +40,7 @@ from tunelab.load_profiles import load_label
 from tunelab.markdown import markdown_table
 from tunelab.search import SearchSpace, boots_phrase, default_in_space
 
-__all__ = ["TuningReport", "auto_tune_boots", "frontier", "serve_command", "tuning_report"]
+__all__ = ["TuningReport", "auto_tune_boots", "boot_gpus", "frontier", "serve_command", "tuning_report"]
 
 
 @dataclass
@@ -54,6 +60,21 @@ class TuningReport:
     plot: Path | None
     lines: list[str] = field(default_factory=list)
     markdown: str = ""
+    price_per_gpu_hour: float | None = None
+
+
+def boot_gpus(engine_args: dict[str, Any]) -> int:
+    """GPUs one boot with ``engine_args`` occupies: the product of ``tensor-parallel-size``,
+    ``pipeline-parallel-size`` and ``data-parallel-size`` (or ``tp``/``pp``/``dp``), 1 when none is set; a value
+    that is not a positive integer counts as 1 (the plan check refuses such a plan before it runs)."""
+    n = 1
+    for k, v in (engine_args or {}).items():
+        if k in ("tensor-parallel-size", "pipeline-parallel-size", "data-parallel-size", "tp", "pp", "dp"):
+            try:
+                n *= max(int(v), 1)
+            except (TypeError, ValueError):
+                pass
+    return n
 
 
 def auto_tune_boots(grid_size: int) -> tuple[int, int]:
@@ -126,19 +147,24 @@ def _axes(obj: dict) -> tuple[str, str]:
 
 
 def tuning_report(db: Path | str | duckdb.DuckDBPyConnection, sweep_id: str | None = None,
-                  plots_dir: Path | None = None) -> TuningReport:
+                  plots_dir: Path | None = None, price_per_gpu_hour: float | None = None) -> TuningReport:
     """The tuning report of a search sweep (default: the latest sweep with ``search_boots``; a newer sweep whose
     plan has ``search:`` but no search record, one still running or killed before it wrote one, is named in a
     line). An interrupted search (``search_stop_reason`` ``interrupted``) is reported with the boots it had, and
     says so.
 
+    ``price_per_gpu_hour`` (any currency per GPU-hour; default: the plan's ``price_per_gpu_hour``) adds the cost
+    per million output tokens beside each frontier config (module notes).
+
     Raises:
-        ValueError: no such sweep; the sweep has no search; or its plan has ``search:`` but the warehouse has no
+        ValueError: ``price_per_gpu_hour`` <= 0; no such sweep; the sweep has no search; or its plan has ``search:`` but the warehouse has no
             record of that search (the message says why that happens and what to run).
     """
+    if price_per_gpu_hour is not None and not price_per_gpu_hour > 0:
+        raise ValueError(f"price per GPU-hour must be > 0, got {price_per_gpu_hour}")
     con, close = _con(db)
     try:
-        return _report(con, sweep_id, plots_dir)
+        return _report(con, sweep_id, plots_dir, price_per_gpu_hour)
     finally:
         if close:
             con.close()
@@ -167,7 +193,8 @@ def _no_record(sweep_id: str) -> str:
             f"trials: `tunelab report --sweep {sweep_id}`")
 
 
-def _report(con: duckdb.DuckDBPyConnection, sweep_id: str | None, plots_dir: Path | None) -> TuningReport:
+def _report(con: duckdb.DuckDBPyConnection, sweep_id: str | None, plots_dir: Path | None,
+            price: float | None = None) -> TuningReport:
     notes: list[str] = []
     if sweep_id is None:
         row = con.execute("SELECT sweep_id, started_at FROM sweeps WHERE search_boots IS NOT NULL "
@@ -193,12 +220,25 @@ def _report(con: duckdb.DuckDBPyConnection, sweep_id: str | None, plots_dir: Pat
         "search_trial, search_state, search_value, search_slo_violation, search_walk_down, search_reason, "
         "engine_args, env, model "
         "FROM trials WHERE sweep_id = ? AND search_role IS NOT NULL ORDER BY started_at, trial_id", [sweep_id]).df()
-    meas = con.execute(f"SELECT m.trial_id, m.workload, m.load_kind, m.load_value, m.{thr} AS thr, m.{lat} AS lat "
+    meas = con.execute(f"SELECT m.trial_id, m.workload, m.load_kind, m.load_value, m.{thr} AS thr, m.{lat} AS lat, "
+                       "m.output_tokens_per_s AS out_tps "
                        "FROM measurements m JOIN trials t USING (trial_id) WHERE t.sweep_id = ?", [sweep_id]).df()
     if not meas.empty:
         meas = meas[(meas["workload"] == obj["workload"]) & _at_load(meas, obj["load"])]
-    cell = meas.groupby("trial_id")[["thr", "lat"]].mean() if not meas.empty else pd.DataFrame(columns=["thr", "lat"])
+    cols = ["thr", "lat", "out_tps"]
+    cell = meas.groupby("trial_id")[cols].mean() if not meas.empty else pd.DataFrame(columns=cols)
     cfg = trials.join(cell.rename(columns={"thr": thr, "lat": lat}), on="trial_id")
+    # Cost (module notes): output tokens per GPU-hour at the cell, and per million tokens with a price.
+    if price is None:
+        try:
+            price = (yaml.safe_load(s.get("plan_yaml") or "") or {}).get("price_per_gpu_hour")
+        except yaml.YAMLError:
+            price = None
+    gpus = cfg["engine_args"].map(lambda a: boot_gpus(json.loads(a or "{}")))
+    cfg["output_tokens_per_gpu_hour"] = pd.to_numeric(cfg["out_tps"], errors="coerce") * 3600.0 / gpus
+    cfg["cost_per_million_output_tokens"] = (float(price) * 1e6 / cfg["output_tokens_per_gpu_hour"]
+                                             if price else float("nan"))
+    cfg = cfg.drop(columns=["out_tps"])
     cfg["usable"] = (cfg["status"] == "ok") & cfg["quality_verdict"].isin(["pass", "warn"])
     cfg["slo_met"] = cfg["search_slo_violation"].map(lambda v: None if pd.isna(v) else bool(v <= 0))
     front = frontier(cfg[cfg["usable"]], thr, lat)
@@ -240,7 +280,8 @@ def _report(con: duckdb.DuckDBPyConnection, sweep_id: str | None, plots_dir: Pat
         command = serve_command(plan.get("model") or best["model"], json.loads(best["engine_args"] or "{}"), env)
 
     plot = _plot(cfg, front, best, default, thr, lat, sweep_id, obj, plots_dir) if plots_dir is not None else None
-    rep = TuningReport(sweep_id, cfg, front, best, default, verdict, diagnosis, command, plot)
+    rep = TuningReport(sweep_id, cfg, front, best, default, verdict, diagnosis, command, plot,
+                       price_per_gpu_hour=float(price) if price else None)
     _render(rep, s, obj, thr, lat)
     if notes:
         rep.lines += notes
@@ -314,8 +355,13 @@ def _render(rep: TuningReport, s: pd.Series, obj: dict, thr: str, lat: str) -> N
             hit = [f"{r.bottleneck} ({r.windows_flagged}/{r.windows} windows)" for r in g.itertuples()
                    if r.windows_flagged]
             lines.append(f"bottleneck ({cfg_name}): {', '.join(hit) or 'none flagged'}")
-    lines.append(f"frontier ({thr} against {lat}): " + (", ".join(
-        f"{r.config_label} ({_fmt(getattr(r, thr))}, {_fmt(getattr(r, lat) * 1000, '.1f')} ms)"
+    lines.append(f"frontier ({thr} against {lat}; cost at that load: output tokens per GPU-hour"
+                 + (f", cost per million output tokens at {rep.price_per_gpu_hour:g} per GPU-hour"
+                    if rep.price_per_gpu_hour else "; add --price-per-gpu-hour for the cost per million tokens")
+                 + "): " + (", ".join(
+        f"{r.config_label} ({_fmt(getattr(r, thr))}, {_fmt(getattr(r, lat) * 1000, '.1f')} ms, "
+        f"{_fmt(r.output_tokens_per_gpu_hour, ',.0f')} tok/GPU-h"
+        + (f", {_fmt(r.cost_per_million_output_tokens, '.3g')} per 1M tok" if rep.price_per_gpu_hour else "") + ")"
         for r in rep.frontier.itertuples()) or "no usable boot"))
     if rep.command:
         lines.append(f"deploy: {rep.command}")
@@ -347,8 +393,16 @@ def _render(rep: TuningReport, s: pd.Series, obj: dict, thr: str, lat: str) -> N
              "reason"]])]
     if rep.diagnosis is not None and not rep.diagnosis.empty:
         md += ["", "## Bottleneck diagnosis (window_diagnoses)", "", _md(rep.diagnosis)]
-    md += ["", "## Frontier", "", _md(rep.frontier[["config_label", "config_key", thr, lat]])
-           if not rep.frontier.empty else "no usable boot"]
+    fcols = ["config_label", "config_key", thr, lat, "output_tokens_per_gpu_hour"] + (
+        ["cost_per_million_output_tokens"] if rep.price_per_gpu_hour else [])
+    ftab = rep.frontier[fcols].copy() if not rep.frontier.empty else None
+    if ftab is not None:
+        for c in fcols[2:]:
+            ftab[c] = ftab[c].map(lambda v: v if v is None or pd.isna(v) else float(f"{v:.4g}"))
+    md += ["", "## Frontier", "", (_md(ftab) + (f"\n\nCost at {rep.price_per_gpu_hour:g} per GPU-hour; output tokens "
+                                                "per GPU-hour = output_tokens_per_s at the cell x 3600 / GPUs per "
+                                                "boot." if rep.price_per_gpu_hour else ""))
+           if ftab is not None else "no usable boot"]
     md += ["", "## Configs tried", "", _md(show)]
     if rep.plot is not None:
         md += ["", f"![configs and frontier]({rep.plot})"]

@@ -31,6 +31,7 @@ SELECT
     avg(m.itl_p50_s)                                 AS itl_p50_s,
     avg(m.e2el_p95_s)                                AS e2el_p95_s,
     sum(m.failed)                                    AS failed_requests,
+    sum(m.completed)                                 AS completed_requests,
     -- the plan's slo: (per request, vllm bench serve --goodput rule); NULL without one. slo_attainment: the share of
     -- the completed requests that met every bound: goodput / request throughput of each window, both counted over
     -- its steady part (else the whole window), as a ratio of sums of counts over the windows
