@@ -743,6 +743,10 @@ def report(
                                  "empty lists where the sweep has none."),
     html_out: Optional[Path] = typer.Option(None, "--html", help="Also write the report as one self-contained HTML "
                                             "file (tables and plots embedded) to this path."),
+    series_metric: Optional[str] = typer.Option(None, "--series", help="Also show the release series of this metric "
+                                                "(e.g. output_tokens_per_s) for the sweep's configs, change points "
+                                                "marked (as `tunelab series`)."),
+    anchor: Optional[str] = typer.Option(None, "--anchor", help="With --series: the anchor config's key."),
 ) -> None:
     """Print the comparison table of a sweep from the warehouse (and write plots with --plots DIR)."""
     import dataclasses
@@ -855,6 +859,29 @@ def report(
         console.print(Markdown(bottlenecks_markdown(findings)))
     for p in plot_paths:
         console.print(f"plot: {p}", highlight=False, soft_wrap=True)
+    if series_metric:
+        _print_series(Path(dbp), sweep, series_metric, anchor)
+
+
+def _print_series(dbp: Path, sweep: str, metric: str, anchor: str | None) -> None:
+    """The release series of the sweep's configs (``reports.series``), change points marked."""
+    import duckdb
+    from rich.markdown import Markdown
+
+    from tunelab.reports.series import series_report
+
+    con = duckdb.connect(str(dbp), read_only=True)
+    try:
+        keys = [r[0] for r in con.execute("SELECT DISTINCT config_key FROM trials WHERE sweep_id = ? AND status = 'ok' "
+                                          "ORDER BY 1", [sweep]).fetchall() if r[0] != anchor]
+        for k in keys:
+            try:
+                _, _, md = series_report(con, metric, config_key=k, anchor_key=anchor)
+            except ValueError as e:
+                _fail(f"--series: {e}")
+            console.print(Markdown(md))
+    finally:
+        con.close()
 
 
 @app.command("tuning-report")
@@ -997,6 +1024,37 @@ def _what_exists(dbp: Path) -> str:
                                   "ORDER BY 1 LIMIT 12"))
     finally:
         con.close()
+
+
+@app.command("series")
+def series_cmd(
+    metric: str = typer.Option("output_tokens_per_s", help="measurements column, e.g. output_tokens_per_s, tpot_p50_s."),
+    key: Optional[str] = typer.Option(None, "--key", help="One config key (default: every config)."),
+    workload: Optional[str] = typer.Option(None, help="One workload (default: every workload)."),
+    anchor: Optional[str] = typer.Option(None, "--anchor", help="The anchor config's key: each point is divided by "
+                                         "the anchor's mean of the same sweep (what moved the whole sweep cancels)."),
+    order: str = typer.Option("time", help="'time' (by run date) or 'release' (by vLLM version, PEP 440)."),
+    alpha: float = typer.Option(0.05, help="False-alarm rate per series without a change (permutation test)."),
+    db: Optional[Path] = typer.Option(None, help="DuckDB file."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object: points and alarms."),
+) -> None:
+    """Each config's series over scheduled runs, with its change points marked (docs/statistics.md)."""
+    from tunelab.reports.series import series_report
+
+    dbp = db or paths.db_path()
+    try:
+        series, alarms, md = series_report(dbp, metric, config_key=key, workload=workload, anchor_key=anchor,
+                                           order=order, alpha=alpha)
+    except ValueError as e:
+        _fail(str(e))
+    if as_json:
+        _json_out({"metric": metric, "anchor": anchor, "order": order, "alpha": alpha,
+                   "points": series.astype(object).where(series.notna(), None).to_dict("records"),
+                   "alarms": alarms.astype(object).where(alarms.notna(), None).to_dict("records")})
+        return
+    from rich.markdown import Markdown
+
+    console.print(Markdown(md))
 
 
 @app.command("serve")
