@@ -571,6 +571,9 @@ def recheck_cmd(
                                  "warehouse read-only)."),
     lock_timeout_s: float = typer.Option(60.0, "--lock-timeout-s", min=0.0, help="How long to wait for another "
                                          "process holding the warehouse file (s); then exit 3, nothing changed."),
+    rules: Optional[int] = typer.Option(None, "--rules", help="Also show each trial's verdict under this earlier "
+                                        "quality rule version (its thresholds; docs/quality.md, 'Rule versions'). "
+                                        "Shown only; what is stored is today's judgement."),
 ) -> None:
     """Re-judge stored trials with today's quality rules and bottleneck checks (after a rule changed): replaces
     their quality verdict, quality_checks and window_diagnoses in the warehouse and in their bundles on disk.
@@ -588,7 +591,7 @@ def recheck_cmd(
         err.print(f"[yellow]note:[/] {line}", highlight=False, soft_wrap=True)
     try:
         rows = recheck(dbp, list(sweep) if sweep else None, dry_run=dry_run, lock_timeout_s=lock_timeout_s,
-                       warn=warn)
+                       warn=warn, rules=rules)
     except ValueError as e:
         _fail(str(e))
     except WarehouseLocked as e:
@@ -602,7 +605,9 @@ def recheck_cmd(
                       highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_NOT_LOADED)
         _fail(f"--db {dbp}: not a tunelab warehouse (DuckDB file): {str(e).splitlines()[0]}")
-    changed = [r for r in rows if r.changed]
+    from tunelab.quality_thresholds import rule_version_label
+
+    changed = [r for r in rows if r.changed or (rules is not None and r.rules_verdict != r.new_verdict)]
 
     def flags(d: dict[str, int]) -> str:
         return ", ".join(f"{k} x{v}" for k, v in sorted(d.items())) or "none"
@@ -613,6 +618,10 @@ def recheck_cmd(
                       + ("" if r.old_search_state == r.new_search_state else
                          f"; search state {r.old_search_state} -> {r.new_search_state}"
                          + ("" if r.new_search_value is None else f" ({r.new_search_value:.4g})"))
+                      + f"; rules {rule_version_label(r.old_rule_version)} -> {rule_version_label(r.new_rule_version)}"
+                      + ("" if r.rules_version is None else
+                         f"; under rules v{r.rules_version}: verdict {r.rules_verdict}, failed checks "
+                         f"{', '.join(r.rules_failed) or 'none'}")
                       + ("" if dry_run else f"; bundle {r.bundle}"), highlight=False, soft_wrap=True, markup=False)
     failed = [r for r in rows if r.bundle.startswith("not updated")]
     for r in failed:
