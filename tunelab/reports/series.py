@@ -27,7 +27,7 @@ CHANGE_MARK = "◆"
 
 def series_report(db: Path | str | duckdb.DuckDBPyConnection, metric: str = "output_tokens_per_s", *,
                   config_key: str | None = None, workload: str | None = None, anchor_key: str | None = None,
-                  order: str = "time", alpha: float = 0.05, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+                  anchor_runtime: str | None = None, order: str = "time", alpha: float = 0.05, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     """Series, alarms and their markdown, read from a warehouse file (opened read-only) or a connection.
 
     Returns:
@@ -44,7 +44,7 @@ def series_report(db: Path | str | duckdb.DuckDBPyConnection, metric: str = "out
         con, own = duckdb.connect(str(db), read_only=True), True
     try:
         series = release_series(con, metric, config_key=config_key, workload=workload, anchor_key=anchor_key,
-                                order=order)
+                                anchor_runtime=anchor_runtime, order=order)
     finally:
         if own:
             con.close()
@@ -68,7 +68,9 @@ def series_markdown(series: pd.DataFrame, alarms: pd.DataFrame, alpha: float = 0
     anchor = series.attrs.get("anchor_key")
     lines = [f"## Release series: {metric}", "",
              f"One point per scheduled run ({'ordered by vLLM release' if series.attrs.get('order') == 'release' else 'ordered by time'}); "
-             + (f"anchored on config `{anchor}` (its mean of the same sweep is divided out)" if anchor else
+             + (f"anchored on config `{anchor}`"
+                + (f" on runtime `{series.attrs['anchor_runtime']}`" if series.attrs.get("anchor_runtime") else "")
+                + " (its mean of the same sweep is divided out)" if anchor else
                 "not anchored (no anchor config given: sweep-to-sweep machine drift stays in the series)")
              + f". {CHANGE_MARK} marks a change point (binary segmentation of mean shifts, permutation test at "
                f"alpha={alpha}: at most {alpha:.0%} of series without a change alarm; interval: Welch, before vs after).",

@@ -35,7 +35,7 @@ MIN_POINTS_FOR_ALARM = 8
 
 def release_series(con: duckdb.DuckDBPyConnection, metric: str = "output_tokens_per_s", *,
                    config_key: str | None = None, workload: str | None = None, anchor_key: str | None = None,
-                   order: str = "time") -> pd.DataFrame:
+                   anchor_runtime: str | None = None, order: str = "time") -> pd.DataFrame:
     """The series of ``metric``: one row per (config, GPU, workload, load level, sweep, release).
 
     Args:
@@ -43,6 +43,9 @@ def release_series(con: duckdb.DuckDBPyConnection, metric: str = "output_tokens_
         metric: a comparable ``measurements`` column (``warehouse.compare.metric_direction``).
         config_key, workload: restrict to one config / workload (None: all).
         anchor_key: the anchor config's ``config_key``: subtract its per-sweep mean ln value (None: no anchor).
+        anchor_runtime: the anchor's runtime name (None: any). A config key does not depend on the runtime, so an
+            anchor that is the same config on a pinned release is named by key and runtime; the series is then
+            that config on every other runtime.
         order: ``"time"`` (by ``run_at``) or ``"release"`` (by ``vllm_version_key``, then ``run_at``; points of
             untrusted versions, which have no key, are dropped).
 
@@ -59,7 +62,7 @@ def release_series(con: duckdb.DuckDBPyConnection, metric: str = "output_tokens_
     if order not in ("time", "release"):
         raise ValueError(f"order={order!r}: use 'time' (by run date) or 'release' (by vLLM version)")
     df = run_query(con, "release_series", metric=metric, config_key=config_key, workload=workload,
-                   anchor_key=anchor_key)
+                   anchor_key=anchor_key, anchor_runtime=anchor_runtime if anchor_key is not None else None)
     if order == "release":
         df = df[df["vllm_version_key"].notna()]
     by = ["run_at", "vllm_version_key"] if order == "time" else ["vllm_version_key", "run_at"]
@@ -67,7 +70,7 @@ def release_series(con: duckdb.DuckDBPyConnection, metric: str = "output_tokens_
     df["anchored"] = anchor_key is not None
     df["series_log_value"] = df["adjusted_log_value"] if anchor_key is not None else df["log_value"]
     df["value"] = np.exp(df["log_value"].astype(float))
-    df.attrs.update(metric=metric, anchor_key=anchor_key, order=order)
+    df.attrs.update(metric=metric, anchor_key=anchor_key, anchor_runtime=anchor_runtime, order=order)
     return df
 
 

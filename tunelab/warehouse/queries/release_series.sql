@@ -4,7 +4,9 @@
 -- spread. With $anchor_key (the anchor config's key), anchor_log_value is the anchor's mean ln(boot value) in the
 -- same sweep, GPU, workload and load level, and adjusted_log_value = log_value - anchor_log_value (NULL where the
 -- sweep ran no anchor there): what the sweep shares with the anchor (machine, drivers, host load) cancels.
--- The anchor's own rows are left out. Builds of one release are one point (vllm_version = the release);
+-- $anchor_runtime narrows the anchor to one runtime (an anchor is a config on a pinned runtime, and a config key
+-- does not depend on the runtime: the same config on the release under test is the series, on the pinned one the
+-- anchor). The anchor's own rows are left out. Builds of one release are one point (vllm_version = the release);
 -- untrusted versions have NULL vllm_version_key (kept here for ordering by time; warehouse.series drops them
 -- when ordering by release). Trials with status 'ok' and quality_verdict pass, warn or unvalidated.
 -- Order: by series, then run_at (time); warehouse.series.release_series re-orders by release on request.
@@ -13,8 +15,9 @@
 --   $config_key  VARCHAR  one config, or NULL for all
 --   $workload    VARCHAR  one workload, or NULL for all
 --   $anchor_key  VARCHAR  the anchor config's key, or NULL for no adjustment
+--   $anchor_runtime VARCHAR  the anchor's runtime name, or NULL for any runtime
 -- Run (Python):  warehouse.query.run_query(con, "release_series", metric="output_tokens_per_s",
---                    config_key=None, workload=None, anchor_key=None)
+--                    config_key=None, workload=None, anchor_key=None, anchor_runtime=None)
 WITH bv AS (
     SELECT * FROM boot_values
     WHERE metric = $metric AND status = 'ok' AND quality_verdict IN ('pass', 'warn', 'unvalidated')
@@ -32,14 +35,14 @@ pts AS (
            min(run_at)                AS run_at
     FROM bv
     WHERE ($config_key IS NULL OR config_key = $config_key)
-      AND ($anchor_key IS NULL OR config_key <> $anchor_key)
+      AND NOT coalesce(config_key = $anchor_key AND ($anchor_runtime IS NULL OR runtime_name = $anchor_runtime), false)
     GROUP BY config_key, gpu_name, workload, load_kind, load_value, metric, sweep_id, vllm_version_key
 ),
 anchor AS (
     SELECT gpu_name, workload, load_kind, load_value, sweep_id,
            avg(ln(boot_value)) AS anchor_log_value, count(*) AS anchor_boots
     FROM bv
-    WHERE config_key = $anchor_key
+    WHERE config_key = $anchor_key AND ($anchor_runtime IS NULL OR runtime_name = $anchor_runtime)
     GROUP BY gpu_name, workload, load_kind, load_value, sweep_id
 )
 SELECT p.config_key, p.gpu_name, p.workload, p.load_kind, p.load_value, p.metric, p.sweep_id,
