@@ -127,10 +127,13 @@ def confirm_by_alarm(con: duckdb.DuckDBPyConnection, reg: pd.DataFrame, metric: 
         ``series too short for a change-point test (<n> points)``; ``""`` on rows that are not regressions.
     """
     out = reg.copy()
-    if not len(out):
-        out["alarm"] = pd.Series(dtype=str)
+    if not len(out) or not (out["status"] == "regression").any():
+        out["alarm"] = ""
         return out
-    series = release_series(con, metric, anchor_key=anchor_key, order="release")
+    # only the series that hold a rule regression are searched (the test is per series)
+    keys_with = sorted(set(out.loc[out["status"] == "regression", "config_key"]))
+    series = pd.concat([release_series(con, metric, config_key=k, anchor_key=anchor_key, order="release")
+                        for k in keys_with], ignore_index=True)
     alarms = series_alarms(series, alpha=alpha)
     keys = SERIES_KEYS[:-1]
     n_points = series.groupby(keys, dropna=False).size().to_dict() if len(series) else {}
