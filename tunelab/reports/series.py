@@ -27,7 +27,8 @@ CHANGE_MARK = "◆"
 
 def series_report(db: Path | str | duckdb.DuckDBPyConnection, metric: str = "output_tokens_per_s", *,
                   config_key: str | None = None, workload: str | None = None, anchor_key: str | None = None,
-                  anchor_runtime: str | None = None, order: str = "time", alpha: float = 0.05, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+                  anchor_runtime: str | None = None, order: str = "time", alpha: float = 0.05, seed: int = 0
+                  ) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     """Series, alarms and their markdown, read from a warehouse file (opened read-only) or a connection.
 
     Returns:
@@ -66,14 +67,16 @@ def series_markdown(series: pd.DataFrame, alarms: pd.DataFrame, alpha: float = 0
     """
     metric = series.attrs.get("metric", "")
     anchor = series.attrs.get("anchor_key")
+    ordered = "ordered by vLLM release" if series.attrs.get("order") == "release" else "ordered by time"
     lines = [f"## Release series: {metric}", "",
-             f"One point per scheduled run ({'ordered by vLLM release' if series.attrs.get('order') == 'release' else 'ordered by time'}); "
+             f"One point per scheduled run ({ordered}); "
              + (f"anchored on config `{anchor}`"
                 + (f" on runtime `{series.attrs['anchor_runtime']}`" if series.attrs.get("anchor_runtime") else "")
                 + " (its mean of the same sweep is divided out)" if anchor else
                 "not anchored (no anchor config given: sweep-to-sweep machine drift stays in the series)")
              + f". {CHANGE_MARK} marks a change point (binary segmentation of mean shifts, permutation test at "
-               f"alpha={alpha}: at most {alpha:.0%} of series without a change alarm; interval: Welch, before vs after).",
+               f"alpha={alpha}: at most {alpha:.0%} of series without a change alarm; interval: Welch, before vs "
+               "after).",
              ""]
     if series.empty:
         return "\n".join(lines + ["_no points: no ok trials of this metric_"])
@@ -82,19 +85,21 @@ def series_markdown(series: pd.DataFrame, alarms: pd.DataFrame, alpha: float = 0
         mine = alarms
         for c in SERIES_KEYS:
             mine = mine[(mine[c] == k[c]) | (mine[c].isna() & pd.isna(k[c]))] if len(mine) else mine
-        marks = {r.sweep_id: r for r in mine.itertuples(index=False)}
-        lines.append(f"**{k['config_key']}** {k['workload']} {load_label(k['load_kind'], k['load_value'])}"
-                     f"{' on ' + str(k['gpu_name']) if k['gpu_name'] is not None and not pd.isna(k['gpu_name']) else ''}"
+        # a sweep may hold two points of one config (two releases): a mark is the sweep's point of that release
+        marks = {(r.sweep_id, str(r.vllm_version_key)): r for r in mine.itertuples(index=False)}
+        gpu = "" if k["gpu_name"] is None or pd.isna(k["gpu_name"]) else f" on {k['gpu_name']}"
+        lines.append(f"**{k['config_key']}** {k['workload']} {load_label(k['load_kind'], k['load_value'])}{gpu}"
                      f": {len(g)} point(s), {len(mine)} change point(s)")
         lines.append("")
         valid = g["series_log_value"].dropna()
         first = float(valid.iloc[0]) if len(valid) else math.nan
         rows = []
         for r in g.itertuples(index=False):
-            a = marks.get(r.sweep_id)
+            a = marks.get((r.sweep_id, str(r.vllm_version_key)))
             lo, hi = (a.rel_ci_low, a.rel_ci_high) if a is not None else (None, None)
             rows.append({
-                "run": r.sweep_id, "date": pd.Timestamp(r.run_at).strftime("%Y-%m-%d %H:%M") if pd.notna(r.run_at) else "",
+                "run": r.sweep_id,
+                "date": pd.Timestamp(r.run_at).strftime("%Y-%m-%d %H:%M") if pd.notna(r.run_at) else "",
                 "vLLM": r.vllm_version, "boots": int(r.boots), "value": f"{r.value:.4g}",
                 **({"vs anchor": _pct(math.expm1(r.adjusted_log_value)) if pd.notna(r.adjusted_log_value)
                     else "no anchor"} if anchor else {}),
