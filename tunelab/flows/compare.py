@@ -36,6 +36,7 @@ from tunelab.reports.report import ab_markdown, regressions_markdown
 from tunelab.warehouse.compare import regressions
 # The selector functions live with the warehouse queries; re-exported here, where the CLI and users find them.
 from tunelab.warehouse.selection import SELECTOR_ALIASES, compare_frames, parse_selector, resolve_selector
+from tunelab.warehouse.series import confirm_by_alarm
 
 __all__ = ["REGRESSION_EVENT", "REGRESSION_STATE", "SELECTOR_ALIASES", "compare", "compare_frames", "confirmed_regressions",
            "parse_selector", "regression_webhook", "resolve_selector"]
@@ -108,6 +109,8 @@ def compare(baseline: dict, candidate: dict, metric: str = "output_tokens_per_s"
         if with_regressions:
             reg = regressions(con, metric)
             md += "\n\n" + regressions_markdown(reg)
+            # The event fires only on an alarm: a rule regression needs a change point too (series: issue 28.4).
+            reg = confirm_by_alarm(con, reg, metric)
     finally:
         con.close()
     verdicts = df["verdict"].value_counts().to_dict() if len(df) else {}
@@ -119,7 +122,7 @@ def compare(baseline: dict, candidate: dict, metric: str = "output_tokens_per_s"
             create_markdown_artifact(md, key=artifact_key, description=f"{metric}: {baseline} vs {candidate}")
     except Exception as e:  # a view; the result is returned anyway
         logger.warning("could not create the artifact: %s", e)
-    flagged = reg[reg["status"].isin(["regression", "violation_unconfirmed"])] if len(reg) else reg
+    flagged = reg[reg["status"].isin(["regression", "regression_no_alarm", "violation_unconfirmed"])] if len(reg) else reg
     out = {"rows": df.astype(object).where(df.notna(), None).to_dict("records"), "verdicts": verdicts,
            "regressions": flagged.astype(str).to_dict("records") if len(flagged) else [],
            "markdown": md, "baseline": df.attrs["baseline"], "candidate": df.attrs["candidate"],
@@ -154,7 +157,8 @@ def confirmed_regressions(ab: pd.DataFrame, reg: pd.DataFrame, versions: str | l
       confidence interval of the change excludes 0: ``warehouse.compare.compare``); keys ``config_key``,
       ``workload``, ``load``, ``rel_diff``, ``ci`` ([low, high], relative);
     - ``kind='series'``: a point of ``warehouse.compare.regressions`` with status ``regression`` (``consecutive``
-      violations along vLLM versions, the PyTorch HUD rule); ``violation_unconfirmed`` points are not
+      violations along vLLM versions, the PyTorch HUD rule) that ``warehouse.series.confirm_by_alarm`` kept
+      (a series of 8 points or more also needs a change-point alarm); ``violation_unconfirmed`` points are not
       confirmed and not listed. With ``versions`` (the candidate's resolved ``vllm_version``) only points of
       those releases: the weekly ``previous`` vs ``latest`` run reports what the latest release broke, not every
       regression of the history again. Keys ``config_key``, ``gpu``, ``workload``, ``load``, ``version``,

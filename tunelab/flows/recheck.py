@@ -26,6 +26,10 @@ The result bundle, where it is still on disk (``loaded_bundles.bundle_path``), g
 holds the same judgement and ``tunelab load`` does not load it again. A warehouse rebuilt from exported Parquet
 (bundles gone) is updated in place.
 
+Rule versions (``quality_thresholds.RULE_VERSIONS``): each row says which version judged the stored rows and which
+judges now; the re-judged rows are stamped with today's version. ``recheck(rules=N)`` also judges every trial under
+version N's thresholds and returns that verdict beside today's (shown, not stored).
+
 The flow moves data between ``tasks`` (the rules) and ``warehouse`` (the rows), which must not import each other:
 that is why it lives here.
 """
@@ -44,7 +48,7 @@ import yaml
 from tunelab import records as R
 from tunelab.bundle import BundleError, read_bundle, update_bundle_table, verify_bundle
 from tunelab.plan import Plan
-from tunelab.quality_thresholds import QualityThresholds
+from tunelab.quality_thresholds import RULES_VERSION, QualityThresholds, thresholds_for_version
 from tunelab.search import objective_value
 from tunelab.tasks.diagnose import window_diagnoses
 from tunelab.tasks.quality import validate_trial
@@ -71,6 +75,11 @@ class RecheckRow:
         old_search_state, new_search_state, new_search_value: a search boot's ``trials.search_state`` (complete |
             infeasible | fail) before and after, and its objective value after (None: not a search boot, or the
             boot does not count).
+        old_rule_version, new_rule_version: the quality rule version that judged the stored rows
+            (``quality_checks.rule_version``; None: unversioned) and today's (``quality_thresholds.RULES_VERSION``).
+        rules_version, rules_verdict, rules_failed: with ``recheck(rules=N)``, N and the verdict and failed checks
+            under version N's thresholds (``quality_thresholds.thresholds_for_version``; the plan's own thresholds on
+            top); None otherwise.
     """
 
     trial_id: str
@@ -87,6 +96,11 @@ class RecheckRow:
     old_search_state: str | None = None
     new_search_state: str | None = None
     new_search_value: float | None = None
+    old_rule_version: int | None = None
+    new_rule_version: int = RULES_VERSION
+    rules_version: int | None = None
+    rules_verdict: str | None = None
+    rules_failed: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -115,6 +129,13 @@ def _plan_inputs(plan_yaml: str | None) -> tuple[QualityThresholds, bool | None,
             first = str(e).splitlines()
             return QualityThresholds(), None, (f"its stored plan's quality: section is not valid today "
                                                f"({' '.join(first[:3])}): default quality thresholds used")
+
+
+def _stored_rule_version(checks: pd.DataFrame) -> int | None:
+    """The rule version stamped on a trial's stored ``quality_checks`` rows (None: unversioned rows)."""
+    if "rule_version" not in checks.columns or checks["rule_version"].isna().all():
+        return None
+    return int(checks["rule_version"].max())
 
 
 def _flagged(diag: pd.DataFrame) -> dict[str, int]:
@@ -186,7 +207,8 @@ def _store_best(con: Any, sweep_id: str, objective: dict, bundle_paths: dict[str
 
 
 _WINDOW = ["workload", "load_kind", "load_value", "repeat", "bottleneck"]
-_CHECK_COLS = ["suite", "expectation", "success", "severity", "observed", "threshold", "detail"]
+# rule_version too: rows judged by an earlier version are restamped with the version that judged them now.
+_CHECK_COLS = ["suite", "expectation", "success", "severity", "observed", "threshold", "detail", "rule_version"]
 _DIAG_COLS = _WINDOW + ["flagged", "metric", "value", "threshold", "summary", "evidence", "remedy", "sources"]
 
 
@@ -244,8 +266,8 @@ def _json_col(df: pd.DataFrame, col: str) -> pd.DataFrame:
 
 
 def recheck(db: str | Path, sweeps: list[str] | None = None, *, dry_run: bool = False,
-            lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S, warn: Callable[[str], None] | None = None
-            ) -> list[RecheckRow]:
+            lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S, warn: Callable[[str], None] | None = None,
+            rules: int | None = None) -> list[RecheckRow]:
     """Re-run today's quality suites and bottleneck checks on stored trials and store the new judgement.
 
     Args:
@@ -255,19 +277,23 @@ def recheck(db: str | Path, sweeps: list[str] | None = None, *, dry_run: bool = 
         lock_timeout_s: how long to wait for another process holding the warehouse (``open_warehouse``).
         warn: called with one line per sweep judged by other thresholds than its plan's (its stored plan's
             ``quality:`` no longer valid: the defaults are used).
+        rules: also judge each trial under this earlier rule version (``RecheckRow.rules_verdict``; only shown,
+            never stored).
 
     Returns:
         One :class:`RecheckRow` per measured trial (``trials.status = 'ok'``), in sweep, config, replicate order.
         Trials that did not measure (boot_failed, failed, cancelled) have nothing to judge and are not returned.
 
     Raises:
-        ValueError: a sweep id that is not in the warehouse (naming the ids that are).
+        ValueError: a sweep id that is not in the warehouse (naming the ids that are); an unknown ``rules``.
         warehouse.loader.WarehouseLocked: another process held the warehouse for ``lock_timeout_s``.
         duckdb.Error: ``db`` is not a DuckDB file.
 
     A trial whose bundle cannot be written keeps its old judgement in the bundle and the warehouse; its row's
     ``bundle`` says why (``not updated (...)``) and the others go on.
     """
+    if rules is not None:
+        thresholds_for_version(rules)  # an unknown version is refused before the warehouse is opened
     # a dry run reads only: it must not wait for (or block) a reader that holds the file
     con = duckdb.connect(str(db), read_only=True) if dry_run else open_warehouse(db, lock_timeout_s=lock_timeout_s)
     try:
@@ -313,7 +339,12 @@ def recheck(db: str | Path, sweeps: list[str] | None = None, *, dry_run: bool = 
                              _flagged(old_diag), _flagged(diag),
                              old_search_state=trial.get("search_state") if objective else None,
                              new_search_state=state if objective else None,
-                             new_search_value=value if objective else None)
+                             new_search_value=value if objective else None,
+                             old_rule_version=_stored_rule_version(old_checks))
+            if rules is not None:
+                # the plan's own thresholds (those it set) on top of version N's defaults
+                other = validate_trial(tables, judged, thresholds_for_version(rules, th.model_dump(exclude_unset=True)))
+                row.rules_version, row.rules_verdict, row.rules_failed = rules, other.verdict, _failed(other.checks)
             out.append(row)
             wcols = list(R.columns(R.WindowDiagnosis))
             # Rows are rewritten when anything in them differs, not only the judgement: a rule may add evidence

@@ -516,7 +516,8 @@ def quality_summary(db_path: Path | duckdb.DuckDBPyConnection, sweep_id: str) ->
     example observed / threshold / detail: one row per quality check that failed in at least one trial, from
     ``quality_checks``),
     ``unvalidated`` (DataFrame: trial_id, config, status, failure_class, failure_reason: why a trial was
-    not validated: it did not measure, or validation itself could not run).
+    not validated: it did not measure, or validation itself could not run), ``rule_versions`` (the quality rule
+    versions stamped on the sweep's ``quality_checks`` rows, None for unversioned rows).
     Opens the DuckDB file read-only, or reads an open connection as :func:`comparison_frame` does."""
     with _reader(db_path) as con:
         counts = dict(con.execute(
@@ -536,13 +537,19 @@ def quality_summary(db_path: Path | duckdb.DuckDBPyConnection, sweep_id: str) ->
                FROM quality_checks q JOIN trials t USING (trial_id)
                WHERE t.sweep_id = ? AND q.success = false
                GROUP BY ALL ORDER BY q.severity, trials DESC, q.expectation""", [sweep_id]).fetchdf()
+        # The rule versions that judged the sweep (quality_thresholds.RULE_VERSIONS; NULL: unversioned rows).
+        has_version = con.execute("SELECT count(*) FROM information_schema.columns WHERE table_name = 'quality_checks' "
+                                  "AND column_name = 'rule_version'").fetchone()[0]
+        versions = [r[0] for r in con.execute(
+            "SELECT DISTINCT q.rule_version FROM quality_checks q JOIN trials t USING (trial_id) WHERE t.sweep_id = ? "
+            "ORDER BY 1 NULLS FIRST", [sweep_id]).fetchall()] if has_version else [None]
         unval = con.execute(
             """SELECT trial_id, config_label AS config, status, failure_class, failure_reason
                FROM trials WHERE sweep_id = ? AND coalesce(quality_verdict, 'unvalidated') = 'unvalidated'
                ORDER BY trial_id""", [sweep_id]).fetchdf()
     full = {v: int(counts.pop(v, 0)) for v in VERDICT_ORDER}
     full.update({k: int(v) for k, v in counts.items()})
-    return {"counts": full, "reasons": reasons, "unvalidated": unval}
+    return {"counts": full, "reasons": reasons, "unvalidated": unval, "rule_versions": versions}
 
 
 def sweep_quality_markdown(q: dict[str, Any]) -> str:
@@ -554,6 +561,11 @@ def sweep_quality_markdown(q: dict[str, Any]) -> str:
     report give it whole)."""
     c = q["counts"]
     lines = ["## Quality", "", " | ".join(f"**{k}** {v}" for k, v in c.items()), ""]
+    if q.get("rule_versions"):
+        from tunelab.quality_thresholds import rule_version_label
+
+        lines += ["Judged by quality rules " + ", ".join(rule_version_label(v) for v in q["rule_versions"])
+                  + " (docs/quality.md, 'Rule versions'; `tunelab recheck` re-judges with today's)", ""]
     if len(q["reasons"]):
         lines += ["Checks that did not pass (severity fail decides `fail`, warn decides `warn`; see docs/quality.md):", ""]
         lines += markdown_table([{

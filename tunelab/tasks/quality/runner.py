@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from tunelab.quality_thresholds import QualityThresholds
+from tunelab.quality_thresholds import RULES_VERSION, QualityThresholds
 from tunelab.tasks.quality import conditions as _conditions
 from tunelab.tasks.quality import suites as _suites
 from tunelab.tasks.quality.catalogue import (
@@ -237,6 +237,8 @@ def validate_trial(
             "observed": "error", "threshold": "completes", "detail": text,
         }])], ignore_index=True)
         checks["success"] = checks["success"].astype("boolean")
+        checks["rule_version"] = RULES_VERSION  # the rules that judged it (quality_thresholds.RULE_VERSIONS)
         return QualityResult("unvalidated", checks, f"unvalidated: {text}")
+    checks["rule_version"] = RULES_VERSION
     verdict = _verdict(checks)
     return QualityResult(verdict, checks, _summary(verdict, checks))
