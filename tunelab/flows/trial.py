@@ -64,8 +64,8 @@ def _redact_env(env: dict[str, str]) -> dict[str, str]:
 
 
 #: Set for every server unless the plan's env sets the variable itself. ``VLLM_SERVER_DEV_MODE=1`` enables
-#: ``POST /reset_prefix_cache`` (vllm/entrypoints/serve/dev), which ``tunelab/tasks/measure.py`` calls after each
-#: measured window so every window starts with an empty prefix cache; without it only fresh prompts keep the
+#: ``POST /reset_prefix_cache`` (vllm/entrypoints/serve/dev), which ``tunelab/tasks/measure.py`` calls right
+#: before each measured window (after the warm-up too) so every window starts with an empty prefix cache; without it only fresh prompts keep the
 #: cache cold. The dev routes have no API key check: tolerable because servers bind 127.0.0.1 and live for one
 #: trial; a plan sets ``VLLM_SERVER_DEV_MODE: "0"`` to opt out. Recorded with the trial's env (``trials.env``);
 #: not part of ``config_key`` (it does not change the engine).
