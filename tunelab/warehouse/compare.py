@@ -46,10 +46,10 @@ from collections.abc import Iterable, Sequence
 import duckdb
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from tunelab import records as R
-from tunelab.stats.intervals import log_ab_intervals, mde_text, paired_log_intervals
+from tunelab.stats.bounds import POWER_Z80, welch_interval
+from tunelab.stats.verdict import ABRecord, cell_verdicts
 
 __all__ = [
     "LATENCY_METRICS",
@@ -70,7 +70,6 @@ SELECTOR_KEYS = (
     "vllm_release", "gpu_name", "model",
 )
 VERDICTS = ("better", "worse", "no_significant_change", "inconclusive", "not_applied")
-_Z80 = float(stats.norm.ppf(0.8))
 
 
 def metric_direction(metric: str) -> int:
@@ -237,23 +236,6 @@ def _split(trials: pd.DataFrame, side: str, quality: Sequence[str], statuses: Se
     return keep, excluded
 
 
-def _welch(xb: np.ndarray, xc: np.ndarray, confidence: float) -> tuple[float, float, float, float]:
-    """(ci_low, ci_high, p_value, df) for mean(xc) - mean(xb), Welch-Satterthwaite."""
-    nb, nc = len(xb), len(xc)
-    vb, vc = xb.var(ddof=1) / nb, xc.var(ddof=1) / nc
-    diff = xc.mean() - xb.mean()
-    se2 = vb + vc
-    if se2 == 0.0:
-        if diff == 0.0:
-            return 0.0, 0.0, 1.0, float(nb + nc - 2)
-        return diff, diff, 0.0, float(nb + nc - 2)
-    df = se2**2 / ((vb**2 / (nb - 1) if vb else 0.0) + (vc**2 / (nc - 1) if vc else 0.0))
-    tcrit = stats.t.ppf(0.5 + confidence / 2.0, df)
-    se = math.sqrt(se2)
-    p = float(stats.ttest_ind(xc, xb, equal_var=False).pvalue)
-    return diff - tcrit * se, diff + tcrit * se, p, float(df)
-
-
 def compare(
     con: duckdb.DuckDBPyConnection,
     baseline: dict,
@@ -360,22 +342,18 @@ def compare(
     values = [(_side(gb, vb, cell)["boot_value"].to_numpy(dtype=float),
                _side(gc, vc, cell)["boot_value"].to_numpy(dtype=float)) for cell in cells]
     positive = [bool(len(xb) and len(xc) and (xb > 0).all() and (xc > 0).all()) for xb, xc in values]
-    # Log-scale intervals for the cells where a ratio exists; their variances borrow from each other.
-    log_cells = [i for i, ok in enumerate(positive) if ok]
-    prior_var, prior_df = [math.nan] * len(log_cells), [0.0] * len(log_cells)
+    prior_var, prior_df = [math.nan] * len(cells), [0.0] * len(cells)
     if history and not paired:
         hist = _history_prior(con, keep_b + keep_c, metric, quality, statuses)
         hmap = {(r.workload, r.load_kind, float(r.load_value)): (float(r.var_log), float(r.df))
                 for r in hist.itertuples(index=False)}
-        for j, i in enumerate(log_cells):
-            prior_var[j], prior_df[j] = hmap.get((cells[i][0], cells[i][1], float(cells[i][2])), (math.nan, 0.0))
-    if paired:
-        log_iv = dict(zip(log_cells, paired_log_intervals([values[i] for i in log_cells], confidence=confidence,
-                                                          borrow=borrow)))
-    else:
-        log_iv = dict(zip(log_cells, log_ab_intervals([values[i] for i in log_cells], confidence=confidence,
-                                                      borrow=borrow, prior_var=prior_var, prior_df=prior_df)))
-    pct = f"{confidence:.0%}"
+        for i, ok in enumerate(positive):
+            if ok:
+                prior_var[i], prior_df[i] = hmap.get((cells[i][0], cells[i][1], float(cells[i][2])), (math.nan, 0.0))
+    na_names = sorted({n for e in not_applied.env for n in e.split(", ")}) if na_sides else []
+    verdicts = cell_verdicts(values, design="paired" if paired else "fixed", higher_is_better=direction > 0,
+                             confidence=confidence, min_boots=min_boots, borrow=borrow, prior_var=prior_var,
+                             prior_df=prior_df, not_applied_sides=na_sides, not_applied_names=na_names)
     rows = []
     for i, cell in enumerate(cells):
         b, c = _side(gb, vb, cell), _side(gc, vc, cell)
@@ -383,7 +361,6 @@ def compare(
         mb = float(xb.mean()) if len(xb) else math.nan
         mc = float(xc.mean()) if len(xc) else math.nan
         diff = mc - mb
-        rel = diff / mb if mb else math.nan
         row = {
             "workload": cell[0], "load_kind": cell[1], "load_value": float(cell[2]), "metric": metric,
             "higher_is_better": direction > 0,
@@ -392,68 +369,17 @@ def compare(
             "baseline_mean": mb, "candidate_mean": mc,
             "baseline_boot_sd": float(xb.std(ddof=1)) if len(xb) > 1 else math.nan,
             "candidate_boot_sd": float(xc.std(ddof=1)) if len(xc) > 1 else math.nan,
-            "diff": diff, "rel_diff": rel,
+            "diff": diff, "rel_diff": diff / mb if mb else math.nan,
             "ci_low": math.nan, "ci_high": math.nan, "rel_ci_low": math.nan, "rel_ci_high": math.nan,
             "p_value": math.nan, "df": math.nan, "se_log": math.nan, "mde_rel": math.nan, "variance_source": "",
+            "baseline_trials_excluded": len(excl_b), "candidate_trials_excluded": len(excl_c),
+            **verdicts[i].model_dump(exclude_unset=True),
         }
-        short = [f"{side} has {n} boot{'s' if n != 1 else ''}" for side, n in (("baseline", len(xb)), ("candidate", len(xc)))
-                 if n < min_boots]
-        if paired and short:
-            short = [f"{min(len(xb), len(xc))} pair(s) of boots"]
-        iv = log_iv.get(i)
-        if short:
-            row["verdict"] = "inconclusive"
-            row["reason"] = (
-                f"{' and '.join(short)}; need >= {min_boots} boots per side because the boot, not the "
-                "repeat, is the unit of replication (boot-to-boot noise is unknown from one boot)"
-            )
-        elif iv is not None:
-            # Relative effect = ratio of geometric means; the unit interval scales it by the baseline mean.
-            row.update(rel_diff=iv.rel, rel_ci_low=iv.rel_low, rel_ci_high=iv.rel_high, p_value=iv.p_value,
-                       df=iv.df, se_log=iv.se_log, mde_rel=iv.mde_rel, variance_source=iv.source,
-                       ci_low=iv.rel_low * abs(mb), ci_high=iv.rel_high * abs(mb))
-            excludes = iv.rel_low > 0 or iv.rel_high < 0
-            improved = (iv.rel > 0) == (direction > 0)
-            row["verdict"] = ("better" if improved else "worse") if excludes else "no_significant_change"
-            row["reason"] = (
-                f"{pct} interval of the ratio [{iv.rel_low:+.1%}, {iv.rel_high:+.1%}] "
-                f"{'excludes' if excludes else 'contains'} 0 (log scale, {len(xb)} vs {len(xc)} boots"
-                f"{', as pairs' if paired else ''}, variance: {iv.source}); detectable at 80 % power: "
-                f"{mde_text(iv.mde_rel)}"
-            )
-        elif len(xb) >= 2 and len(xc) >= 2:
-            lo, hi, p, dof = _welch(xb, xc, confidence)
-            row.update(ci_low=lo, ci_high=hi, p_value=p, df=dof, variance_source="Welch (values <= 0: no ratio)")
-            if mb:
-                row.update(rel_ci_low=lo / abs(mb), rel_ci_high=hi / abs(mb))
-            excludes = lo > 0 or hi < 0
-            improved = (diff > 0) == (direction > 0)
-            row["verdict"] = ("better" if improved else "worse") if excludes else "no_significant_change"
-            row["reason"] = (
-                f"{pct} Welch interval of the difference [{lo:.4g}, {hi:.4g}] "
-                f"{'excludes' if excludes else 'contains'} 0 ({len(xb)} vs {len(xc)} boots; values <= 0, so no "
-                "log-scale ratio)"
-            )
-        else:
-            row["verdict"] = "inconclusive"
-            row["reason"] = "no variance estimate for this cell (no degrees of freedom on either side or in other cells)"
-        if na_sides and row["verdict"] != "inconclusive":
-            names = sorted({n for e in not_applied.env for n in e.split(", ")})
-            row["reason"] = (
-                f"{' and '.join(na_sides)}: {', '.join(names)} not applied on any boot (its vLLM reported it "
-                f"unknown and ran without it), so the difference is not an effect of it; the numbers alone: "
-                f"{row['verdict']}, {row['reason']}"
-            )
-            row["verdict"] = "not_applied"
-        rows.append(row)
-    out = pd.DataFrame(rows, columns=[
-        "workload", "load_kind", "load_value", "metric", "higher_is_better", "baseline_boots", "candidate_boots",
-        "baseline_repeats", "candidate_repeats", "baseline_mean", "candidate_mean", "baseline_boot_sd",
-        "candidate_boot_sd", "diff", "rel_diff", "ci_low", "ci_high", "rel_ci_low", "rel_ci_high", "p_value",
-        "df", "se_log", "mde_rel", "variance_source", "verdict", "reason",
-    ])
-    out["baseline_trials_excluded"] = len(excl_b)
-    out["candidate_trials_excluded"] = len(excl_c)
+        if len(xb) >= 2 and len(xc) >= 2:  # the plain per-cell Welch interval, reported beside the method's
+            w = welch_interval(xb, xc, confidence)
+            row.update(welch_ci_low=w.low, welch_ci_high=w.high)
+        rows.append(ABRecord(**row).model_dump())
+    out = pd.DataFrame(rows, columns=ABRecord.columns())
     out.attrs["excluded"] = excluded
     out.attrs["not_applied"] = not_applied
     out.attrs["method"] = (
@@ -635,7 +561,7 @@ def regressions(
                 # Resolution of this call: the true worsening flagged with 80 % power, i.e. the flag threshold
                 # (max of threshold_rel and the noise band) plus 0.84 SE of the difference.
                 se_rel = band / noise_k / abs(base_value)
-                rec["mde_rel"] = max(threshold_rel, noise_k * se_rel) + _Z80 * se_rel
+                rec["mde_rel"] = max(threshold_rel, noise_k * se_rel) + POWER_Z80 * se_rel
             if math.isnan(band):
                 statuses_out.append("insufficient_data")
                 info.append(rec)
