@@ -14,6 +14,7 @@ Every A/B path builds its verdict here (``docs/statistics.md``, "The verdict"):
   also given on every row beside the product's method (``welch_ci_low`` / ``welch_ci_high``), since the
   project reports both.
 * ``stats.bounds.t_half_width`` - the half-width ``t_{level, df} x se`` that every t interval uses.
+* :func:`token_change` - whether the two sides ran the same work: their token counts per request (issue 29).
 * :class:`ABRecord` - one row of an A/B comparison, typed, with each field described.
 """
 
@@ -29,7 +30,7 @@ from pydantic import BaseModel, Field
 from tunelab.stats.bounds import interval_call, welch_interval
 from tunelab.stats.intervals import LogInterval, log_ab_intervals, mde_text, paired_log_intervals
 
-__all__ = ["ABRecord", "CellVerdict", "cell_verdicts"]
+__all__ = ["ABRecord", "CellVerdict", "TOKEN_CHANGE_MIN", "TOKEN_CHANGE_SE", "cell_verdicts", "token_change"]
 
 Verdict = Literal["better", "worse", "no_significant_change", "inconclusive", "not_applied"]
 
@@ -181,7 +182,54 @@ class ABRecord(BaseModel):
                                                       "method")
     welch_ci_high: float = Field(math.nan, description="plain Welch t interval of diff on the boot means, upper end")
 
+    family_role: Literal["primary", "secondary"] = Field(
+        "primary", description="primary: a headline verdict of the report (the plan's primary metric and cells, "
+                               "or every row when none is named); secondary: labelled so, adjusted in its own family")
+    p_family: float = Field(math.nan, description="p-value adjusted over the row's family (family_method)")
+    family_verdict: Verdict = Field("inconclusive", description="the headline verdict: better/worse only when the "
+                                                                "family-adjusted p-value is below alpha")
+    family_method: str = Field("", description="the adjustment and the family's size, e.g. 'holm over 16 primary'")
+    baseline_prompt_tokens: float = Field(math.nan, description="mean prompt tokens per ok request (server usage)")
+    candidate_prompt_tokens: float = Field(math.nan, description="mean prompt tokens per ok request (server usage)")
+    baseline_output_tokens: float = Field(math.nan, description="mean output tokens per ok request (server usage)")
+    candidate_output_tokens: float = Field(math.nan, description="mean output tokens per ok request (server usage)")
+    token_change: str = Field("", description="empty when the workload's token counts match on both sides; else "
+                                              "what changed and by how much (the sides did not run the same work)")
+
     @classmethod
     def columns(cls) -> list[str]:
         """The record's field names in order: the columns of ``compare``'s DataFrame."""
         return list(cls.model_fields)
+
+
+#: A token count change is flagged when the mean per request moved by at least this many tokens ...
+TOKEN_CHANGE_MIN = 0.5
+#: ... and by more than this many standard errors of the difference of means (different windows hold different
+#: requests of a length distribution; fixed-length prompts have no spread, so there any change counts).
+TOKEN_CHANGE_SE = 4.0
+
+
+def token_change(what: str, baseline: tuple[int, float, float], candidate: tuple[int, float, float]) -> str:
+    """Whether a workload's token count per request (``what``: ``prompt`` or ``output``) differs between the
+    sides of a comparison, as text; empty when it matches or a side has no counts.
+
+    Two vLLM releases may tokenise the same prompt text differently (a tokenizer release that adds special
+    tokens: 33 vs 34 prompt tokens a request), and then the sides did not run the same work. Flagged when the
+    means differ by >= :data:`TOKEN_CHANGE_MIN` tokens and by more than :data:`TOKEN_CHANGE_SE` standard errors
+    (Welch's SE of the difference of means of the ok requests' counts from the server's usage).
+
+    Args:
+        baseline, candidate: ``(requests, mean tokens, variance)`` of the side's ok requests in the cell.
+
+    Returns:
+        e.g. ``"prompt tokens 33.0 -> 34.0 a request (+3.0%)"``, or ``""``.
+    """
+    (nb, mb, vb), (nc, mc, vc) = baseline, candidate
+    if not (nb and nc) or not (math.isfinite(mb) and math.isfinite(mc)):
+        return ""
+    diff = mc - mb
+    se = math.sqrt((vb if math.isfinite(vb) else 0.0) / nb + (vc if math.isfinite(vc) else 0.0) / nc)
+    if abs(diff) < TOKEN_CHANGE_MIN or abs(diff) <= TOKEN_CHANGE_SE * se:
+        return ""
+    rel = f" ({diff / mb:+.1%})" if mb else ""
+    return f"{what} tokens {mb:.1f} -> {mc:.1f} a request{rel}"

@@ -8,7 +8,9 @@ repeats on one server spread 6-20 %; treating repeats as independent samples wou
 that noise an effect. So repeats are averaged within each trial first, and every interval is
 computed across trials.
 
-``compare``: per (workload, load_kind, load_value), baseline and candidate boot means are compared on the
+The statistics live in ``tunelab.stats`` (``stats.verdict``, ``stats.family``, ``stats.intervals``); this module
+selects the rows they judge. ``compare``: per (workload, load_kind, load_value), baseline and candidate boot means
+are compared on the
 log scale (``tunelab.stats.intervals.log_ab_intervals``): the effect is the ratio of geometric means, its
 t interval ``exp(diff_log +- t se) - 1`` never crosses -100 %, and the variance of a boot's log value is
 pooled over both sides of the cell and with the same cell's boot-to-boot variance of every other config in
@@ -49,7 +51,8 @@ import pandas as pd
 
 from tunelab import records as R
 from tunelab.stats.bounds import POWER_Z80, welch_interval
-from tunelab.stats.verdict import ABRecord, cell_verdicts
+from tunelab.stats.family import family_adjust
+from tunelab.stats.verdict import ABRecord, cell_verdicts, token_change
 
 __all__ = [
     "LATENCY_METRICS",
@@ -183,6 +186,26 @@ def _boot_values(con, trial_ids: list[str], metric: str) -> pd.DataFrame:
         con.unregister("_tl_ids")
 
 
+def _token_counts(con, trial_ids: list[str]) -> dict[tuple, dict[str, tuple[int, float, float]]]:
+    """Per cell ``(workload, load_kind, load_value)``, the ok requests' prompt and output token counts from the
+    server's usage (``requests``) over ``trial_ids``: ``{"prompt": (n, mean, variance), "output": (...)}``."""
+    if not trial_ids:
+        return {}
+    con.register("_tl_tok", pd.DataFrame({"trial_id": trial_ids}))
+    try:
+        rows = con.execute(
+            """SELECT r.workload, r.load_kind, r.load_value,
+                      count(r.prompt_tokens), avg(r.prompt_tokens), var_samp(r.prompt_tokens),
+                      count(r.output_tokens), avg(r.output_tokens), var_samp(r.output_tokens)
+               FROM requests r JOIN _tl_tok USING (trial_id) WHERE r.ok GROUP BY ALL"""
+        ).fetchall()
+    finally:
+        con.unregister("_tl_tok")
+    nan = (lambda x: math.nan if x is None else float(x))
+    return {(w, k, float(v)): {"prompt": (int(n1), nan(m1), nan(v1)), "output": (int(n2), nan(m2), nan(v2))}
+            for w, k, v, n1, m1, v1, n2, m2, v2 in rows}
+
+
 def _history_prior(con, exclude: list[str], metric: str, quality: Sequence[str], statuses: Sequence[str]
                    ) -> pd.DataFrame:
     """Per cell, the pooled within-group variance of log boot values in the rest of the warehouse.
@@ -277,12 +300,23 @@ def compare(
             without a partner is left out (``attrs["excluded"]``); fewer than ``min_boots`` pairs in a cell is
             ``inconclusive``. Choose it by the design, not by which interval comes out narrower.
 
+    The statistics are ``tunelab.stats``'s (``stats.verdict.cell_verdicts``: the interval and the verdict of each
+    cell; ``stats.family.family_adjust``: the headline verdicts as one family); this function selects the rows.
+
     Returns:
-        DataFrame, one row per (workload, load_kind, load_value) with columns
+        DataFrame, one row per (workload, load_kind, load_value) with the fields of ``stats.verdict.ABRecord``
+        (each described there) as columns:
         ``metric, higher_is_better, baseline_boots, candidate_boots, baseline_repeats,
         candidate_repeats, baseline_mean, candidate_mean, baseline_boot_sd, candidate_boot_sd,
         diff, rel_diff, ci_low, ci_high, rel_ci_low, rel_ci_high, p_value, df, se_log, mde_rel,
-        variance_source, verdict, reason, baseline_trials_excluded, candidate_trials_excluded``. Means are
+        variance_source, verdict, reason, baseline_trials_excluded, candidate_trials_excluded``, then
+        ``welch_ci_low, welch_ci_high`` (the plain per-cell Welch interval of ``diff`` on the boot means, beside the
+        method), ``family_role, p_family, family_verdict, family_method`` (the headline verdict, Holm-adjusted over
+        this comparison's rows; a report of several comparisons adjusts their union:
+        ``warehouse.selection.report_family``) and ``baseline_/candidate_prompt_tokens``,
+        ``baseline_/candidate_output_tokens`` (mean per ok request, server usage) with ``token_change`` (empty when
+        the sides ran the same token counts, else what changed and by how much: ``stats.verdict.token_change``;
+        a tokenizer change between releases shows here). Means are
         over boot means (repeats averaged first); ``diff = candidate_mean - baseline_mean`` in the metric's
         unit; ``rel_diff`` is the ratio of geometric means of the boot values - 1 and ``rel_ci_*`` its
         interval (log scale, never below -1); ``ci_*`` = ``rel_ci_* x baseline_mean`` (metric unit);
@@ -354,9 +388,19 @@ def compare(
     verdicts = cell_verdicts(values, design="paired" if paired else "fixed", higher_is_better=direction > 0,
                              confidence=confidence, min_boots=min_boots, borrow=borrow, prior_var=prior_var,
                              prior_df=prior_df, not_applied_sides=na_sides, not_applied_names=na_names)
+    # Did both sides run the same work? Token counts per request from the server's usage (a tokenizer change
+    # between releases moves them); the change and its size are named on the row.
+    tok_b, tok_c = _token_counts(con, keep_b), _token_counts(con, keep_c)
+    no_tok = {"prompt": (0, math.nan, math.nan), "output": (0, math.nan, math.nan)}
     rows = []
     for i, cell in enumerate(cells):
         b, c = _side(gb, vb, cell), _side(gc, vc, cell)
+        key = (cell[0], cell[1], float(cell[2]))
+        tb_, tc_ = tok_b.get(key, no_tok), tok_c.get(key, no_tok)
+        tokens = {"baseline_prompt_tokens": tb_["prompt"][1], "candidate_prompt_tokens": tc_["prompt"][1],
+                  "baseline_output_tokens": tb_["output"][1], "candidate_output_tokens": tc_["output"][1],
+                  "token_change": "; ".join(t for t in (token_change(w, tb_[w], tc_[w]) for w in ("prompt", "output"))
+                                            if t)}
         xb, xc = values[i]
         mb = float(xb.mean()) if len(xb) else math.nan
         mc = float(xc.mean()) if len(xc) else math.nan
@@ -373,13 +417,17 @@ def compare(
             "ci_low": math.nan, "ci_high": math.nan, "rel_ci_low": math.nan, "rel_ci_high": math.nan,
             "p_value": math.nan, "df": math.nan, "se_log": math.nan, "mde_rel": math.nan, "variance_source": "",
             "baseline_trials_excluded": len(excl_b), "candidate_trials_excluded": len(excl_c),
-            **verdicts[i].model_dump(exclude_unset=True),
+            **verdicts[i].model_dump(exclude_unset=True), **tokens,
         }
         if len(xb) >= 2 and len(xc) >= 2:  # the plain per-cell Welch interval, reported beside the method's
             w = welch_interval(xb, xc, confidence)
             row.update(welch_ci_low=w.low, welch_ci_high=w.high)
         rows.append(ABRecord(**row).model_dump())
     out = pd.DataFrame(rows, columns=ABRecord.columns())
+    # The headline verdicts of this comparison as one family (Holm); a report that joins several comparisons
+    # (configs, metrics) adjusts their union again (warehouse.selection.compare_frames).
+    out = family_adjust(out, alpha=1.0 - confidence)
+    out.attrs = {}
     out.attrs["excluded"] = excluded
     out.attrs["not_applied"] = not_applied
     out.attrs["method"] = (
