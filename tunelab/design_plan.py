@@ -360,8 +360,11 @@ def sweep_ab_rows(con: Any, plan: Plan, sweep_id: str, metrics: list[str] | None
     """The fixed-design A/B of a finished sweep: every other config of the plan against the first (per runtime),
     per cell, with ``warehouse.compare.compare`` (log-scale t interval, variance borrowed from history and other
     cells, ``mde_rel``: the effect this design could detect with 80 % power). ``metrics`` default:
-    ``output_tokens_per_s`` and the precision's metric. Rows are ``compare``'s plus ``baseline`` and ``candidate``
-    (labels). Plans with one config or ``replicates: auto`` (which decides its own A/B) give none."""
+    ``output_tokens_per_s``, the precision's metric and the plan's ``primary:`` metrics. Rows are ``compare``'s plus
+    ``baseline`` and ``candidate`` (labels); their headline verdicts (``family_verdict``) are adjusted as one family
+    over every candidate, cell and metric (``warehouse.selection.report_family``: Holm), the plan's ``primary:``
+    rows apart from the secondary ones. Plans with one config or ``replicates: auto`` (which decides its own A/B)
+    give none."""
     from tunelab.warehouse.compare import compare
 
     if plan.replicates == "auto":
@@ -369,6 +372,8 @@ def sweep_ab_rows(con: Any, plan: Plan, sweep_id: str, metrics: list[str] | None
     metrics = list(metrics or ["output_tokens_per_s"])
     if plan.precision is not None and plan.precision.metric not in metrics:
         metrics.append(plan.precision.metric)
+    primary = plan.primary.model_dump() if plan.primary is not None else None
+    metrics += [m for m in (primary or {}).get("metrics", []) if m not in metrics]
     rnd = plan._round(0)
     out: list[dict] = []
     for rt in plan.runtime_names():
@@ -385,7 +390,11 @@ def sweep_ab_rows(con: Any, plan: Plan, sweep_id: str, metrics: list[str] | None
                     continue
                 for r in df.to_dict("records"):
                     out.append({**r, "baseline": base.label, "candidate": cand.label})
-    return out
+    if not out:
+        return out
+    from tunelab.warehouse.selection import report_family
+
+    return report_family(pd.DataFrame(out), primary=primary).to_dict("records")
 
 
 def ab_lines(rows: list[dict]) -> list[str]:
@@ -396,6 +405,11 @@ def ab_lines(rows: list[dict]) -> list[str]:
         lab = load_label(r["load_kind"], r["load_value"])
         head = (f"A/B {r['candidate']} vs {r['baseline']}: {r['workload']} {lab} {r['metric']}: "
                 f"{str(r['verdict']).replace('_', ' ')}")
+        fam = r.get("family_verdict")
+        if fam is not None and (fam != r["verdict"] or r.get("family_role") == "secondary"):
+            # The headline (Holm over the sweep's A/B verdicts) differs from the per-cell verdict, or is secondary.
+            head += (f" per cell; headline {str(fam).replace('_', ' ')}"
+                     f"{' (secondary)' if r.get('family_role') == 'secondary' else ''}")
         lo, hi, mde = r.get("rel_ci_low"), r.get("rel_ci_high"), r.get("mde_rel")
         if lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi):
             head += f" {r['rel_diff']:+.1%} [{lo:+.1%}, {hi:+.1%}]"

@@ -484,6 +484,24 @@ def _check_metric(m: str, field: str) -> str:
     return m
 
 
+class PrimarySpec(BaseModel):
+    """The headline verdicts of the plan's A/B report (``primary:``; ``tunelab.stats.family``): these metrics at
+    these workloads and load levels form the family whose error rate Holm's method controls; the other rows are
+    labelled secondary (adjusted among themselves). Absent: every row of the report is a headline verdict."""
+
+    model_config = ConfigDict(extra="forbid")
+    metrics: list[str] = Field(min_length=1, description="Measurements columns of the headline verdicts, e.g. "
+                                                         "[output_tokens_per_s]; these are also compared.")
+    workloads: list[str] | None = Field(None, description="Workloads of the headline verdicts; default: all.")
+    loads: list[str] | None = Field(None, description="Load levels of the headline verdicts, by label (c=32); "
+                                                      "default: all.")
+
+    @field_validator("metrics")
+    @classmethod
+    def _metrics_ok(cls, v: list[str]) -> list[str]:
+        return [_check_metric(m, f"primary.metrics[{i}]") for i, m in enumerate(v)]
+
+
 class ABPlan(BaseModel):
     """The A/B that decides a ``replicates: auto`` sweep (``ab:`` in a plan): the plan's two configs (its matrix,
     variants or runtimes must give exactly two trials per boot round), the cells that decide (metrics x load
@@ -575,6 +593,9 @@ class Plan(BaseModel):
     precision: PrecisionSpec | None = Field(
         None, description="A precision instead of counts: tunelab chooses replicates and repeats from the "
                           "warehouse's noise model (see PrecisionSpec); excludes explicit replicates / repeats.")
+    primary: PrimarySpec | None = Field(
+        None, description="The headline verdicts of the sweep's A/B (metrics, workloads, load levels; see "
+                          "PrimarySpec); the rest of the A/B rows are labelled secondary.")
     interleave: Literal["round_robin", "shuffle"] = Field(
         "round_robin", description="Order of boots: A B A B (round_robin) or a seeded shuffle."
     )
@@ -695,6 +716,7 @@ class Plan(BaseModel):
         self._check_ab()
         self._check_search()
         self._check_precision()
+        self._check_primary()
         self._check_sla_search()
         return self
 
@@ -761,6 +783,19 @@ class Plan(BaseModel):
         for i, name in enumerate(self.precision.workloads or []):
             if name not in wl:
                 raise ValueError(f"precision.workloads[{i}]: {name!r} is not a workload of the plan; use one of {wl}")
+
+    def _check_primary(self) -> None:
+        """``primary`` names only workloads and load levels of the plan."""
+        if self.primary is None:
+            return
+        labels = [p.label for p in self.load_profiles()]
+        for i, lab in enumerate(self.primary.loads or []):
+            if lab not in labels:
+                raise ValueError(f"primary.loads[{i}]: {lab!r} is not a load level of the plan; use one of {labels}")
+        wl = [w.name for w in self.workloads]
+        for i, name in enumerate(self.primary.workloads or []):
+            if name not in wl:
+                raise ValueError(f"primary.workloads[{i}]: {name!r} is not a workload of the plan; use one of {wl}")
 
     def _check_search(self) -> None:
         """``search:`` varies one base config on one runtime, one boot per config: no matrix axes, variants,

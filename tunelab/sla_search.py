@@ -398,9 +398,11 @@ def _t_bounds(vals: Sequence[float], alpha: float) -> tuple[float, float]:
     if n < 2:
         return math.nan, math.nan
     mean = sum(vals) / n
-    sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / (n - 1))
-    half = float(stats.t.ppf(1.0 - alpha, n - 1)) * sd / math.sqrt(n)
-    return mean - half, mean + half
+    if all(v == vals[0] for v in vals):  # no spread: the bounds are the mean (scipy warns on constant data)
+        return mean, mean
+    # Two one-sided bounds at alpha each = the two-sided interval at 1 - 2 alpha (scipy's t interval).
+    ci = stats.ttest_1samp(list(vals), 0.0).confidence_interval(confidence_level=1.0 - 2.0 * alpha)
+    return float(ci.low), float(ci.high)
 
 
 def _error_rate_bound(windows: Sequence[Mapping[str, Any]], limit: float, alpha: float) -> MetricBound:
@@ -417,9 +419,9 @@ def _error_rate_bound(windows: Sequence[Mapping[str, Any]], limit: float, alpha:
         k = min(max(k, 0), sent)
         if n < 2:
             return MetricBound(ERROR_RATE, limit, n, k / sent, math.nan, math.nan)
-        lo = 0.0 if k == 0 else float(stats.beta.ppf(alpha, k, sent - k + 1))
-        hi = 1.0 if k == sent else float(stats.beta.ppf(1.0 - alpha, k + 1, sent - k))
-        return MetricBound(ERROR_RATE, limit, n, k / sent, lo, hi)
+        # Clopper-Pearson (exact) with alpha in each tail: scipy's two-sided interval at 1 - 2 alpha.
+        ci = stats.binomtest(k, sent).proportion_ci(confidence_level=1.0 - 2.0 * alpha, method="exact")
+        return MetricBound(ERROR_RATE, limit, n, k / sent, float(ci.low), float(ci.high))
     vals = [float(w[ERROR_RATE]) for w in rated]
     lo, hi = _t_bounds(vals, alpha)
     clip = (lambda x: x if math.isnan(x) else min(1.0, max(0.0, x)))

@@ -54,7 +54,8 @@ REGRESSION_STATE = "Regression"
 @flow(name="compare", flow_run_name="compare {metric}", log_prints=True)
 def compare(baseline: dict, candidate: dict, metric: str = "output_tokens_per_s", db: str | None = None,
             per_config: bool | None = None, min_boots: int = 2, with_regressions: bool = True,
-            artifact_key: str = "ab-comparison", mixed_keys: bool = False, paired: bool = False) -> dict:
+            artifact_key: str = "ab-comparison", mixed_keys: bool = False, paired: bool = False,
+            primary: dict | None = None) -> dict:
     """A/B comparison of two trial selections in the warehouse, plus regressions along vLLM versions.
 
     Args:
@@ -68,6 +69,9 @@ def compare(baseline: dict, candidate: dict, metric: str = "output_tokens_per_s"
         artifact_key: key of the markdown artifact.
         paired: analyse boots of one sweep and replicate on both sides as pairs (``warehouse.compare.compare``;
             for interleaved sweeps with about 4 pairs or more: drift both boots share cancels).
+        primary: the headline verdicts (a plan's ``primary:`` as a dict: ``metrics``, ``workloads``, ``loads``);
+            the report's verdicts are adjusted as one family by Holm's method (``stats.family``), primary and
+            secondary rows apart; default: every row is primary.
         mixed_keys: allow a pooled side to hold trials of several config keys (otherwise
             ``warehouse.selection.MixedConfigKeys``, a ValueError naming them); the keys pooled are reported.
 
@@ -96,7 +100,7 @@ def compare(baseline: dict, candidate: dict, metric: str = "output_tokens_per_s"
     con = connect(dbp, read_only=True)
     try:
         df = compare_frames(con, baseline, candidate, metric, per_config=per_config, min_boots=min_boots,
-                            mixed_keys=mixed_keys, paired=paired)
+                            mixed_keys=mixed_keys, paired=paired, primary=primary)
         md = ab_markdown(df, df.attrs["baseline"], df.attrs["candidate"],
                          title="A/B comparison" + (" (config by config)" if "only_baseline" in df.attrs else ""))
         if df.attrs.get("mixed_keys"):
@@ -153,9 +157,10 @@ def _sel_text(sel: dict) -> str:
 def confirmed_regressions(ab: pd.DataFrame, reg: pd.DataFrame, versions: str | list[str] | None = None) -> list[dict]:
     """What a comparison confirms as a regression, as JSON-ready dicts with a one-line ``what``:
 
-    - ``kind='ab_worse'``: an A/B row whose verdict is ``worse`` (the candidate is worse and the boot-level
-      confidence interval of the change excludes 0: ``warehouse.compare.compare``); keys ``config_key``,
-      ``workload``, ``load``, ``rel_diff``, ``ci`` ([low, high], relative);
+    - ``kind='ab_worse'``: a primary A/B row whose headline verdict (``family_verdict``: Holm-adjusted over the
+      report's verdicts, ``stats.family``) is ``worse``; a per-cell ``worse`` that the family adjustment does not
+      keep raises nothing. Keys ``config_key``, ``workload``, ``load``, ``rel_diff``, ``ci`` ([low, high],
+      relative, the per-cell interval), ``p_family``;
     - ``kind='series'``: a point of ``warehouse.compare.regressions`` with status ``regression`` (``consecutive``
       violations along vLLM versions, the PyTorch HUD rule) that ``warehouse.series.confirm_by_alarm`` kept
       (a series of 8 points or more also needs a change-point alarm); ``violation_unconfirmed`` points are not
@@ -167,11 +172,16 @@ def confirmed_regressions(ab: pd.DataFrame, reg: pd.DataFrame, versions: str | l
     from tunelab.load_profiles import load_label
 
     out: list[dict] = []
-    for r in (ab[ab["verdict"] == "worse"].itertuples(index=False) if len(ab) else []):
+    if len(ab) and "family_verdict" in ab.columns:
+        headline = ab[(ab["family_verdict"] == "worse") & (ab["family_role"] == "primary")]
+    else:  # rows from before family control: the per-cell verdict
+        headline = ab[ab["verdict"] == "worse"] if len(ab) else ab
+    for r in (headline.itertuples(index=False) if len(headline) else []):
         key = str(getattr(r, "config_key", "") or "")
         load = load_label(r.load_kind, r.load_value)
         out.append({"kind": "ab_worse", "config_key": key, "workload": str(r.workload), "load": load,
                     "rel_diff": float(r.rel_diff), "ci": [float(r.rel_ci_low), float(r.rel_ci_high)],
+                    "p_family": None if pd.isna(getattr(r, "p_family", None)) else float(r.p_family),
                     "what": f"{key or 'pooled'} {r.workload} {load}: {r.rel_diff * 100:+.1f}% "
                             f"[{r.rel_ci_low * 100:+.1f}%, {r.rel_ci_high * 100:+.1f}%]"})
     wanted = [versions] if isinstance(versions, str) else list(versions or [])

@@ -698,8 +698,19 @@ def ab_markdown(df: pd.DataFrame, baseline: dict, candidate: dict, title: str | 
             # The resolution of the verdict: effects smaller than this could not have been seen (80 % power).
             "MDE": "-" if pd.isna(getattr(r, "mde_rel", None)) else mde_text(r.mde_rel),
             "verdict": f"**{r.verdict}**", "why": r.reason,
+            # The headline: Holm-adjusted over the report's family (stats.family); the verdict before it is per cell.
+            **({"headline": f"**{r.family_verdict}**" + (" (secondary)" if r.family_role == "secondary" else "")}
+               if "family_verdict" in df.columns else {}),
+            **({"tokens": r.token_change} if "token_change" in df.columns and (df["token_change"] != "").any() else {}),
         } for r in df.itertuples(index=False)])
     lines += ["", f"Method: {df.attrs.get('method', '')}"]
+    if df.attrs.get("family"):
+        lines += ["", f"Verdicts: {df.attrs['family']}"]
+    if "token_change" in df.columns and (df["token_change"] != "").any():
+        lines += ["", "Token counts differ between the sides (not the same work; the change is partly the "
+                      "workload's): " + "; ".join(f"{r.workload} {load_label(r.load_kind, r.load_value)}: "
+                                                  f"{r.token_change}" for r in df.itertuples(index=False)
+                                                  if r.token_change)]
     ex = df.attrs.get("excluded")
     if ex is not None and len(ex):
         lines += ["", "Trials left out:", ""] + markdown_table(ex.to_dict("records"))

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 from scipy import stats
 
+from tunelab.stats.bounds import t_half_width
+
 __all__ = ["Design", "ab_half_width", "optimal_design", "pilot_design"]
 
 
@@ -54,7 +56,7 @@ def ab_half_width(var_boot: float, var_window: float, boots: int, windows: int, 
     if boots < 2 or windows < 1:
         raise ValueError(f"boots must be >= 2 and windows >= 1, got {boots}, {windows}")
     se = math.sqrt(2.0 * (var_boot + var_window / windows) / boots)
-    return math.expm1(float(stats.t.ppf(0.5 + confidence / 2, 2 * (boots - 1))) * se)
+    return math.expm1(t_half_width(se, 2 * (boots - 1), 0.5 + confidence / 2))
 
 
 def optimal_design(var_boot: float, var_window: float, boot_s: float, window_s: float, half_width: float, *,

@@ -36,6 +36,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special, stats
 
+from tunelab.stats.bounds import t_half_width
+
 __all__ = ["CELL_RESIDUAL_CORR", "LogInterval", "eb_prior", "effective_pooled_df", "log_ab_intervals", "mde_rel",
            "mde_text", "paired_log_intervals"]
 
@@ -263,8 +265,8 @@ def _interval(diff: float, se: float, df_t: float, var: float, source: str, alph
         lo = hi = diff
         p = 1.0 if diff == 0 else 0.0
     else:
-        tq = float(stats.t.ppf(1 - alpha / 2, df_t))
-        lo, hi = diff - tq * se, diff + tq * se
+        hw = t_half_width(se, df_t, 1 - alpha / 2)
+        lo, hi = diff - hw, diff + hw
         p = float(2 * stats.t.sf(abs(diff) / se, df_t))
     return LogInterval(diff_log=diff, se_log=se, df=float(df_t), var_log=float(var), rel=math.expm1(diff),
                        rel_low=math.expm1(lo), rel_high=math.expm1(hi), p_value=p,

@@ -34,7 +34,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from scipy import optimize, stats
+from scipy import optimize
+
+from tunelab.stats.bounds import POWER_Z80, interval_call
 
 __all__ = ["MIXTURE_G", "MIXTURE_GS", "MIXTURE_WEIGHTS", "SequentialVerdict", "boundary_u", "first_finite_pair", "confidence_sequence_log",
            "halfwidth_log", "sequential_ab"]
@@ -50,7 +52,6 @@ MIXTURE_GS = (MIXTURE_G, 100.0)
 MIXTURE_WEIGHTS = (0.8, 0.2)
 #: Prior degrees of freedom given to ``prior_sd`` when the caller does not state them (a few boots of history).
 DEFAULT_PRIOR_DF = 4.0
-_Z80 = float(stats.norm.ppf(0.8))
 
 
 @dataclass(frozen=True)
@@ -223,12 +224,11 @@ def sequential_ab(baseline: Sequence[float], candidate: Sequence[float], *, high
     ci_low = math.expm1(lo_log) if math.isfinite(lo_log) else -1.0
     ci_high = math.expm1(hi_log) if math.isfinite(hi_log) else math.inf
     if math.isfinite(hw) and math.isfinite(sd):
-        mde = math.expm1(hw + _Z80 * sd / math.sqrt(n))
+        mde = math.expm1(hw + POWER_Z80 * sd / math.sqrt(n))
     else:
         mde = math.inf
-    call: Literal["better", "worse", "equivalent", "undecided"] = "undecided"
-    if lo_log > 0 or hi_log < 0:
-        call = "better" if (lo_log > 0) == higher_is_better else "worse"
-    elif margin is not None and math.log1p(-margin) < lo_log and hi_log < math.log1p(margin):
-        call = "equivalent"
+    # The rule every A/B shares (stats.bounds.interval_call), here on the log scale with the margin's logs.
+    call: Literal["better", "worse", "equivalent", "undecided"] = interval_call(
+        lo_log, hi_log, higher_is_better,
+        None if margin is None else (math.log1p(-margin), math.log1p(margin))) or "undecided"
     return SequentialVerdict(call, math.expm1(mean), ci_low, ci_high, n, mde, method, sd, d0 + n - 1)

@@ -8,7 +8,9 @@ repeats on one server spread 6-20 %; treating repeats as independent samples wou
 that noise an effect. So repeats are averaged within each trial first, and every interval is
 computed across trials.
 
-``compare``: per (workload, load_kind, load_value), baseline and candidate boot means are compared on the
+The statistics live in ``tunelab.stats`` (``stats.verdict``, ``stats.family``, ``stats.intervals``); this module
+selects the rows they judge. ``compare``: per (workload, load_kind, load_value), baseline and candidate boot means
+are compared on the
 log scale (``tunelab.stats.intervals.log_ab_intervals``): the effect is the ratio of geometric means, its
 t interval ``exp(diff_log +- t se) - 1`` never crosses -100 %, and the variance of a boot's log value is
 pooled over both sides of the cell and with the same cell's boot-to-boot variance of every other config in
@@ -46,10 +48,11 @@ from collections.abc import Iterable, Sequence
 import duckdb
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from tunelab import records as R
-from tunelab.stats.intervals import log_ab_intervals, mde_text, paired_log_intervals
+from tunelab.stats.bounds import POWER_Z80, welch_interval
+from tunelab.stats.family import family_adjust
+from tunelab.stats.verdict import ABRecord, cell_verdicts, token_change
 
 __all__ = [
     "LATENCY_METRICS",
@@ -70,7 +73,6 @@ SELECTOR_KEYS = (
     "vllm_release", "gpu_name", "model",
 )
 VERDICTS = ("better", "worse", "no_significant_change", "inconclusive", "not_applied")
-_Z80 = float(stats.norm.ppf(0.8))
 
 
 def metric_direction(metric: str) -> int:
@@ -186,6 +188,26 @@ def _boot_values(con, trial_ids: list[str], metric: str) -> pd.DataFrame:
         con.unregister("_tl_ids")
 
 
+def _token_counts(con, trial_ids: list[str]) -> dict[tuple, dict[str, tuple[int, float, float]]]:
+    """Per cell ``(workload, load_kind, load_value)``, the ok requests' prompt and output token counts from the
+    server's usage (``requests``) over ``trial_ids``: ``{"prompt": (n, mean, variance), "output": (...)}``."""
+    if not trial_ids:
+        return {}
+    con.register("_tl_tok", pd.DataFrame({"trial_id": trial_ids}))
+    try:
+        rows = con.execute(
+            """SELECT r.workload, r.load_kind, r.load_value,
+                      count(r.prompt_tokens), avg(r.prompt_tokens), var_samp(r.prompt_tokens),
+                      count(r.output_tokens), avg(r.output_tokens), var_samp(r.output_tokens)
+               FROM requests r JOIN _tl_tok USING (trial_id) WHERE r.ok GROUP BY ALL"""
+        ).fetchall()
+    finally:
+        con.unregister("_tl_tok")
+    nan = (lambda x: math.nan if x is None else float(x))
+    return {(w, k, float(v)): {"prompt": (int(n1), nan(m1), nan(v1)), "output": (int(n2), nan(m2), nan(v2))}
+            for w, k, v, n1, m1, v1, n2, m2, v2 in rows}
+
+
 def _history_prior(con, exclude: list[str], metric: str, quality: Sequence[str], statuses: Sequence[str]
                    ) -> pd.DataFrame:
     """Per cell, the pooled within-group variance of log boot values in the rest of the warehouse.
@@ -239,23 +261,6 @@ def _split(trials: pd.DataFrame, side: str, quality: Sequence[str], statuses: Se
     return keep, excluded
 
 
-def _welch(xb: np.ndarray, xc: np.ndarray, confidence: float) -> tuple[float, float, float, float]:
-    """(ci_low, ci_high, p_value, df) for mean(xc) - mean(xb), Welch-Satterthwaite."""
-    nb, nc = len(xb), len(xc)
-    vb, vc = xb.var(ddof=1) / nb, xc.var(ddof=1) / nc
-    diff = xc.mean() - xb.mean()
-    se2 = vb + vc
-    if se2 == 0.0:
-        if diff == 0.0:
-            return 0.0, 0.0, 1.0, float(nb + nc - 2)
-        return diff, diff, 0.0, float(nb + nc - 2)
-    df = se2**2 / ((vb**2 / (nb - 1) if vb else 0.0) + (vc**2 / (nc - 1) if vc else 0.0))
-    tcrit = stats.t.ppf(0.5 + confidence / 2.0, df)
-    se = math.sqrt(se2)
-    p = float(stats.ttest_ind(xc, xb, equal_var=False).pvalue)
-    return diff - tcrit * se, diff + tcrit * se, p, float(df)
-
-
 def compare(
     con: duckdb.DuckDBPyConnection,
     baseline: dict,
@@ -297,12 +302,23 @@ def compare(
             without a partner is left out (``attrs["excluded"]``); fewer than ``min_boots`` pairs in a cell is
             ``inconclusive``. Choose it by the design, not by which interval comes out narrower.
 
+    The statistics are ``tunelab.stats``'s (``stats.verdict.cell_verdicts``: the interval and the verdict of each
+    cell; ``stats.family.family_adjust``: the headline verdicts as one family); this function selects the rows.
+
     Returns:
-        DataFrame, one row per (workload, load_kind, load_value) with columns
+        DataFrame, one row per (workload, load_kind, load_value) with the fields of ``stats.verdict.ABRecord``
+        (each described there) as columns:
         ``metric, higher_is_better, baseline_boots, candidate_boots, baseline_repeats,
         candidate_repeats, baseline_mean, candidate_mean, baseline_boot_sd, candidate_boot_sd,
         diff, rel_diff, ci_low, ci_high, rel_ci_low, rel_ci_high, p_value, df, se_log, mde_rel,
-        variance_source, verdict, reason, baseline_trials_excluded, candidate_trials_excluded``. Means are
+        variance_source, verdict, reason, baseline_trials_excluded, candidate_trials_excluded``, then
+        ``welch_ci_low, welch_ci_high`` (the plain per-cell Welch interval of ``diff`` on the boot means, beside the
+        method), ``family_role, p_family, family_verdict, family_method`` (the headline verdict, Holm-adjusted over
+        this comparison's rows; a report of several comparisons adjusts their union:
+        ``warehouse.selection.report_family``) and ``baseline_/candidate_prompt_tokens``,
+        ``baseline_/candidate_output_tokens`` (mean per ok request, server usage) with ``token_change`` (empty when
+        the sides ran the same token counts, else what changed and by how much: ``stats.verdict.token_change``;
+        a tokenizer change between releases shows here). Means are
         over boot means (repeats averaged first); ``diff = candidate_mean - baseline_mean`` in the metric's
         unit; ``rel_diff`` is the ratio of geometric means of the boot values - 1 and ``rel_ci_*`` its
         interval (log scale, never below -1); ``ci_*`` = ``rel_ci_* x baseline_mean`` (metric unit);
@@ -362,30 +378,35 @@ def compare(
     values = [(_side(gb, vb, cell)["boot_value"].to_numpy(dtype=float),
                _side(gc, vc, cell)["boot_value"].to_numpy(dtype=float)) for cell in cells]
     positive = [bool(len(xb) and len(xc) and (xb > 0).all() and (xc > 0).all()) for xb, xc in values]
-    # Log-scale intervals for the cells where a ratio exists; their variances borrow from each other.
-    log_cells = [i for i, ok in enumerate(positive) if ok]
-    prior_var, prior_df = [math.nan] * len(log_cells), [0.0] * len(log_cells)
+    prior_var, prior_df = [math.nan] * len(cells), [0.0] * len(cells)
     if history and not paired:
         hist = _history_prior(con, keep_b + keep_c, metric, quality, statuses)
         hmap = {(r.workload, r.load_kind, float(r.load_value)): (float(r.var_log), float(r.df))
                 for r in hist.itertuples(index=False)}
-        for j, i in enumerate(log_cells):
-            prior_var[j], prior_df[j] = hmap.get((cells[i][0], cells[i][1], float(cells[i][2])), (math.nan, 0.0))
-    if paired:
-        log_iv = dict(zip(log_cells, paired_log_intervals([values[i] for i in log_cells], confidence=confidence,
-                                                          borrow=borrow)))
-    else:
-        log_iv = dict(zip(log_cells, log_ab_intervals([values[i] for i in log_cells], confidence=confidence,
-                                                      borrow=borrow, prior_var=prior_var, prior_df=prior_df)))
-    pct = f"{confidence:.0%}"
+        for i, ok in enumerate(positive):
+            if ok:
+                prior_var[i], prior_df[i] = hmap.get((cells[i][0], cells[i][1], float(cells[i][2])), (math.nan, 0.0))
+    na_names = sorted({n for e in not_applied.env for n in e.split(", ")}) if na_sides else []
+    verdicts = cell_verdicts(values, design="paired" if paired else "fixed", higher_is_better=direction > 0,
+                             confidence=confidence, min_boots=min_boots, borrow=borrow, prior_var=prior_var,
+                             prior_df=prior_df, not_applied_sides=na_sides, not_applied_names=na_names)
+    # Did both sides run the same work? Token counts per request from the server's usage (a tokenizer change
+    # between releases moves them); the change and its size are named on the row.
+    tok_b, tok_c = _token_counts(con, keep_b), _token_counts(con, keep_c)
+    no_tok = {"prompt": (0, math.nan, math.nan), "output": (0, math.nan, math.nan)}
     rows = []
     for i, cell in enumerate(cells):
         b, c = _side(gb, vb, cell), _side(gc, vc, cell)
+        key = (cell[0], cell[1], float(cell[2]))
+        tb_, tc_ = tok_b.get(key, no_tok), tok_c.get(key, no_tok)
+        tokens = {"baseline_prompt_tokens": tb_["prompt"][1], "candidate_prompt_tokens": tc_["prompt"][1],
+                  "baseline_output_tokens": tb_["output"][1], "candidate_output_tokens": tc_["output"][1],
+                  "token_change": "; ".join(t for t in (token_change(w, tb_[w], tc_[w]) for w in ("prompt", "output"))
+                                            if t)}
         xb, xc = values[i]
         mb = float(xb.mean()) if len(xb) else math.nan
         mc = float(xc.mean()) if len(xc) else math.nan
         diff = mc - mb
-        rel = diff / mb if mb else math.nan
         row = {
             "workload": cell[0], "load_kind": cell[1], "load_value": float(cell[2]), "metric": metric,
             "higher_is_better": direction > 0,
@@ -394,68 +415,21 @@ def compare(
             "baseline_mean": mb, "candidate_mean": mc,
             "baseline_boot_sd": float(xb.std(ddof=1)) if len(xb) > 1 else math.nan,
             "candidate_boot_sd": float(xc.std(ddof=1)) if len(xc) > 1 else math.nan,
-            "diff": diff, "rel_diff": rel,
+            "diff": diff, "rel_diff": diff / mb if mb else math.nan,
             "ci_low": math.nan, "ci_high": math.nan, "rel_ci_low": math.nan, "rel_ci_high": math.nan,
             "p_value": math.nan, "df": math.nan, "se_log": math.nan, "mde_rel": math.nan, "variance_source": "",
+            "baseline_trials_excluded": len(excl_b), "candidate_trials_excluded": len(excl_c),
+            **verdicts[i].model_dump(exclude_unset=True), **tokens,
         }
-        short = [f"{side} has {n} boot{'s' if n != 1 else ''}" for side, n in (("baseline", len(xb)), ("candidate", len(xc)))
-                 if n < min_boots]
-        if paired and short:
-            short = [f"{min(len(xb), len(xc))} pair(s) of boots"]
-        iv = log_iv.get(i)
-        if short:
-            row["verdict"] = "inconclusive"
-            row["reason"] = (
-                f"{' and '.join(short)}; need >= {min_boots} boots per side because the boot, not the "
-                "repeat, is the unit of replication (boot-to-boot noise is unknown from one boot)"
-            )
-        elif iv is not None:
-            # Relative effect = ratio of geometric means; the unit interval scales it by the baseline mean.
-            row.update(rel_diff=iv.rel, rel_ci_low=iv.rel_low, rel_ci_high=iv.rel_high, p_value=iv.p_value,
-                       df=iv.df, se_log=iv.se_log, mde_rel=iv.mde_rel, variance_source=iv.source,
-                       ci_low=iv.rel_low * abs(mb), ci_high=iv.rel_high * abs(mb))
-            excludes = iv.rel_low > 0 or iv.rel_high < 0
-            improved = (iv.rel > 0) == (direction > 0)
-            row["verdict"] = ("better" if improved else "worse") if excludes else "no_significant_change"
-            row["reason"] = (
-                f"{pct} interval of the ratio [{iv.rel_low:+.1%}, {iv.rel_high:+.1%}] "
-                f"{'excludes' if excludes else 'contains'} 0 (log scale, {len(xb)} vs {len(xc)} boots"
-                f"{', as pairs' if paired else ''}, variance: {iv.source}); detectable at 80 % power: "
-                f"{mde_text(iv.mde_rel)}"
-            )
-        elif len(xb) >= 2 and len(xc) >= 2:
-            lo, hi, p, dof = _welch(xb, xc, confidence)
-            row.update(ci_low=lo, ci_high=hi, p_value=p, df=dof, variance_source="Welch (values <= 0: no ratio)")
-            if mb:
-                row.update(rel_ci_low=lo / abs(mb), rel_ci_high=hi / abs(mb))
-            excludes = lo > 0 or hi < 0
-            improved = (diff > 0) == (direction > 0)
-            row["verdict"] = ("better" if improved else "worse") if excludes else "no_significant_change"
-            row["reason"] = (
-                f"{pct} Welch interval of the difference [{lo:.4g}, {hi:.4g}] "
-                f"{'excludes' if excludes else 'contains'} 0 ({len(xb)} vs {len(xc)} boots; values <= 0, so no "
-                "log-scale ratio)"
-            )
-        else:
-            row["verdict"] = "inconclusive"
-            row["reason"] = "no variance estimate for this cell (no degrees of freedom on either side or in other cells)"
-        if na_sides and row["verdict"] != "inconclusive":
-            names = sorted({n for e in not_applied.env for n in e.split(", ")})
-            row["reason"] = (
-                f"{' and '.join(na_sides)}: {', '.join(names)} not applied on any boot (its vLLM reported it "
-                f"unknown and ran without it), so the difference is not an effect of it; the numbers alone: "
-                f"{row['verdict']}, {row['reason']}"
-            )
-            row["verdict"] = "not_applied"
-        rows.append(row)
-    out = pd.DataFrame(rows, columns=[
-        "workload", "load_kind", "load_value", "metric", "higher_is_better", "baseline_boots", "candidate_boots",
-        "baseline_repeats", "candidate_repeats", "baseline_mean", "candidate_mean", "baseline_boot_sd",
-        "candidate_boot_sd", "diff", "rel_diff", "ci_low", "ci_high", "rel_ci_low", "rel_ci_high", "p_value",
-        "df", "se_log", "mde_rel", "variance_source", "verdict", "reason",
-    ])
-    out["baseline_trials_excluded"] = len(excl_b)
-    out["candidate_trials_excluded"] = len(excl_c)
+        if len(xb) >= 2 and len(xc) >= 2:  # the plain per-cell Welch interval, reported beside the method's
+            w = welch_interval(xb, xc, confidence)
+            row.update(welch_ci_low=w.low, welch_ci_high=w.high)
+        rows.append(ABRecord(**row).model_dump())
+    out = pd.DataFrame(rows, columns=ABRecord.columns())
+    # The headline verdicts of this comparison as one family (Holm); a report that joins several comparisons
+    # (configs, metrics) adjusts their union again (warehouse.selection.compare_frames).
+    out = family_adjust(out, alpha=1.0 - confidence)
+    out.attrs = {}
     out.attrs["excluded"] = excluded
     out.attrs["not_applied"] = not_applied
     out.attrs["method"] = (
@@ -638,7 +612,7 @@ def regressions(
                 # Resolution of this call: the true worsening flagged with 80 % power, i.e. the flag threshold
                 # (max of threshold_rel and the noise band) plus 0.84 SE of the difference.
                 se_rel = band / noise_k / abs(base_value)
-                rec["mde_rel"] = max(threshold_rel, noise_k * se_rel) + _Z80 * se_rel
+                rec["mde_rel"] = max(threshold_rel, noise_k * se_rel) + POWER_Z80 * se_rel
             if math.isnan(band):
                 statuses_out.append("insufficient_data")
                 info.append(rec)

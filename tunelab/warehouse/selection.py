@@ -8,14 +8,17 @@ values and the per-config rule are explained in ``tunelab.flows.compare``'s modu
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import duckdb
 import pandas as pd
 
+from tunelab.stats.family import family_adjust
 from tunelab.warehouse.compare import SELECTOR_KEYS, compare as ab_compare, selector_where
 
-__all__ = ["SELECTOR_ALIASES", "MixedConfigKeys", "check_config_keys", "compare_frames", "matched_trials", "parse_selector", "resolve_selector"]
+__all__ = ["SELECTOR_ALIASES", "MixedConfigKeys", "check_config_keys", "compare_frames", "matched_trials", "parse_selector", "family_text",
+           "primary_mask", "report_family", "resolve_selector"]
 
 SELECTOR_ALIASES = {"runtime": "runtime_name", "version": "vllm_version", "config": "config_label",
                     "key": "config_key", "sweep": "sweep_id", "gpu": "gpu_name", "release": "vllm_release"}
@@ -137,9 +140,42 @@ def check_config_keys(con: duckdb.DuckDBPyConnection, baseline: dict, candidate:
     return {side: [k for k, _, _ in ks] for side, ks in mixed.items()}
 
 
+def primary_mask(rows: pd.DataFrame, primary: Mapping[str, Any] | None) -> list[bool] | None:
+    """Per A/B row, whether it is a headline (primary) verdict of ``primary`` (a plan's ``primary:`` as a dict:
+    ``metrics``, optional ``workloads`` and ``loads`` by label such as ``c=32``); None when none is named."""
+    if not primary:
+        return None
+    from tunelab.load_profiles import load_label
+
+    metrics, wls, loads = (primary.get("metrics") or []), primary.get("workloads"), primary.get("loads")
+    return [(r.metric in metrics) and (not wls or r.workload in wls)
+            and (not loads or load_label(r.load_kind, r.load_value) in loads) for r in rows.itertuples(index=False)]
+
+
+def report_family(rows: pd.DataFrame, *, confidence: float = 0.95, primary: Mapping[str, Any] | None = None
+                  ) -> pd.DataFrame:
+    """The rows of one A/B report (configs x cells x metrics) with their headline verdicts adjusted as one
+    family (``stats.family.family_adjust``, Holm), primary and secondary rows by ``primary`` (:func:`primary_mask`).
+    ``attrs`` are kept."""
+    attrs = dict(rows.attrs)
+    out = family_adjust(rows, alpha=1.0 - confidence, primary=primary_mask(rows, primary))
+    attrs["family"] = family_text(out, confidence)
+    out.attrs = attrs
+    return out
+
+
+def family_text(rows: pd.DataFrame, confidence: float = 0.95) -> str:
+    """One line on how a report's verdicts were judged: per-cell intervals, and the families' adjustment."""
+    fams = sorted({m for m in rows.get("family_method", pd.Series(dtype=str)) if m})
+    return (f"intervals and the per-cell verdict are per cell ({confidence:.0%}, unadjusted); the headline verdict "
+            f"(family_verdict) holds the family-wise error rate at {1 - confidence:.0%}: "
+            + ("; ".join(fams) if fams else "no verdict to adjust") + " (Holm's step-down method)")
+
+
 def compare_frames(con: duckdb.DuckDBPyConnection, baseline: dict, candidate: dict,
                    metric: str = "output_tokens_per_s", per_config: bool | None = None,
-                   mixed_keys: bool = False, **kwargs: Any) -> pd.DataFrame:
+                   mixed_keys: bool = False, primary: Mapping[str, Any] | None = None,
+                   **kwargs: Any) -> pd.DataFrame:
     """A/B comparison (``warehouse.compare.compare``) after resolving symbols; per config key unless a
     selector names a config or ``per_config=False``. Extra ``kwargs`` go to ``compare`` (confidence,
     quality, statuses, min_boots, paired).
@@ -148,6 +184,9 @@ def compare_frames(con: duckdb.DuckDBPyConnection, baseline: dict, candidate: di
     only within its plan (a sweep with one more env var gives the same label another key), so a side that
     selects ok trials of two or more keys raises :class:`MixedConfigKeys` unless ``mixed_keys=True`` (then the
     keys pooled per side are in ``attrs["mixed_keys"]``).
+
+    The headline verdicts of all rows together are one family (:func:`report_family`: Holm; ``primary`` names
+    the headline metrics, workloads and loads, the rest are secondary).
 
     Returns:
         The rows of ``compare`` with ``config_key`` and ``config_label`` columns in front; ``attrs`` keep
@@ -168,7 +207,7 @@ def compare_frames(con: duckdb.DuckDBPyConnection, baseline: dict, candidate: di
         df.insert(0, "config_label", b.get("config_label", "") if b.get("config_label") == c.get("config_label") else "")
         df.insert(0, "config_key", "")
         df.attrs["baseline"], df.attrs["candidate"] = b, c
-        return df
+        return report_family(df, confidence=kwargs.get("confidence", 0.95), primary=primary)
 
     def keys(sel: dict) -> dict[str, str]:
         where, params = selector_where(sel)  # the same selector semantics as compare()
@@ -199,4 +238,4 @@ def compare_frames(con: duckdb.DuckDBPyConnection, baseline: dict, candidate: di
     out.attrs["mixed_keys"] = {}
     out.attrs["only_baseline"] = sorted(set(kb) - set(kc))
     out.attrs["only_candidate"] = sorted(set(kc) - set(kb))
-    return out
+    return report_family(out, confidence=kwargs.get("confidence", 0.95), primary=primary)
