@@ -888,7 +888,9 @@ def test_plan_check_of_a_search_says_its_cost_and_warns_without_an_slo(tmp_path,
 
     from tunelab.cli import app
 
+    # VLLM_X is a made-up name: a plan must say it is meant (allow_unknown_env) or plan check refuses it.
     data = {"name": "s", "model": "models/tiny", "concurrency": [1, 4], "search": SEARCH,
+            "allow_unknown_env": ["VLLM_X"],
             "workloads": [{"name": "chat", "prompt_tokens": 32, "output_tokens": 16, "num_requests": 4}]}
     if slo:
         data["slo"] = slo
