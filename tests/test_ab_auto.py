@@ -103,7 +103,7 @@ def _fake_trial_flow():
     from tunelab.warehouse.synthetic import synthetic_trial
 
     @flow(name="trial", validate_parameters=False)
-    def fake_trial(trial, trial_id, plan, runtime, ctx):
+    def fake_trial(trial, trial_id, plan, runtime, ctx, window_check=None):
         """FAKE trial: no server; a synthetic bundle whose throughput has the candidate's effect and a boot-level
         factor drawn per boot (seeded by config and boot), plus 1 % window-to-window noise."""
         candidate = str(trial.engine_args.get("max-num-batched-tokens")) == "2048"

@@ -220,7 +220,7 @@ def _fake_trial_flow():
     lock, both_started, started = threading.Lock(), threading.Event(), [0]
 
     @flow(name="trial", validate_parameters=False)
-    def fake_trial(trial, trial_id, plan, runtime, ctx):
+    def fake_trial(trial, trial_id, plan, runtime, ctx, window_check=None):
         """FAKE trial: no server. Sleeps like a short trial and writes a synthetic bundle. The first one-GPU
         trial also waits (up to 60 s) until the second one has started, so that trials scheduled in parallel
         always overlap however slow the box is, and trials run one after the other never do."""

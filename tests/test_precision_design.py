@@ -269,7 +269,7 @@ def test_ab_priors_come_from_the_noise_model_of_both_configs(tmp_path):
 
 
 def test_run_auto_ab_passes_the_prior_to_the_sequential_rule(monkeypatch, tmp_path):
-    import tunelab.flows.ab_auto as A
+    import tunelab.designs.sequential_ab as A
 
     seen = []
 
@@ -288,16 +288,27 @@ def test_run_auto_ab_passes_the_prior_to_the_sequential_rule(monkeypatch, tmp_pa
     run = _FakeRun(plan, tmp_path)
     import logging
 
-    monkeypatch.setattr("tunelab.flows.devices.run_on_devices", lambda jobs, need, pool, fn, **kw: [fn(j, pool[:1])
-                                                                                                    for j in jobs])
-    out = A.run_auto_ab(run, {"cpu": ["dev"], "gpu": []}, "", plan, logging.getLogger("t"),
-                        priors={cell: (0.07, 8.0)})
+    out = run.run_design(A.SequentialAB(plan, logging.getLogger("t"), priors={cell: (0.07, 8.0)}))
     assert out.pairs == 2 and seen and all(kw["prior_sd"] == 0.07 and kw["prior_df"] == 8.0 for kw in seen)
     assert "history sd 0.07 on 8 df" in out.verdicts[0]["method"]
 
 
 class _FakeRun:
-    """The sweep's trial runner, reduced to what ``run_auto_ab`` reads: jobs, bundles, statuses, timings."""
+    """The sweep's trial runner, reduced to its one loop (``flows.sweep._SweepTrials.run_design``) over jobs in plan
+    order, with a synthetic bundle per trial."""
+
+    def run_design(self, design):
+        from tunelab.designs import TrialResult
+
+        done, k = [], 0
+        while specs := design.next_trials(done):
+            for spec in specs:
+                job = self.jobs[k]
+                assert job.trial == spec.trial
+                self.run_one(job, ["dev"])
+                done.append(TrialResult(spec, f"t{k}", self.statuses[k], self.bundles[k], gpu_minutes=1.0))
+                k += 1
+        return design.outcome
 
     def __init__(self, plan: Plan, bundle_dir: Path):
         from types import SimpleNamespace

@@ -279,3 +279,125 @@ def test_compare_cli_writes_the_html_report(prefect_server, tmp_path):
     page = out.read_text()
     assert page.startswith("<!DOCTYPE html>") and 'src="data:image/png;base64,' in page and "<script" not in page
     assert "cfgab" in page and "<strong>worse</strong>" in page and "Regressions along vLLM versions" in page
+
+
+# -- the states that say how a trial and a sweep ended (issue 29 items 12 and 18) ----------------------------------
+def _flow_runs(c, name: str) -> tuple:
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
+
+    (sweep,) = c.read_flow_runs(flow_run_filter=FlowRunFilter(name={"any_": [name]}))
+    kids = c.read_flow_runs(flow_run_filter=FlowRunFilter(
+        parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[sweep.id])))
+    return sweep, kids
+
+
+def test_a_trial_that_fails_the_quality_gate_says_so_in_its_state_and_tag(prefect_server, fake_engine, tmp_path,
+                                                                          monkeypatch):
+    """A trial that ran but failed the quality gate is not a green 'Completed' with only ``status:ok``: its run ends
+    in the COMPLETED-type state ``QualityFailed`` naming the failed check, tagged ``quality:fail``; a trial that
+    passed keeps Completed and is tagged ``quality:pass``."""
+    import dataclasses
+
+    from prefect.client.orchestration import get_client
+
+    import tunelab.tasks.quality as Q
+    from tunelab.flows.sweep import tuning_sweep
+
+    real = Q.validate_trial
+
+    def gate(tables, trial, *a, **k):  # FAKE gate: the real checks, then the max-model-len=2048 trial's first fails
+        res = real(tables, trial, *a, **k)
+        if "2048" not in str(trial.get("config_label")):
+            return res
+        checks = res.checks.copy()
+        checks.loc[checks.index[0], ["success", "severity"]] = [False, "fail"]
+        return dataclasses.replace(res, verdict="fail", checks=checks)
+
+    monkeypatch.setattr(Q, "validate_trial", gate)
+    plan = tmp_path / "plan.yaml"
+    import yaml
+
+    plan.write_text(yaml.safe_dump({
+        "name": "views-quality", "model": "fake-model", "runtime": "cpu-fake",
+        "engine_args": {"max-model-len": [2048, 1024]},
+        "workloads": [{"name": "chat", "prompt_tokens": 16, "output_tokens": 8, "num_requests": 4}],
+        "concurrency": [4], "repeats": 3, "eager_diagnosis": False}))
+    out = tuning_sweep(str(plan), db=str(tmp_path / "wh.duckdb"), results=str(tmp_path / "results"), plots=False)
+    verdicts = {t["config"]: t["verdict"] for t in out.trials}
+    assert verdicts["max-model-len=2048"] == "fail" and verdicts["max-model-len=1024"] != "fail", verdicts
+    with get_client(sync_client=True) as c:
+        sweep, kids = _flow_runs(c, "sweep views-quality")
+        bad = next(k for k in kids if "max-model-len=2048" in k.name)
+        good = next(k for k in kids if k is not bad)
+        assert bad.state.type.value == "COMPLETED" and bad.state.name == "QualityFailed", bad.state
+        first = read_first_check(out, "max-model-len=2048")
+        assert bad.state.message.startswith("quality gate: fail (") and first in bad.state.message, bad.state
+        assert "quality:fail" in bad.tags and "status:ok" in bad.tags
+        assert good.state.name == "Completed" and f"quality:{verdicts['max-model-len=1024']}" in good.tags
+        assert sweep.state.type.value == "COMPLETED" and "status:all_failed" not in sweep.tags
+
+
+def read_first_check(out, config: str) -> str:
+    """``suite/expectation`` of the check the FAKE gate failed, from the trial's bundle."""
+    from tunelab.bundle import read_bundle
+
+    from tunelab.bundle import bundle_dir_for
+
+    t = next(t for t in out.trials if t["config"] == config)
+    qc = read_bundle(bundle_dir_for(Path(out.results), out.sweep_id, t["trial_id"]), verify=False)["quality_checks"]
+    row = qc[(qc["success"] == False) & (qc["severity"] == "fail")].iloc[0]  # noqa: E712
+    return f"{row['suite']}/{row['expectation']}"
+
+
+def test_a_sweep_whose_every_trial_failed_ends_failed_and_still_returns_its_summary(prefect_server, fake_engine,
+                                                                                    tmp_path):
+    """Every trial failed (``tunelab run`` exits 1): the sweep run is no longer Completed but the FAILED-type state
+    ``AllTrialsFailed`` with the tag ``status:all_failed``; a Python caller still gets the summary."""
+    import yaml
+    from prefect.client.orchestration import get_client
+
+    from tunelab.flows.sweep import tuning_sweep
+
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump({
+        "name": "views-all-failed", "model": "fake-model", "runtime": "cpu-fake",
+        "engine_args": {"max-model-len": [_TOO_LONG, _TOO_LONG + 1]},
+        "workloads": [{"name": "chat", "prompt_tokens": 16, "output_tokens": 8, "num_requests": 4}],
+        "concurrency": [4], "repeats": 3, "eager_diagnosis": False}))
+    out = tuning_sweep(str(plan), db=str(tmp_path / "wh.duckdb"), results=str(tmp_path / "results"), plots=False)
+    assert [t["status"] for t in out.trials] == ["boot_failed", "boot_failed"]
+    with get_client(sync_client=True) as c:
+        sweep, kids = _flow_runs(c, "sweep views-all-failed")
+        assert sweep.state.type.value == "FAILED" and sweep.state.name == "AllTrialsFailed", sweep.state
+        assert "no trial of this sweep ended ok" in sweep.state.message
+        assert "status:all_failed" in sweep.tags
+        assert len(kids) == 2 and all(k.state.name == "BootFailed" for k in kids)
+
+
+def test_an_interrupted_sweep_and_its_trial_end_cancelled_not_crashed(prefect_server, fake_engine, tmp_path,
+                                                                     monkeypatch):
+    """Ctrl-C during a measurement (nobody cancelled through Prefect): the CLI says cancelled (exit 130), and the
+    runs now say so too: the sweep and its trial end Cancelled, not Crashed ("Crash detected!")."""
+    import yaml
+    from prefect.client.orchestration import get_client
+
+    import tunelab.flows.trial as T
+    from tunelab.flows.sweep import tuning_sweep
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(T, "measure_server", interrupted)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump({
+        "name": "views-interrupted", "model": "fake-model", "runtime": "cpu-fake",
+        "engine_args": {"max-model-len": [2048]},
+        "workloads": [{"name": "chat", "prompt_tokens": 16, "output_tokens": 8, "num_requests": 4}],
+        "concurrency": [4], "repeats": 3, "eager_diagnosis": False}))
+    with pytest.raises(KeyboardInterrupt):
+        tuning_sweep(str(plan), db=str(tmp_path / "wh.duckdb"), results=str(tmp_path / "results"), plots=False)
+    with get_client(sync_client=True) as c:
+        sweep, kids = _flow_runs(c, "sweep views-interrupted")
+        assert sweep.state.type.value == "CANCELLED", sweep.state
+        assert len(kids) == 1 and kids[0].state.type.value == "CANCELLED", kids[0].state
+        assert "interrupt" in kids[0].state.message

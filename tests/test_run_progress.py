@@ -106,6 +106,27 @@ def test_display_on_a_terminal_draws_the_trial_the_phase_and_a_bar():
     assert "sweep: " in text and "left" in text
 
 
+def test_waiting_for_a_device_is_shown_and_does_not_eat_the_sweep_estimate():
+    """Issue 29 item 18: a trial waiting for a device another sweep holds says so (whom it waits for), and the wait
+    does not use up the plan's estimate (before: nothing shown, then "starts; sweep time left 0 s")."""
+    clock, out = _Clock(), io.StringIO()
+    d = SweepDisplay(out=out, terminal=False, clock=clock)
+    d(P.ProgressEvent("sweep", trials_total=2, estimate_s=100.0))
+    clock.t += 5
+    d(P.ProgressEvent("wait", trial_id="t1", trial_index=1, trials_total=2, label="eager",
+                      detail="device cpu0: another sweep on this host holds it"))
+    clock.t += 300  # longer than the whole estimate
+    d(P.ProgressEvent("wait", trial_id="t1", trial_index=1, trials_total=2, label="eager",
+                      detail="slot tunelab-h-cpu0: held by sweep s1"))
+    assert "waiting for a device (slot tunelab-h-cpu0: held by sweep s1)" in d._phase_text()
+    assert d.state.phase_started == 105.0  # the wait's clock runs from its first event
+    d(P.ProgressEvent("trial", trial_id="t1", trial_index=1, trials_total=2, label="eager"))
+    lines = out.getvalue().splitlines()
+    assert lines[1] == "trial 1/2 eager: waiting for a device (device cpu0: another sweep on this host holds it)"
+    assert lines[-1] == "trial 1/2 eager: starts; sweep time left 1 min 35 s", lines  # 100 s - 5 s before the wait
+    assert d.sweep_left_s() == pytest.approx(95.0)
+
+
 def test_emit_checks_phases_and_drops_a_sink_that_raises():
     seen = []
 

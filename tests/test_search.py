@@ -595,7 +595,7 @@ def test_a_search_sweep_interrupted_by_ctrl_c_keeps_its_record_and_reports_it(tm
 
 
 def test_the_trial_flow_stops_measuring_when_the_search_prunes_and_keeps_the_windows(tmp_path, monkeypatch):
-    """flows.trial.WINDOW_CHECKS: a check that says stop after the first window ends the trial 'failed' with
+    """The trial spec's window check (designs.base.TrialSpec.window_check): a check that says stop after the first window ends the trial 'failed' with
     failure class 'pruned', its one window kept in the bundle (the real trial flow against the FAKE server)."""
     import logging
     import shutil
@@ -643,11 +643,8 @@ def test_the_trial_flow_stops_measuring_when_the_search_prunes_and_keeps_the_win
                     workloads=[Workload(name="w", prompt_tokens=24, output_tokens=4, num_requests=4)])
         trial, runtime, ctx, trial_id = fake_trial_setup(plan, tmp_path, runtime="rt")
         seen: list[int] = []
-        T.WINDOW_CHECKS[trial_id] = lambda m: seen.append(len(m)) or len(m) >= 1
-        try:
-            bundle = T.run_trial.fn(trial, trial_id, plan, runtime, ctx)
-        finally:
-            T.WINDOW_CHECKS.pop(trial_id, None)
+        bundle = T.run_trial.fn(trial, trial_id, plan, runtime, ctx,
+                                window_check=lambda m: seen.append(len(m)) or len(m) >= 1)
     tables = read_bundle(bundle)
     row = tables["trial"].iloc[0]
     assert (row["status"], row["failure_class"]) == ("failed", "pruned"), row["failure_reason"]

@@ -9,7 +9,8 @@ deployment run, the tests) an event goes nowhere.
 Phases (:data:`PHASES`), in the order a trial goes through them: ``clean`` (GPU check), ``boot``,
 ``prompts`` (building a window's prompts), ``warmup``, ``window`` (measured window k of n, with
 requests done/total), ``teardown``; then, for the sweep: ``validate``, ``load``, ``report``.
-The sweep itself sends ``sweep`` (start: trials_total, estimate_s) and ``trial`` (trial k of N starts).
+The sweep itself sends ``sweep`` (start: trials_total, estimate_s), ``wait`` (trial k of N waits for its device,
+which another sweep holds; ``detail`` says which and who) and ``trial`` (trial k of N starts).
 
 Threads: with several devices trials run in worker threads; :func:`emit` may be called from any thread, and a
 sink must be thread-safe. The trial an event belongs to is the ``trial_id`` given, else the one set with
@@ -28,7 +29,7 @@ from typing import Callable, Iterator
 __all__ = ["PHASES", "ProgressEvent", "Sink", "add_sink", "current_trial", "emit", "remove_sink", "sinks"]
 
 #: Every phase an event can name (see the module docstring).
-PHASES = ("sweep", "trial", "clean", "boot", "prompts", "warmup", "window", "teardown", "validate", "load",
+PHASES = ("sweep", "wait", "trial", "clean", "boot", "prompts", "warmup", "window", "teardown", "validate", "load",
           "report", "done")
 
 

@@ -32,7 +32,7 @@ from tunelab.warehouse.synthetic import synthetic_trial  # noqa: E402
 
 
 @flow(name="trial", validate_parameters=False)
-def fake_trial(trial, trial_id, plan, runtime, ctx):
+def fake_trial(trial, trial_id, plan, runtime, ctx, window_check=None):
     """FAKE trial: no server; a synthetic bundle with the trial's ids, after ``FAKE_TRIAL_S`` seconds."""
     time.sleep(float(os.environ.get("FAKE_TRIAL_S", "2")))
     row = trial_row_base(trial, trial_id, ctx.sweep.sweep_id, runtime, ctx)

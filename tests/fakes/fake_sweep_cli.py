@@ -39,7 +39,7 @@ def _install_fakes() -> None:
     from tunelab.warehouse.synthetic import synthetic_trial
 
     @flow(name="trial", validate_parameters=False)
-    def fake_trial(trial, trial_id, plan, runtime, ctx):
+    def fake_trial(trial, trial_id, plan, runtime, ctx, window_check=None):
         """FAKE trial: no server; a synthetic bundle with the trial's ids."""
         row = trial_row_base(trial, trial_id, ctx.sweep.sweep_id, runtime, ctx)
         _started.append(trial_id)

@@ -1,12 +1,9 @@
-"""A plan with ``search:``: boot the plan's default config, then the configs optuna's TPE sampler suggests, one boot
-at a time, until the budget is spent (``tunelab.search.run_search`` decides; this module boots).
-
-The sweep (``flows.sweep``) hands its trial runner to :func:`run_search_sweep` instead of running its trials. The
-plan's trial list is its one base config (the default); every config the search asks for becomes one more job of
-the sweep's runner, run by the sweep's own ``run_one`` (device locks, slots, the trial subflow, its bundle and
-status), validated by the sweep's quality gate at once (a boot counts only when it is ``ok`` and passes or warns),
-and recorded with its search columns (``trials.search_*``, migration 018). A config is pruned through
-``flows.trial.WINDOW_CHECKS``: after each measured window the search's rule may stop the measurement.
+"""A plan with ``search:`` in the sweep: each boot's search columns into its bundle, the search's summary into the
+sweep's record, its lines. The design (which config to boot next) is :mod:`tunelab.designs.search`, run by the sweep's
+one loop (``flows.sweep``) like any design: each boot is one more trial of the sweep (device locks, slots, the trial
+subflow, its bundle and status), validated by the quality gate at once (a boot counts only when it is ``ok`` and
+passes or warns), and recorded with its search columns (``trials.search_*``, migration 018). A config is pruned by
+its spec's window check: after each measured window the search's rule may stop the measurement.
 
 At the end :func:`record_search` puts the search's summary into the sweep's record (``sweeps.search_*``) and into
 every bundle, so the warehouse's rows carry it; ``reports.tuning`` reads them (``tunelab tuning-report``).
@@ -14,120 +11,35 @@ every bundle, so the warehouse's rows carry it; ``reports.tuning`` reads them (`
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from tunelab import records
 from tunelab.bundle import read_bundle, update_bundle_table
-from tunelab.plan import Plan, config_key
-from tunelab.search import (BootOutcome, SearchBoot, SearchOutcome, SearchRecord, boots_phrase, default_in_space,
-                            flagged_bottlenecks, run_search)
+from tunelab.plan import Plan
+from tunelab.search import SearchOutcome, SearchRecord, boots_phrase, default_in_space
 
-__all__ = ["run_search_sweep", "record_search", "search_lines", "sweep_bundles"]
-
-
-def _minutes(timing: dict, devices: int) -> float:
-    start, end = timing.get("slot_at") or timing.get("queued_at"), timing.get("end_at")
-    return 0.0 if start is None or end is None else max(0.0, end - start) * max(devices, 1) / 60.0
+__all__ = ["record_search", "record_search_trials", "search_lines", "sweep_bundles"]
 
 
-def run_search_sweep(run: Any, pools: dict, no_gpu_reason: str, plan: Plan, logger: Any,
-                     validate: Any = None, outcome: SearchOutcome | None = None) -> SearchOutcome:
-    """Run the plan's search on the sweep's trial runner.
+def record_search_trials(run: Any, outcome: SearchOutcome, logger: Any) -> None:
+    """Each boot's search columns into its bundle's trial row (also after an interruption: what the search knew goes
+    into the bundles of the boots it ran; the boot it ended, recorded ``cancelled``, is the sweep's last trial).
 
     Args:
-        run: the sweep's ``_SweepTrials``; its one job is the plan's default config (a template for the others).
-        pools: device pools by name (``gpu``, ``cpu``). no_gpu_reason: why no GPU was selected.
-        plan: the plan with ``search:``.
-        logger: the sweep's logger.
-        validate: ``validate(bundle, plan) -> verdict`` (the sweep's quality gate).
-        outcome: filled in as the search goes (default: a new one): when an interruption (Ctrl-C, a cancel) ends
-            the search, it holds what the search knew (``stop_reason`` ``interrupted``, the boot it ended
-            ``cancelled``) for :func:`record_search`.
-
-    Returns:
-        :class:`tunelab.search.SearchOutcome`; every boot's bundle and status are in ``run`` (one job each).
-
-    Raises:
-        What the boots raise (an interruption), after every boot's bundle, the cancelled one's included, got its
-        search columns.
+        run: the sweep's trial runner (``flows.sweep._SweepTrials``): its jobs, bundles and trial ids.
+        outcome: the search's record so far.
     """
-    from tunelab.flows.devices import run_on_devices
-    from tunelab.flows.trial import WINDOW_CHECKS
-
-    assert plan.search is not None
-    template = run.jobs[0]
-    base = template.trial
-    workload, load = plan.search_cell()
-    logger.info("search: %s %s at %s %s under SLO %s; budget %s; space: %s", plan.search.objective.direction,
-                plan.search.objective.metric, workload, load,
-                {k: v for k, v in plan.slo.model_dump().items() if v is not None} or "none",
-                ", ".join(f"{k} {v:g}" for k, v in plan.search.budget.model_dump().items() if v is not None),
-                json.dumps(plan.search.space.model_dump(exclude_defaults=True), default=str))
-
-    def boot(req: SearchBoot) -> BootOutcome:
-        if req.role == "default":
-            job = template
-        else:
-            # The label shows the space's names and whatever a walk-down changed beside them.
-            axes = list(plan.search.space.engine_args) + list(plan.search.space.env)
-            axes += [k for k, v in req.engine_args.items() if k not in axes and base.engine_args.get(k) != v]
-            t = base.model_copy(update={"engine_args": req.engine_args, "env": req.env, "name": None,
-                                        "axes": tuple(axes)})
-            with run.lock:
-                job = dataclasses.replace(template, index=len(run.jobs), trial=t)
-                run.jobs.append(job)
-                run.statuses.append(None)
-                run.bundles.append(None)
-                run.timings.append(dict(trial_index=job.index))
-        trial_id = run.trial_id_of(job)
-        current[:] = [job, trial_id]
-        if req.walked:
-            logger.info("search: memory walk-down: %s", req.walked)
-        WINDOW_CHECKS[trial_id] = req.window_check
-        try:
-            if job.pool == "gpu" and not pools["gpu"]:
-                run.on_skip(job, f"runtime {job.trial.runtime!r} needs a GPU; {no_gpu_reason or 'none selected'}")
-            else:
-                run_on_devices([job], lambda j: j.need, pools[job.pool], run.run_one, on_skip=run.on_skip,
-                               on_interrupt=run.on_interrupt, usable=run.usable)
-        finally:
-            WINDOW_CHECKS.pop(trial_id, None)
-        bundle, st = run.bundles[job.index], run.statuses[job.index] or {}
-        if bundle is not None and st.get("status") == "ok" and validate is not None:
-            try:
-                st["verdict"] = validate(bundle, plan)
-            except Exception as e:  # the boot then does not count; the sweep validates again at its end
-                logger.error("validation of %s could not run: %s", bundle, e)
-        tables = read_bundle(bundle, verify=False) if bundle is not None else {}
-        # The diagnosis of its windows at the objective's cell: what the search may try next (search.guide).
-        return BootOutcome(status=st.get("status") or "failed", failure_class=st.get("failure_class"),
-                           measurements=tables.get("measurements"), usable=st.get("verdict") in ("pass", "warn"),
-                           gpu_minutes=_minutes(run.timings[job.index], job.need), trial_id=trial_id,
-                           bottlenecks=flagged_bottlenecks(tables.get("window_diagnoses"), workload, load))
-
-    current: list = []  # [job, trial_id] of the boot running now
-    longest = max(w.prompt_tokens + w.output_tokens for w in plan.workloads)
-    out = outcome if outcome is not None else SearchOutcome()
-    try:
-        run_search(plan.search, base_args=dict(base.engine_args), base_env=dict(base.env), seed=plan.seed,
-                   workload=workload, load=load, slo=plan.slo.model_dump(), boot=boot, min_model_len=longest,
-                   key=lambda a, e: config_key(plan.model_id(), a, e), log=logger.info, outcome=out)
-    finally:  # also when interrupted: what the search knew goes into the bundles of the boots it ran
-        if out.records and out.records[-1].state == "cancelled" and current:
-            out.records[-1].trial_id = current[1]
-        by_id = {r.trial_id: r for r in out.records}
-        for j in run.jobs:  # each boot's search columns into its bundle's trial row
-            b = run.bundles[j.index] or _bundle_on_disk(run, j)
-            rec = by_id.get(run.trial_id_of(j))
-            if b is not None and rec is not None:
-                _record_trial(b, rec, logger)
-    return out
+    if outcome.records and outcome.records[-1].state == "cancelled" and run.jobs:
+        outcome.records[-1].trial_id = run.trial_id_of(run.jobs[-1])
+    by_id = {r.trial_id: r for r in outcome.records}
+    for j in run.jobs:
+        b = run.bundles[j.index] or _bundle_on_disk(run, j)
+        rec = by_id.get(run.trial_id_of(j))
+        if b is not None and rec is not None:
+            _record_trial(b, rec, logger)
 
 
 def _bundle_on_disk(run: Any, job: Any) -> Path | None:

@@ -56,6 +56,8 @@ from prefect.cache_policies import NO_CACHE
 
 import tunelab
 from tunelab import progress, records
+from tunelab.designs import Design, TrialResult, TrialSpec
+from tunelab.flows.run_states import all_failed_hook, cancelled_not_crashed_hook, mark_all_failed, mark_quality
 from tunelab.flows.trial import TrialContext, run_trial, trial_row_base
 from tunelab.bundle import bundle_dir_for, read_bundle, update_bundle_table, write_bundle, write_sweep_row
 from tunelab.tasks.engine import stop_leftovers, tracked_servers
@@ -190,6 +192,7 @@ class _Job:
     trial: Trial
     need: int
     pool: str  # "gpu" | "cpu"
+    window_check: Any = None  # the spec's per-window check (designs.base.WindowCheck), None: every window
 
 
 # -- tasks and helpers --------------------------------------------------------------------------------------
@@ -254,16 +257,19 @@ def trial_state(status: dict[str, Any]) -> Any:
     return State(type=kind, name=TRIAL_STATE_NAMES.get(st, "Failed"), message=shorten(reason or st, 300))
 
 
-def _trial_subflow(name: str, box: dict[str, Any]) -> Any:
+def _trial_subflow(name: str, box: dict[str, Any], window_check: Any = None) -> Any:
     """The ``trial`` subflow (``flows.trial.run_trial``) under a descriptive run name. The bundle goes into
     ``box["bundle"]``; the run attaches the trial's table artifact to itself, adds its ``status:`` tag and ends
     in :func:`trial_state` (a failed trial is a Failed run, which the sweep reads with ``return_state=True``
-    and survives)."""
+    and survives). ``window_check``: the trial spec's per-window check (``designs.base.TrialSpec``)."""
     inner = getattr(run_trial, "fn", run_trial)
 
-    @flow(name="trial", flow_run_name=lambda: name, log_prints=True, validate_parameters=False)
+    @flow(name="trial", flow_run_name=lambda: name, log_prints=True, validate_parameters=False,
+          on_crashed=[cancelled_not_crashed_hook])
     def trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: TrialContext) -> Any:
-        bundle = inner(trial, trial_id, plan, runtime, ctx)
+        # Only a check that exists is passed: a trial body without one keeps the five parameters (the tests' fakes).
+        extra = {"window_check": window_check} if window_check is not None else {}
+        bundle = inner(trial, trial_id, plan, runtime, ctx, **extra)
         box["bundle"] = bundle
         row = _status_of(bundle)
         _trial_run_views(trial, plan, bundle, row)
@@ -375,6 +381,12 @@ def _artifact_key(*parts: str) -> str:
     return re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]+", "-", "-".join(parts).lower())).strip("-")[:200]
 
 
+def _device_minutes(timing: dict, devices: int) -> float:
+    """Device-minutes of a trial: slot taken (or queued) -> trial ended, times its devices; 0 when not timed."""
+    start, end = timing.get("slot_at") or timing.get("queued_at"), timing.get("end_at")
+    return 0.0 if start is None or end is None else max(0.0, end - start) * max(devices, 1) / 60.0
+
+
 def _status_of(bundle: Path) -> dict[str, Any]:
     t = read_bundle(bundle, verify=False)["trial"].iloc[0]
     return {k: (None if (isinstance(v, float) and math.isnan(v)) else v) for k, v in t.to_dict().items()}
@@ -427,7 +439,8 @@ def sweep_run_name() -> str:
     return f"sweep {name or Path(plan_path).stem}"
 
 
-@flow(name="tuning_sweep", flow_run_name=sweep_run_name, log_prints=True, validate_parameters=False)
+@flow(name="tuning_sweep", flow_run_name=sweep_run_name, log_prints=True, validate_parameters=False,
+      on_completion=[all_failed_hook], on_crashed=[cancelled_not_crashed_hook])
 def tuning_sweep(plan_path: str, db: str | None = None, results: str | None = None,
                  gpus: list[int] | None = None, plots: bool = True,
                  lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> dict:
@@ -478,20 +491,22 @@ class _SweepTrials:
     - ``cancelled``: the trials that were in flight when ``on_interrupt`` ran.
     """
 
-    def __init__(self, *, plan: Plan, runtimes: dict[str, Runtime], sweep_id: str, jobs: list[_Job],
+    def __init__(self, *, plan: Plan, runtimes: dict[str, Runtime], sweep_id: str,
                  slot_names: dict[Device, str], base_ctx: TrialContext, use_slots: bool, flow_run_id: Any,
-                 progress_id: Any, logger: Any):
-        self.plan, self.runtimes, self.sweep_id, self.jobs = plan, runtimes, sweep_id, jobs
+                 progress_id: Any, logger: Any, trials_total: int | None):
+        self.plan, self.runtimes, self.sweep_id = plan, runtimes, sweep_id
+        self.jobs: list[_Job] = []  # one per trial a design asked for, in the order asked (job.index)
         self.slot_names, self.base_ctx, self.use_slots, self.flow_run_id = slot_names, base_ctx, use_slots, flow_run_id
         self.progress_id, self.logger = progress_id, logger
         self.lock = threading.Lock()
-        self.statuses: list[TrialStatus | None] = [None] * len(jobs)
-        self.bundles: list[Path | None] = [None] * len(jobs)
-        self.timings: list[dict] = [dict(trial_index=j.index) for j in jobs]
+        self.statuses: list[TrialStatus | None] = []
+        self.bundles: list[Path | None] = []
+        self.timings: list[dict] = []
+        self.flow_runs: list[Any] = []  # by job index, the trial's flow run id (None until it ran)
         self.out_of_service: set[Device] = set()
-        # N of "trial k/N" (log lines, progress events, the progress artifact): the jobs known at the start;
-        # a search sets its budget's boots (its jobs are added one boot at a time), None when only GPU-minutes bound it.
-        self.trials_total: int | None = len(jobs)
+        # N of "trial k/N" (log lines, progress events, the progress artifact): the design's trials in all (a
+        # search's budget of boots), None when not known (a search bound by GPU-minutes only).
+        self.trials_total: int | None = trials_total
         self.in_flight: dict[int, str] = {}
         self.unrecorded: set[int] = set()
         self.cancelled: set[int] = set()
@@ -553,10 +568,16 @@ class _SweepTrials:
         try:
             # Prefect's slot, with this sweep recorded as its holder: a waiting sweep names it every few seconds
             # and takes back the slot of a holder that is provably dead (tunelab/slot_holders.py).
+            def waiting(msg: str) -> None:  # the log line, and the live display says whom the trial waits for
+                logger.info(msg)
+                if msg.startswith("waiting for"):
+                    progress.emit("wait", trial_id=trial_id, trial_index=job.index + 1,
+                                  trials_total=self.trials_total, label=t.label, detail=msg[len("waiting for "):])
+
             slots = (hold_slots(names, lease_duration_s=SLOT_LEASE_S, sweep_id=self.sweep_id,
-                                flow_run_id=self.flow_run_id, log=logger.info)
+                                flow_run_id=self.flow_run_id, log=waiting)
                      if self.use_slots else contextlib.nullcontext())
-            with device_locks(names, log=logger.info), slots:
+            with device_locks(names, log=waiting), slots:
                 tim["slot_at"] = time.time()
                 if tim["slot_at"] - tim["queued_at"] > 1:
                     logger.info("%s: waited %.1f s for %s", trial_id, tim["slot_at"] - tim["queued_at"], names)
@@ -581,8 +602,9 @@ class _SweepTrials:
                     from prefect import tags
 
                     with _no_subflow_heartbeats(), tags(*trial_tags(t, self.runtimes[t.runtime])):
-                        state = _trial_subflow(name, box)(t, trial_id, self.plan, self.runtimes[t.runtime], ctx,
+                        state = _trial_subflow(name, box, job.window_check)(t, trial_id, self.plan, self.runtimes[t.runtime], ctx,
                                                           return_state=True)
+                    self.flow_runs[job.index] = getattr(state.state_details, "flow_run_id", None)
                     bundle = box.get("bundle")
                     if bundle is None:  # the trial raised before it wrote its bundle: raise that here
                         state.result()
@@ -612,17 +634,64 @@ class _SweepTrials:
             self.cancelled.update(self.in_flight)
         _stop_live_servers(self.logger.warning)
 
-    def run(self, pools: dict[str, list[Device]], no_gpu_reason: str) -> None:
-        """Run the jobs pool by pool: GPU trials and CPU-runtime trials use different devices; each pool's
-        jobs run in plan order. GPU jobs on a host without a selected GPU are skipped with ``no_gpu_reason``."""
-        for p in sorted({j.pool for j in self.jobs}):
-            pj = [j for j in self.jobs if j.pool == p]
+    def add(self, spec: TrialSpec) -> _Job:
+        """A job for a trial a design asked for: the next index, its devices' pool and count, its window check."""
+        t = spec.trial
+        on_gpu = self.runtimes[t.runtime].device == "cuda"
+        with self.lock:
+            job = _Job(len(self.jobs), t, gpus_needed(t) if on_gpu else 1, "gpu" if on_gpu else "cpu",
+                       spec.window_check)
+            self.jobs.append(job)
+            self.statuses.append(None)
+            self.bundles.append(None)
+            self.timings.append(dict(trial_index=job.index))
+            self.flow_runs.append(None)
+        return job
+
+    def dispatch(self, jobs: list[_Job], pools: dict[str, list[Device]], no_gpu_reason: str) -> None:
+        """Run ``jobs`` pool by pool: GPU trials and CPU-runtime trials use different devices; each pool's jobs run
+        in order. GPU jobs on a host without a selected GPU are skipped with ``no_gpu_reason``."""
+        for p in sorted({j.pool for j in jobs}):
+            pj = [j for j in jobs if j.pool == p]
             if p == "gpu" and not pools["gpu"]:
                 for j in pj:
                     self.on_skip(j, f"runtime {j.trial.runtime!r} needs a GPU; {no_gpu_reason or 'none selected'}")
                 continue
             run_on_devices(pj, lambda j: j.need, pools[p], self.run_one, on_skip=self.on_skip,
                            on_interrupt=self.on_interrupt, usable=self.usable)
+
+    def run_design(self, design: Design, pools: dict[str, list[Device]], no_gpu_reason: str,
+                   validate: Callable[[Path, Plan], str] | None = None) -> None:
+        """The sweep's one loop: ask ``design`` for the next trials given the results so far, run them on the
+        devices (:meth:`dispatch`), and, for a design that decides on quality-gated results
+        (``design.gate_each_trial``), validate each bundle at once (``validate(bundle, plan) -> verdict``; a
+        validation that cannot run leaves the trial unusable, the sweep validates again at its end). Ends when the
+        design answers no trial.
+
+        Raises:
+            An interruption (:data:`INTERRUPTS`), after ``design.interrupted(exc)`` recorded what it knew.
+        """
+        done: list[TrialResult] = []
+        while True:
+            specs = design.next_trials(done)
+            if not specs:
+                return
+            jobs = [self.add(s) for s in specs]
+            try:
+                self.dispatch(jobs, pools, no_gpu_reason)
+            except INTERRUPTS as e:
+                design.interrupted(e)
+                raise
+            for spec, j in zip(specs, jobs):
+                bundle, st = self.bundles[j.index], self.statuses[j.index]
+                if (design.gate_each_trial and validate is not None and bundle is not None and st is not None
+                        and st.get("status") == "ok"):
+                    try:
+                        st["verdict"] = validate(bundle, self.plan)
+                    except Exception as e:  # the trial then does not count; the sweep validates again at its end
+                        self.logger.error("validation of %s could not run: %s", bundle, e)
+                done.append(TrialResult(spec=spec, trial_id=self.trial_id_of(j), status=st if st is not None else {},
+                                        bundle=bundle, gpu_minutes=_device_minutes(self.timings[j.index], j.need)))
 
     def mark_running_cancelled(self) -> int:
         """After an interruption: mark every trial that was running as ``cancelled``; returns how many."""
@@ -704,12 +773,8 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
     base_ctx = TrialContext(sweep=sweep, results_dir=str(results_dir), logs_dir=str(logs_dir),
                             driver_version=inv.driver_version, cuda_version=inv.cuda_version, host=host)
     trials = plan.trials()
-    jobs = []
-    for i, t in enumerate(trials):
-        on_gpu = runtimes[t.runtime].device == "cuda"
-        jobs.append(_Job(i, t, gpus_needed(t) if on_gpu else 1, "gpu" if on_gpu else "cpu"))
     pools = {"gpu": gpu_devices, "cpu": [Device("cpu", 0)]}
-    used_pools = sorted({j.pool for j in jobs})
+    used_pools = sorted({"gpu" if runtimes[t.runtime].device == "cuda" else "cpu" for t in trials})
     slot_names = {d: slot_name(host, d) for p in used_pools for d in pools[p]}
     use_slots = prefect_slots_enabled()
     flow_run_id = None
@@ -733,34 +798,27 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
         for line in design.lines():
             (logger.warning if line.startswith("warning") else logger.info)(line)
     _announce(plan, runtimes, n_total)
-    run = _SweepTrials(plan=plan, runtimes=runtimes, sweep_id=sweep_id, jobs=jobs, slot_names=slot_names,
+    run = _SweepTrials(plan=plan, runtimes=runtimes, sweep_id=sweep_id, slot_names=slot_names,
                        base_ctx=base_ctx, use_slots=use_slots, flow_run_id=flow_run_id,
-                       progress_id=_progress_artifact(plan, sweep_id, n_total, logger), logger=logger)
-    run.trials_total = n_total
-    search = partial = None
+                       progress_id=_progress_artifact(plan, sweep_id, n_total, logger), logger=logger,
+                       trials_total=n_total)
+    boots = _design_of(plan, db_path, logger)  # which trials to boot next (tunelab.designs)
+    ab = search = None
     try:
-        if plan.replicates == "auto":  # pairs of A and B until decided or out of budget (flows/ab_auto.py)
-            from tunelab.flows.ab_auto import ab_priors, budget_warnings, run_auto_ab
+        try:
+            run.run_design(boots, pools, inv.reason, validate=lambda b, p: validate_task(b, p))
+        finally:
+            if plan.search is not None:  # each boot's search columns into its bundle, also when interrupted
+                from tunelab.flows.search import record_search_trials
 
-            priors = ab_priors(plan, db_path, logger)
-            for msg in budget_warnings(plan, priors):
-                logger.warning("warning: %s", msg)
-            ab = run_auto_ab(run, pools, inv.reason, plan, logger, validate=lambda b, p: validate_task(b, p),
-                             priors=priors)
-        elif plan.search is not None:  # one boot per config TPE suggests, until the budget is spent (flows/search.py)
-            from tunelab.flows.search import run_search_sweep
-            from tunelab.search import SearchOutcome
-
-            ab = None
-            partial = SearchOutcome()  # what the search knew, should an interruption end it
-            search = run_search_sweep(run, pools, inv.reason, plan, logger, validate=lambda b, p: validate_task(b, p),
-                                      outcome=partial)
-        else:
-            ab = None
-            run.run(pools, inv.reason)
+                record_search_trials(run, boots.outcome, logger)
+        if plan.replicates == "auto":
+            ab = boots.outcome
+        elif plan.search is not None:
+            search = boots.outcome
     except INTERRUPTS:
         run.mark_running_cancelled()
-        _record_interrupted_search(plan, sweep, run, partial, logger)
+        _record_interrupted_search(plan, sweep, run, boots.outcome if plan.search is not None else None, logger)
         try:
             n = load_pending(db_path, results_dir, lock_timeout_s=10)
             logger.warning("cancelled: loaded %d bundle(s); the rest stay on disk for `tunelab load`", len(n))
@@ -770,6 +828,9 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
 
     progress.emit("validate")
     _validate_all(plan, run.bundles, run.statuses, logger)
+    # What the gate found, where the runs are looked at: the trial runs' quality tags and states, the sweep's tag.
+    mark_quality(zip(run.flow_runs, run.statuses, run.bundles), logger)
+    mark_all_failed(flow_run_id_of_sweep(), [s for s in run.statuses if s], logger)
     sweep.finished_at = dt.datetime.now(dt.timezone.utc)
     if ab is not None:  # the decision goes with the sweep's row (every bundle's sweep table) before loading
         from tunelab.flows.ab_auto import record_outcome
@@ -798,6 +859,33 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
         _search_report(plan, search, summary, report_db=db_path if summary.not_loaded is None else None,
                        plots=plots, logger=logger)
     return summary
+
+
+def flow_run_id_of_sweep() -> Any:
+    """The id of the flow run this code runs in (the sweep's), None outside a run."""
+    from prefect.context import FlowRunContext
+
+    frc = FlowRunContext.get()
+    return frc.flow_run.id if frc and frc.flow_run else None
+
+
+def _design_of(plan: Plan, db_path: Path, logger: Any) -> Design:
+    """The plan's design (``tunelab.designs``): ``replicates: auto`` pairs until decided (with the warehouse's
+    history of both configs, and a warning when the budget cannot decide), a ``search:``, or the fixed grid."""
+    if plan.replicates == "auto":
+        from tunelab.flows.ab_auto import SequentialAB, ab_priors, budget_warnings
+
+        priors = ab_priors(plan, db_path, logger)
+        for msg in budget_warnings(plan, priors):
+            logger.warning("warning: %s", msg)
+        return SequentialAB(plan, logger, priors=priors)
+    if plan.search is not None:
+        from tunelab.designs.search import SearchDesign
+
+        return SearchDesign(plan, logger)
+    from tunelab.designs.grid import FixedGrid
+
+    return FixedGrid(plan.trials())
 
 
 def _record_interrupted_search(plan: Plan, sweep: records.Sweep, run: "_SweepTrials", partial: Any,

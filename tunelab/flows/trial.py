@@ -24,6 +24,7 @@ from prefect.cache_policies import NO_CACHE
 from tunelab import progress
 from tunelab import records as R
 from tunelab.flows.devices import Device, distributed_ports_env
+from tunelab.flows.run_states import cancelled_not_crashed_hook
 from tunelab.tasks import bootlog, compile_cache
 from tunelab.bundle import write_bundle
 from tunelab.markdown import shorten
@@ -435,19 +436,19 @@ def _boot_once(trial: Trial, runtime: Runtime, plan: Plan, log_path: Path, trial
     )
 
 
-#: trial_id -> a check called with the trial's measurements so far after each measured window; True stops the
-#: measurement (the trial ends ``failed`` with failure_class ``pruned``, keeping its windows). ``flows.search``
-#: registers one per boot to prune a config whose first windows are clearly worse than the best so far.
-WINDOW_CHECKS: dict[str, Callable[[pd.DataFrame], bool]] = {}
-
-
 class MeasurementStopped(Exception):
-    """Raised after a window when the trial's ``WINDOW_CHECKS`` entry says stop (a pruned search config)."""
+    """Raised after a window when the trial's window check says stop (a pruned search config)."""
 
 
-@flow(name="trial", flow_run_name="{trial_id}", log_prints=True, validate_parameters=False)
-def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: TrialContext | Mapping[str, Any]) -> Path:
+@flow(name="trial", flow_run_name="{trial_id}", log_prints=True, validate_parameters=False,
+      on_crashed=[cancelled_not_crashed_hook])
+def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: TrialContext | Mapping[str, Any],
+              window_check: Callable[[pd.DataFrame], bool] | None = None) -> Path:
     """Run one trial end to end and write its bundle. Returns the bundle folder.
+
+    ``window_check`` (the trial spec's, ``designs.base.TrialSpec``): called with the measurements so far after each
+    measured window; True stops the measurement (the trial ends ``failed`` with failure_class ``pruned``, keeping its
+    windows): a search prunes a config whose first windows are clearly worse than the best so far.
 
     Never raises for a failed boot or measurement: the trial row carries ``status`` and
     ``failure_class``/``failure_reason``. An interruption (Prefect's ``TerminationSignal``, KeyboardInterrupt,
@@ -480,8 +481,7 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: Tr
     def keep_windows(res) -> None:
         measured.update(requests=res.requests, measurements=res.measurements, server_metrics=res.server_metrics)
         _keep_windows(ctx, row, measured, len(res.measurements), trial_id, logger)
-        check = WINDOW_CHECKS.get(trial_id)  # a search (flows.search) may stop a clearly worse config here
-        if check is not None and check(res.measurements):
+        if window_check is not None and window_check(res.measurements):  # a search may stop a worse config here
             raise MeasurementStopped(f"pruned by the search after {len(res.measurements)} window(s): its objective "
                                      "so far is clearly worse than the best config's (docs/tuning.md)")
 

@@ -61,6 +61,8 @@ class _State:
     window_label: str = ""
     done: int | None = None
     total: int | None = None
+    wait_started: float | None = None  # when the trial began to wait for its device (phase ``wait``)
+    wait_detail: str = ""
 
 
 class SweepDisplay:
@@ -105,7 +107,24 @@ class SweepDisplay:
             n = ev.trials_total if ev.trials_total is not None else "?"
             detail = "; ".join(d for d in (ev.detail, load_note()) if d)
             return f"sweep: {n} trial(s); estimated {fmt_s(ev.estimate_s)} ({detail})"
+        if ev.phase == "wait":
+            # Waiting for a device another sweep holds: the previous trial has ended, this one has not started, and
+            # the wait is no work of this sweep (the estimate's clock stops until the trial starts).
+            if st.trial_started is not None:
+                st.trials_ended += 1
+                st.trial_seconds += now - st.trial_started
+                st.trial_started = None
+            if st.phase != "wait":
+                st.wait_started = now
+            st.trial_index, st.trial_label = ev.trial_index, ev.label or ""
+            st.trials_total = ev.trials_total or st.trials_total
+            st.phase, st.phase_started, st.phase_estimate_s = "wait", st.wait_started, None
+            st.wait_detail = ev.detail
+            return f"{self._head()}: {self._phase_text()}"
         if ev.phase == "trial":
+            if st.phase == "wait" and st.wait_started is not None:
+                st.started += now - st.wait_started
+                st.wait_started = None
             if st.trial_started is not None:
                 st.trials_ended += 1
                 st.trial_seconds += now - st.trial_started
@@ -154,6 +173,8 @@ class SweepDisplay:
                 if left is not None:
                     text += f", ~{fmt_s(left)} left in the window"
             return text
+        if st.phase == "wait":
+            return f"waiting for a device ({st.wait_detail})" if st.wait_detail else "waiting for a device"
         names = {"sweep": "starting (Prefect, checks, leftovers)", "trial": "starting (device slot)",
                  "clean": "checking the device is clean", "boot": "booting the server",
                  "prompts": "building prompts", "warmup": "warm-up", "teardown": "tearing the server down",
