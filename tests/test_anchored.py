@@ -100,3 +100,30 @@ def test_bad_input_names_the_field():
         anchored_difference(d.drop(columns="sweep"), "a", "b")
     with pytest.raises(ValueError, match="b='c' has no rows"):
         anchored_difference(d.assign(value=1.0), "a", "c")
+
+
+def test_anchored_cells_from_the_versions_evidence(tmp_path):
+    import duckdb
+    from pathlib import Path
+
+    from tunelab.reports.evidence import warehouse_from_parquet
+    from tunelab.warehouse.anchored_compare import anchored_cells
+
+    wh = Path(__file__).resolve().parents[1] / "evidence" / "h200-2026-11-29-versions" / "warehouse"
+    con = duckdb.connect(str(warehouse_from_parquet(wh, tmp_path / "w.duckdb")))
+    try:
+        out = anchored_cells(con, "output_tokens_per_s", ("gpu-0.21.0", "93f6a7476c69"),
+                             ("gpu-0.25.1", "93f6a7476c69"), ("gpu-0.25.1", "7132b954a068"))
+        sweeps = con.execute("SELECT DISTINCT sweep_id FROM trials ORDER BY 1").fetchall()
+        # another pair through another anchor
+        late = anchored_cells(con, "output_tokens_per_s", ("gpu-0.21.0", "93f6a7476c69"),
+                              ("gpu-0.25.1", "7132b954a068"), ("gpu-0.25.1", "93f6a7476c69"))
+        with pytest.raises(ValueError, match="baseline \\('cpu', 'x'\\) has no ok boots"):
+            anchored_cells(con, "output_tokens_per_s", ("cpu", "x"), ("gpu-0.25.1", "93f6a7476c69"))
+    finally:
+        con.close()
+    assert len(out) == 4 and set(out.method) == {"fixed sweep effects"} and out.anchored.all()
+    assert not out.cross_sweep.any() and len(sweeps) == 2
+    row = out[(out.workload == "long_summary") & (out.load_value == 32)].iloc[0]
+    assert row.rel_low > 0  # 0.25.1 faster at long c=32, as compare() calls it (test_evidence)
+    assert len(late) == 4 and late.anchored.all()
