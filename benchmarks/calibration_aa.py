@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import math
 import sys
 import tempfile
 import time
