@@ -46,7 +46,7 @@ def test_good_plan_expands_to_matrix(tmp_path):
 
 
 def test_replicates_interleave_configs(tmp_path):
-    plan = load_plan(write(tmp_path, GOOD + "replicates: 2\n"))
+    plan = load_plan(write(tmp_path, GOOD + "replicates: 2\ninterleave: round_robin\n"))
     keys = [t.config_key for t in plan.trials()]
     assert len(keys) == 8
     # A B C D A B C D: every config's first boot comes before any config's second boot.

@@ -19,7 +19,6 @@ import itertools
 import json
 import math
 import os
-import random
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -32,6 +31,7 @@ from tunelab.load_profiles import (ConcurrencyProfile, LoadProfile, RateProfile,
 from tunelab.quality_thresholds import QualityThresholds
 from tunelab.search import SearchSpec
 from tunelab.sla_search import SlaSearchSpec
+from tunelab.trial_order import boot_order
 from tunelab.workloads import WORKLOAD_TYPES, WorkloadType
 
 __all__ = [
@@ -367,6 +367,24 @@ class Variant(BaseModel):
     _env = field_validator("env")(classmethod(lambda cls, v: _check_env(v)))
 
 
+class Anchor(BaseModel):
+    """The plan's fixed reference (``anchor:``): one runtime and one config that never change between sweeps
+    (e.g. a pinned vLLM release with its default engine args). Every boot round of the sweep boots it once,
+    between the candidates (``interleave``), so a comparison of configs or releases measured in different sweeps
+    can go through it (``tunelab.stats.anchored``, docs/statistics.md "Anchored comparisons"). Values are scalars:
+    an anchor is one config, not a matrix. When it launches the same server as one of the plan's configs on its
+    runtime, that config is the anchor (no extra boot)."""
+
+    model_config = ConfigDict(extra="forbid")
+    runtime: str = Field(description="Runtime of the anchor; one of the plan's runtimes.")
+    name: str = Field("anchor", description="Label of the anchor's boots in reports.")
+    engine_args: dict[str, Scalar] = Field(default_factory=dict, description="vllm serve flags of the anchor.")
+    env: dict[str, Scalar] = Field(default_factory=dict, description="Environment variables of the anchor.")
+
+    _flags = field_validator("engine_args")(classmethod(lambda cls, v: _check_engine_args(v)))
+    _env = field_validator("env")(classmethod(lambda cls, v: _check_env(v)))
+
+
 #: At most this many A/B pairs when a ``replicates: auto`` budget gives GPU-minutes only (a bound for the plan's
 #: trial list; the GPU-minutes stop the sweep long before on any real server).
 MAX_AUTO_PAIRS = 20
@@ -596,9 +614,14 @@ class Plan(BaseModel):
     primary: PrimarySpec | None = Field(
         None, description="The headline verdicts of the sweep's A/B (metrics, workloads, load levels; see "
                           "PrimarySpec); the rest of the A/B rows are labelled secondary.")
-    interleave: Literal["round_robin", "shuffle"] = Field(
-        "round_robin", description="Order of boots: A B A B (round_robin) or a seeded shuffle."
+    interleave: Literal["balanced", "round_robin", "shuffle"] = Field(
+        "balanced", description="Order of boots (tunelab.trial_order): balanced = ABBA, rounds alternately in plan "
+                                "order and reversed (A B | B A: a linear drift cancels); round_robin = A B A B; "
+                                "shuffle = a seeded permutation per round (randomised blocks)."
     )
+    anchor: Anchor | None = Field(
+        None, description="A fixed reference booted once per round between the candidates, so that sweeps can be "
+                          "compared through it (see Anchor), e.g. {runtime: gpu-0.25.1, engine_args: {}}.")
     seed: int = Field(0, strict=True, description="Seed for prompts, arrivals and shuffles.")
     boot_timeout_s: float = Field(600.0, gt=0, allow_inf_nan=False, description="Give up on a boot after this many seconds.")
     request_timeout_s: float = Field(120.0, gt=0, allow_inf_nan=False, description="Per-request timeout, seconds.")
@@ -713,6 +736,7 @@ class Plan(BaseModel):
         if len(set(names)) != len(names):
             raise ValueError(f"workload names must be unique, got {names}")
         self._check_distinct_configs()
+        self._check_anchor()
         self._check_ab()
         self._check_search()
         self._check_precision()
@@ -737,6 +761,27 @@ class Plan(BaseModel):
                         "with the same overrides): their results would overwrite each other; remove the repeat "
                         "(more boots of one config: replicates)")
                 seen[key] = what
+
+    def _check_anchor(self) -> None:
+        """``anchor:`` runs on one of the plan's runtimes, in a plan of fixed boot rounds."""
+        a = self.anchor
+        if a is None:
+            return
+        if a.runtime not in self.runtime_names():
+            raise ValueError(f"anchor.runtime: {a.runtime!r} is not one of the plan's runtimes {self.runtime_names()}; "
+                             f"add it to runtimes: (or name one of them)")
+        if self.replicates == "auto" or self.search is not None:
+            raise ValueError("anchor: a replicates: auto or search: sweep chooses its own boots; the anchor needs fixed "
+                             "boot rounds (replicates: N): remove anchor, or run the anchor in a plain sweep")
+
+    def anchor_trial(self, rep: int = 0) -> "Trial | None":
+        """The anchor's trial of boot round ``rep`` (None without ``anchor:``)."""
+        a = self.anchor
+        if a is None:
+            return None
+        env = {k: _env_str(x) for k, x in a.env.items() if x is not None}
+        return Trial(runtime=a.runtime, model=self.model, model_id=self.model_id(), engine_args=dict(a.engine_args),
+                     env=env, replicate=rep, axes=self.axes(), name=a.name)
 
     def _check_sla_search(self) -> None:
         """``sla_search`` judges the plan's ``slo:`` bounds (at least one latency bound), and its load fits the
@@ -991,12 +1036,24 @@ class Plan(BaseModel):
                 out += [b, a] if (self.ab and self.ab.order == "abba" and rep % 2 == 1) else [a, b]
             return out
         rounds: list[list[Trial]] = []
+        anchor_key = None
         for rep in range(self.replicates):
             rnd = self._round(rep)
-            if self.interleave == "shuffle":
-                random.Random(self.seed * 1000 + rep).shuffle(rnd)
+            at = self.anchor_trial(rep)
+            if at is not None:
+                # The anchor is one of the plan's configs when it launches the same server on its runtime.
+                same = [t for t in rnd if (t.runtime, t.config_key) == (at.runtime, at.config_key)]
+                if not same:
+                    rnd.append(at)
+                anchor_key = (at.runtime, at.config_key)
             rounds.append(rnd)
-        return [t for rnd in rounds for t in rnd]
+        # Order positions by (runtime, config key): one anchor unit in every round (tunelab.trial_order).
+        keyed = [[(t.runtime, t.config_key, t.replicate) for t in rnd] for rnd in rounds]
+        by_key = {(t.runtime, t.config_key, t.replicate): t for rnd in rounds for t in rnd}
+        out_keys = boot_order([[k[:2] for k in rnd] for rnd in keyed], self.interleave, seed=self.seed,
+                              anchor=anchor_key)
+        rep_of = [rep for rep, rnd in enumerate(rounds) for _ in rnd]
+        return [by_key[(*k, rep)] for k, rep in zip(out_keys, rep_of)]
 
 
 def _as_list(v: Any) -> list:

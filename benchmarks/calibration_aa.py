@@ -1,0 +1,240 @@
+"""A/A calibration of tunelab's comparisons on the committed evidence and on simulations with drift and sweep shifts.
+
+Evidence: for every committed evidence warehouse (``evidence/**/warehouse/*.parquet``) and every (runtime, config)
+with an even number >= 4 of ok boots, the boots are split in two halves and one half relabelled as a twin config:
+an A/A comparison (both sides are the same engine). Every balanced split is run (3 for 4 boots), each labelled:
+
+* ``sweep-vs-sweep``: each half is the boots of one sweep (the nightly use: a config against itself a sweep later);
+* ``early-vs-late``: the first half of the boots in start order against the second, within one sweep;
+* ``interleaved``: any other balanced split (odd vs even, outer vs inner).
+
+Each split goes through two of the product's paths, 4 metrics (output tokens/s, p50 TPOT, p50 TTFT, p99 ITL) x
+every cell:
+
+* ``compare()``: ``tunelab.warehouse.compare.compare`` as ``tunelab compare`` runs it (history borrowed) on a
+  warehouse built from the Parquet with the twin's ``config_key`` relabelled;
+* ``anchored``: ``tunelab.stats.anchored.anchored_difference`` over the same boots (``warehouse.boot_rows``) and
+  those of one anchor, as a plan's ``anchor:`` would give: another config measured in every sweep of the unit,
+  on the same runtime (``default`` first); drift term on boot order when significant.
+
+A false call is an interval that excludes 0. Per split type: the per-cell false-call rate with its 95 %
+Clopper-Pearson interval (verdicts of one split share boots, so the binomial interval is optimistic: read it
+with the split count) and the share of A/A reports (one split = one report of cells x metrics) with any false
+call.
+
+Simulations (``tunelab.stats.simulate_sweeps``; boot SD 2 %, sweep SD 5 %, drift 8 % over a sweep): the
+anchored comparison against the naive Welch on boot values that ignores sweeps and order, for a config
+against itself in two sweeps with the anchor interleaved (sweep-vs-sweep) and early-vs-late within one sweep.
+
+Run: ``python benchmarks/calibration_aa.py [--sims 400] [--seed 20261203]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pandas as pd
+from statsmodels.stats.proportion import proportion_confint
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tunelab.reports.evidence import warehouse_from_parquet  # noqa: E402
+from tunelab.stats.anchored import anchored_difference  # noqa: E402
+from tunelab.stats.simulate_sweeps import simulate_sweeps  # noqa: E402
+from tunelab.warehouse.boot_rows import boot_rows  # noqa: E402
+from tunelab.warehouse.compare import compare  # noqa: E402
+
+METRICS = ("output_tokens_per_s", "tpot_p50_s", "ttft_p50_s", "itl_p99_s")
+TWIN = "~twin"
+CELL = ["workload", "load_kind", "load_value"]
+
+
+def evidence_warehouses(root: Path = ROOT / "evidence") -> list[Path]:
+    """Every folder of committed evidence Parquet with trials and measurements."""
+    return sorted(p.parent for p in root.glob("**/warehouse/trials.parquet")
+                  if (p.parent / "measurements.parquet").exists())
+
+
+def _split_type(a: pd.DataFrame, b: pd.DataFrame, ordered: list[str]) -> str:
+    sa, sb = set(a.sweep_id), set(b.sweep_id)
+    if len(sa) == 1 and len(sb) == 1 and sa != sb:
+        return "sweep-vs-sweep"
+    half = len(ordered) // 2
+    if set(a.trial_id) in (set(ordered[:half]), set(ordered[half:])):
+        return "early-vs-late"
+    return "interleaved"
+
+
+def splits_of(trials: pd.DataFrame) -> list[tuple[str, list[str]]]:
+    """Every balanced split of one unit's boots (trial rows in start order): (type, trial ids of the twin half).
+    Each unordered split once (the half that holds the last boot is the twin)."""
+    ordered = trials.sort_values(["started_at", "trial_id"]).trial_id.tolist()
+    n = len(ordered)
+    out = []
+    for half in itertools.combinations(range(n), n // 2):
+        if n - 1 not in half:
+            continue
+        twin = [ordered[i] for i in half]
+        a, b = trials[~trials.trial_id.isin(twin)], trials[trials.trial_id.isin(twin)]
+        out.append((_split_type(a, b, ordered), twin))
+    return out
+
+
+def evidence_verdicts(folders: list[Path] | None = None, metrics: tuple[str, ...] = METRICS,
+                      max_boots: int = 8) -> pd.DataFrame:
+    """One row per (folder, unit, split, metric, cell, path): ``false_call`` (bool) and the interval."""
+    rows = []
+    for folder in folders if folders is not None else evidence_warehouses():
+        with tempfile.TemporaryDirectory() as tmp:
+            db = warehouse_from_parquet(folder, Path(tmp) / "w.duckdb")
+            con = duckdb.connect(str(db))
+            try:
+                rows += _folder_verdicts(con, folder, metrics, max_boots)
+            finally:
+                con.close()
+    return pd.DataFrame(rows)
+
+
+def _folder_verdicts(con, folder: Path, metrics, max_boots: int) -> list[dict]:
+    trials = con.execute("""SELECT trial_id, sweep_id, runtime_name, config_key, started_at FROM trials
+                            WHERE status = 'ok' AND quality_verdict IN ('pass', 'warn')""").fetchdf()
+    values = {m: boot_rows(con, m) for m in metrics}
+    out = []
+    for (rt, key), g in trials.groupby(["runtime_name", "config_key"]):
+        if len(g) < 4 or len(g) % 2 or len(g) > max_boots:
+            continue
+        sweeps = set(g.sweep_id)
+        for s_i, (kind, twin) in enumerate(splits_of(g)):
+            con.execute("UPDATE trials SET config_key = config_key || ? WHERE trial_id IN (SELECT unnest(?))",
+                        [TWIN, twin])
+            try:
+                for m in metrics:
+                    res = compare(con, {"config_key": key, "runtime_name": rt},
+                                  {"config_key": key + TWIN, "runtime_name": rt}, m)
+                    for r in res.itertuples(index=False):
+                        lo, hi = r.rel_ci_low, r.rel_ci_high
+                        out.append({"folder": folder.relative_to(ROOT).as_posix(), "unit": f"{rt}/{key}",
+                                    "split": s_i, "split_type": kind, "metric": m,
+                                    "cell": f"{r.workload} {r.load_kind}={r.load_value:g}", "path": "compare()",
+                                    "rel_low": lo, "rel_high": hi,
+                                    "false_call": bool(np.isfinite(lo) and (lo > 0 or hi < 0))})
+            finally:
+                con.execute("UPDATE trials SET config_key = replace(config_key, ?, '') WHERE trial_id IN "
+                            "(SELECT unnest(?))", [TWIN, twin])
+            for m in metrics:
+                v = values[m][values[m].sweep_id.isin(sweeps)].copy()
+                v["config"] = v.runtime_name + "/" + v.config_key
+                v.loc[v.trial_id.isin(twin), "config"] = f"{rt}/{key}{TWIN}"
+                v = v.rename(columns={"sweep_id": "sweep", "boot_order": "order"})
+                anchor = _anchor_for(v, rt, key, sweeps)
+                v = v[v.config.isin([f"{rt}/{key}", f"{rt}/{key}{TWIN}", anchor])]
+                for cell, c in v.groupby(CELL):
+                    r = anchored_difference(c[["config", "sweep", "order", "value"]], f"{rt}/{key}",
+                                            f"{rt}/{key}{TWIN}", anchor)
+                    out.append({"folder": folder.relative_to(ROOT).as_posix(), "unit": f"{rt}/{key}", "split": s_i,
+                                "split_type": kind, "metric": m, "cell": f"{cell[0]} {cell[1]}={cell[2]:g}",
+                                "path": "anchored", "rel_low": r.rel_low, "rel_high": r.rel_high,
+                                "false_call": bool(np.isfinite(r.rel_low) and (r.rel_low > 0 or r.rel_high < 0))})
+    return out
+
+
+def _anchor_for(v: pd.DataFrame, rt: str, key: str, sweeps: set[str]) -> str | None:
+    """The anchor of a unit's A/A, as a plan would name it: another config measured in every one of the unit's
+    sweeps, on the same runtime where one exists (the ``default`` config first), else on another runtime."""
+    per = v.groupby("config").sweep.nunique()
+    cands = [c for c in per.index if per[c] == len(sweeps) and not c.startswith(f"{rt}/{key}")]
+    labels = v.drop_duplicates("config").set_index("config").config_label
+    cands.sort(key=lambda c: (not c.startswith(f"{rt}/"), labels.get(c) != "default", c))
+    return cands[0] if cands else None
+
+
+def summarise(verdicts: pd.DataFrame) -> pd.DataFrame:
+    """Per (path, split type, and 'all'): verdicts, false calls, the rate and its 95 % Clopper-Pearson interval,
+    reports (splits), the share of reports with any false call and its interval."""
+    rows = []
+    v = verdicts.assign(report=verdicts.folder + "|" + verdicts.unit + "|" + verdicts.split.astype(str))
+    for path, gp in v.groupby("path", sort=False):
+        for kind, g in [*gp.groupby("split_type"), ("all", gp)]:
+            n, k = len(g), int(g.false_call.sum())
+            lo, hi = proportion_confint(k, n, alpha=0.05, method="beta")
+            rep = g.groupby("report").false_call.any()
+            rlo, rhi = proportion_confint(int(rep.sum()), len(rep), alpha=0.05, method="beta")
+            rows.append({"path": path, "split_type": kind, "verdicts": n, "false_calls": k, "rate": k / n,
+                         "rate_low": lo, "rate_high": hi, "reports": len(rep), "reports_with_false": int(rep.sum()),
+                         "report_rate": float(rep.mean()), "report_low": rlo, "report_high": rhi})
+    return pd.DataFrame(rows)
+
+
+SIM_LAYOUTS = {
+    # a config against itself a sweep later, the anchor interleaved (balanced order) in both sweeps
+    "sweep-vs-sweep": ([["a", "anchor", "a", "a", "anchor", "a"], ["b", "anchor", "b", "b", "anchor", "b"]], 0.0),
+    # the first three boots of a config against its last three in one sweep, the anchor between them, drifting
+    "early-vs-late": ([["anchor", "a", "anchor", "a", "anchor", "a", "anchor", "b", "anchor", "b", "anchor", "b",
+                        "anchor"]], 0.08),
+}
+
+
+def simulate(n: int = 400, seed: int = 20261203, sd_boot: float = 0.02, sd_sweep: float = 0.05) -> pd.DataFrame:
+    """Per simulated layout and path (anchored, naive Welch): A/A false calls of ``n`` comparisons."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for kind, (layout, drift) in SIM_LAYOUTS.items():
+        k_anch = k_naive = 0
+        for _ in range(n):
+            d = simulate_sweeps(layout, sd_boot=sd_boot, sd_sweep=sd_sweep, drift=drift * rng.choice([-1, 1]),
+                                rng=rng)
+            r = anchored_difference(d, "a", "b", "anchor")
+            k_anch += r.rel_low > 0 or r.rel_high < 0
+            k_naive += r.welch_p_value < 0.05
+        for path, k in (("anchored", k_anch), ("naive Welch (no sweep, no order)", k_naive)):
+            lo, hi = proportion_confint(k, n, alpha=0.05, method="beta")
+            rows.append({"path": path, "split_type": f"simulated {kind}", "verdicts": n, "false_calls": int(k),
+                         "rate": k / n, "rate_low": lo, "rate_high": hi})
+    return pd.DataFrame(rows)
+
+
+def _table(df: pd.DataFrame, report: bool) -> str:
+    head = "| path | split | verdicts | false calls | per-cell rate [95 % CI] |"
+    sep = "|---|---|---|---|---|"
+    if report:
+        head += " A/A reports | with any false call [95 % CI] |"
+        sep += "---|---|"
+    lines = [head, sep]
+    for r in df.itertuples(index=False):
+        line = (f"| {r.path} | {r.split_type} | {r.verdicts} | {r.false_calls} | {r.rate:.1%} "
+                f"[{r.rate_low:.1%}, {r.rate_high:.1%}] |")
+        if report:
+            line += (f" {r.reports} | {r.reports_with_false} = {r.report_rate:.0%} [{r.report_low:.0%}, "
+                     f"{r.report_high:.0%}] |")
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sims", type=int, default=400, help="simulated A/A comparisons per layout")
+    ap.add_argument("--seed", type=int, default=20261203)
+    a = ap.parse_args()
+    t0 = time.perf_counter()
+    ev = evidence_verdicts()
+    print(f"evidence: {ev.folder.nunique()} folder(s) with a config of >= 4 ok boots, {ev.groupby(['folder', 'unit']).ngroups} "
+          f"(runtime, config) units, {ev.groupby(['folder', 'unit', 'split']).ngroups} A/A splits, "
+          f"{len(ev[ev.path == 'anchored'])} verdicts per path")
+    print(_table(summarise(ev), report=True))
+    print()
+    print(f"simulations: {a.sims} A/A per row, boot SD 2 %, sweep SD 5 %, drift 8 % over a sweep (seed {a.seed})")
+    print(_table(simulate(a.sims, a.seed), report=False))
+    print(f"\n({time.perf_counter() - t0:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""The A/A calibration benchmark (benchmarks/calibration_aa.py) as a gate: on the committed evidence and on
+simulations with drift and sweep shifts, the anchored path's per-cell false calls stay under their bound and the
+naive path (no sweep, no order) is shown failing in simulation.
+
+Bounds: the upper end of the 95 % Clopper-Pearson interval of the per-cell false-call rate under 8 % where the
+sample can show it (all evidence splits together: 288 verdicts; both simulated split types together: 600
+comparisons); each simulated split type within simulation error of nominal (<= 5 % + 3 SE). A single evidence
+split type holds 32-192 verdicts (0 of 32 already has an upper end of 10.9 %), so there the
+gate is that the rate is not above nominal beyond doubt: the interval's lower end under 5 %.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+from statsmodels.stats.proportion import proportion_confint
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "calibration_aa.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("calibration_aa", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def evidence(bench):
+    return bench.summarise(bench.evidence_verdicts()).set_index(["path", "split_type"])
+
+
+def test_evidence_splits_are_the_committed_ones(bench, evidence):
+    # 6 (runtime, config) units of 4 boots, 3 balanced splits each, 4 cells x 4 metrics per split
+    assert evidence.loc[("anchored", "all"), "verdicts"] == 288 and evidence.loc[("anchored", "all"), "reports"] == 18
+    assert {"early-vs-late", "interleaved", "sweep-vs-sweep"} <= {k for _, k in evidence.index}
+
+
+def test_anchored_path_on_evidence_within_bound(evidence):
+    assert evidence.loc[("anchored", "all"), "rate_high"] < 0.08, evidence.loc[("anchored", "all")]
+    for kind in ("early-vs-late", "interleaved", "sweep-vs-sweep"):
+        assert evidence.loc[("anchored", kind), "rate_low"] < 0.05, evidence.loc[("anchored", kind)]
+
+
+def test_simulation_anchored_within_bound_and_naive_fails(bench):
+    n = 300
+    sim = bench.simulate(n=n, seed=20261203).set_index(["path", "split_type"])
+    kinds = ("simulated sweep-vs-sweep", "simulated early-vs-late")
+    for kind in kinds:
+        # within simulation error of nominal: 5 % + 3 SE (8.8 % at 300)
+        assert sim.loc[("anchored", kind), "rate"] <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / n), sim.loc[("anchored", kind)]
+        assert sim.loc[("naive Welch (no sweep, no order)", kind), "rate_low"] > 0.08, sim.loc[
+            ("naive Welch (no sweep, no order)", kind)]
+    # both split types together (600 comparisons): the upper end of the 95 % interval under 8 %
+    k = int(sum(sim.loc[("anchored", kind), "false_calls"] for kind in kinds))
+    assert proportion_confint(k, 2 * n, alpha=0.05, method="beta")[1] < 0.08, k

@@ -1,0 +1,64 @@
+"""Anchored A/B per cell from the warehouse: ``stats.anchored.anchored_difference`` over ``boot_rows``.
+
+The function the compare path calls for a comparison across sweeps (docs/statistics.md, "Anchored comparisons"):
+two (runtime, config) units and the plan's anchor, every boot of them in the chosen sweeps, one row per cell.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict
+
+import duckdb
+import pandas as pd
+
+from tunelab.stats.anchored import anchored_difference
+from tunelab.warehouse.boot_rows import boot_rows
+
+__all__ = ["anchored_cells"]
+
+Unit = tuple[str, str]
+
+
+def _name(u: Unit) -> str:
+    return f"{u[0]}/{u[1]}"
+
+
+def anchored_cells(con: duckdb.DuckDBPyConnection, metric: str, baseline: Unit, candidate: Unit,
+                   anchor: Unit | None = None, *, sweep_ids: Sequence[str] | None = None,
+                   confidence: float = 0.95, drift: bool | str = "auto") -> pd.DataFrame:
+    """Per (workload, load_kind, load_value), the candidate against the baseline through the anchor.
+
+    Args:
+        con: a warehouse connection.
+        metric: a numeric ``measurements`` column (``output_tokens_per_s``, ``tpot_p50_s``, ...).
+        baseline, candidate, anchor: ``(runtime_name, config_key)`` units; the anchor links sweeps (None: no
+            anchor; a cross-sweep comparison is then labelled unanchored and widened).
+        sweep_ids: the sweeps whose boots enter (None: every sweep holding a boot of the three units).
+        confidence, drift: as in :func:`tunelab.stats.anchored.anchored_difference`.
+
+    Returns:
+        One row per cell: ``workload, load_kind, load_value, metric`` and the fields of
+        :class:`~tunelab.stats.anchored.AnchoredDifference` (``rel``, ``rel_low``, ``rel_high``, ``df``,
+        ``method``, ``anchored``, ``cross_sweep``, ``note``, ``welch_*`` ...). A cell where a side has no boots is
+        left out.
+
+    Raises:
+        ValueError: a bad metric (from ``boot_rows``), a unit without boots (names it).
+    """
+    units = [baseline, candidate] + ([anchor] if anchor is not None else [])
+    v = boot_rows(con, metric, sweep_ids=sweep_ids)
+    v = v.assign(config=v.runtime_name + "/" + v.config_key)
+    v = v[v.config.isin([_name(u) for u in units])]
+    for role, u in (("baseline", baseline), ("candidate", candidate)):
+        if not (v.config == _name(u)).any():
+            raise ValueError(f"{role} {u} has no ok boots with {metric} in the chosen sweeps")
+    v = v.rename(columns={"sweep_id": "sweep", "boot_order": "order"})
+    rows = []
+    for (w, lk, lv), c in v.groupby(["workload", "load_kind", "load_value"], sort=True):
+        if not ((c.config == _name(baseline)).any() and (c.config == _name(candidate)).any()):
+            continue
+        r = anchored_difference(c[["config", "sweep", "order", "value"]], _name(baseline), _name(candidate),
+                                _name(anchor) if anchor is not None else None, confidence=confidence, drift=drift)
+        rows.append({"workload": w, "load_kind": lk, "load_value": float(lv), "metric": metric, **asdict(r)})
+    return pd.DataFrame(rows)
