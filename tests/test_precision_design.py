@@ -406,3 +406,26 @@ def test_ab_priors_leave_sla_search_windows_out(tmp_path):
         _sla_boot(con, plan, i, sweep_id="sla", replicate=10, rng=rng)
     con.close()
     assert ab_priors(plan, db)[cell] == pytest.approx(before)
+
+
+def test_a_sweep_that_decided_nothing_on_a_busy_machine_says_so_and_names_the_load():
+    """Issue 29 item 20: under load every demo cell read "no significant change" (MDE -92 %/+1,151 %). The A/B ends
+    with a line that says the machine was too busy, naming the other processes' CPU share over the windows; it is
+    silent when a cell was decided or when the windows saw an idle machine."""
+    import duckdb
+
+    from tunelab.design_plan import busy_line
+
+    con = duckdb.connect()  # the two columns of each table that the line reads
+    con.execute("CREATE TABLE trials AS SELECT * FROM (VALUES ('s1/a/r0', 's1'), ('s1/b/r0', 's1'), ('s2/a/r0', 's2'))"
+                " t(trial_id, sweep_id)")
+    con.execute("CREATE TABLE measurements AS SELECT * FROM (VALUES ('s1/a/r0', 0.7), ('s1/b/r0', 0.5), "
+                "('s2/a/r0', 0.05)) m(trial_id, host_other_cpu_frac)")
+    undecided = [{"verdict": "no_significant_change", "mde_rel": 11.51}, {"verdict": "inconclusive", "mde_rel": None}]
+    line = busy_line(con, "s1", undecided, "load now 9.0 on 2 cores: expect longer")
+    assert line is not None and "too busy to decide" in line and "60% of the CPU" in line, line
+    assert "2 measured windows" in line and "-92.0%/+1151.0%" in line and "load now 9.0 on 2 cores" in line
+    decided = undecided + [{"verdict": "worse", "mde_rel": 0.3}]
+    assert busy_line(con, "s1", decided) is None
+    assert busy_line(con, "s2", undecided) is None  # an idle machine: the design was too small, not the box busy
+    assert busy_line(con, "s1", []) is None

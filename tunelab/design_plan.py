@@ -37,7 +37,7 @@ from tunelab.plan import Plan
 from tunelab.stats.design import Design, optimal_design, pilot_design
 from tunelab.stats.intervals import mde_text
 
-__all__ = ["TRUSTED", "CellNoise", "PlanDesign", "ab_lines", "apply_design", "config_noise", "design_for_plan",
+__all__ = ["BUSY_OTHER_CPU_FRAC", "TRUSTED", "CellNoise", "PlanDesign", "ab_lines", "busy_line", "apply_design", "config_noise", "design_for_plan",
            "precision_warnings", "resolve_precision", "sweep_ab_rows"]
 
 #: Quality verdicts of the history a design reads (with status ``ok``); ``unvalidated`` boots are left out.
@@ -423,3 +423,44 @@ def ab_lines(rows: list[dict]) -> list[str]:
                                                                          for side, n in left.items() if n)
         out.append(head)
     return out
+
+
+#: Other processes' share of the host's CPU time over a sweep's measured windows (``measurements.host_other_cpu_frac``,
+#: ``tasks.host_load.covariates``) from which a sweep that decided nothing says the machine was too busy. 0.25: a
+#: quarter of the host's CPU taken by others. The README's demo decided its c=4 cells on an idle 2-core machine and
+#: none beside a test run (2026-12-02, 2026-12-03), where the others took most of the CPU.
+BUSY_OTHER_CPU_FRAC = 0.25
+
+
+def busy_line(con: Any, sweep_id: str, rows: list[dict], load_note: str | None = None) -> str | None:
+    """One line for a sweep whose A/B decided nothing on a busy machine, naming the load it saw; else None.
+
+    Args:
+        con: a DuckDB connection to the warehouse holding the sweep.
+        sweep_id: the sweep.
+        rows: the sweep's A/B rows (:func:`sweep_ab_rows`), each with ``verdict`` and ``mde_rel``.
+        load_note: the machine's load now in words (``plan_cost.load_note``), appended when given.
+    Returns:
+        None when any cell was decided (better, worse), when there are no rows, or when other processes took less
+        than :data:`BUSY_OTHER_CPU_FRAC` of the CPU over the sweep's windows (the mean of
+        ``host_other_cpu_frac`` over its measured windows; no reading: None). Otherwise a line such as
+        ``"A/B: the machine was too busy to decide: other processes took 62% of the CPU during the 24 measured
+        windows; ... rerun on an otherwise idle machine"``.
+    Why: under load the boot-to-boot spread grows until no effect is detectable (the demo's cells read "no
+    significant change" with MDEs of -92 %/+1,151 %), which reads as "no difference" unless the cause is said.
+    """
+    if not rows or any(r.get("verdict") in ("better", "worse") for r in rows):
+        return None
+    got = con.execute(
+        "SELECT avg(m.host_other_cpu_frac), count(m.host_other_cpu_frac) FROM measurements m "
+        "JOIN trials t USING (trial_id) WHERE t.sweep_id = ?", [sweep_id]).fetchone()
+    frac, n = (got or (None, 0))
+    if frac is None or not n or frac < BUSY_OTHER_CPU_FRAC:
+        return None
+    mdes = [r.get("mde_rel") for r in rows if r.get("mde_rel") is not None and math.isfinite(r.get("mde_rel"))]
+    widest = f"; the widest cell could detect only {mde_text(max(mdes))}" if mdes else ""
+    line = (f"A/B: the machine was too busy to decide: other processes took {frac:.0%} of the CPU during the "
+            f"{n} measured windows{widest}; no cell reached a verdict, which says nothing about the configs: rerun "
+            "on an otherwise idle machine")
+    return line + (f" ({load_note})" if load_note else "")
+

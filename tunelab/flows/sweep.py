@@ -944,14 +944,16 @@ def _fixed_ab(plan: Plan, sweep_id: str, db_path: Path, summary: SweepSummary, d
     try:
         import duckdb
 
-        from tunelab.design_plan import ab_lines, precision_warnings, sweep_ab_rows
+        from tunelab.design_plan import ab_lines, busy_line, precision_warnings, sweep_ab_rows
+        from tunelab.plan_cost import load_note
 
         con = duckdb.connect(str(db_path), read_only=True)
         try:
             rows = sweep_ab_rows(con, plan, sweep_id)
+            busy = busy_line(con, sweep_id, rows, load_note())
         finally:
             con.close()
-        summary.ab_lines = ab_lines(rows)
+        summary.ab_lines = ab_lines(rows) + ([busy] if busy else [])
         summary.precision_warnings = precision_warnings(plan, rows, design)
     except Exception as e:  # a view of the results; the sweep's data is loaded either way
         logger.warning("could not compute the sweep's A/B: %s", e)
