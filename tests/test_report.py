@@ -368,3 +368,58 @@ def test_latency_is_labelled_ok_only_with_the_failed_share_beside_it_and_goodput
     md = comparison_markdown(comp, sweep)
     assert "| TTFT p50 ms (OK only) |" in md and "failed %" in md and "| goodput % |" in md
     assert "percentiles over the completed requests only" in md
+
+
+def test_the_ab_artifact_leads_with_verdict_and_reason_in_narrow_tables(warehouse):
+    """Issue 29 item 13: the `ab-comparison` artifact was one 3,585 px table whose verdict and reason were the last
+    columns, off screen in the Prefect UI (cells do not wrap). It leads with a 4-column table of verdict, change
+    and reason, puts the means, boots and MDE in a second table, and keeps whole reasons as a list below."""
+    from tunelab.reports.artifacts import REASON_CHARS, ab_artifact_markdown
+    from tunelab.reports.report import ab_markdown, regressions_markdown
+    from tunelab.warehouse.compare import compare, regressions
+    from tunelab.warehouse.migrate import connect
+
+    con = connect(warehouse, read_only=True)
+    try:
+        df = compare(con, {"config_key": "a", "sweep_id": SWEEP}, {"config_key": "b", "sweep_id": SWEEP},
+                     quality=("pass", "warn", "fail"))
+        reg = regressions(con, "output_tokens_per_s")
+    finally:
+        con.close()
+    df.loc[df.index[0], "reason"] = "a long reason " * 20 + "END"
+    md = ab_markdown(df, {"config_key": "a"}, {"config_key": "b"}) + "\n\n" + regressions_markdown(reg)
+    art = ab_artifact_markdown(df, md)
+    tables: list[list[str]] = []
+    for ln in art.splitlines():
+        if ln.startswith("|"):
+            if not tables or not prev.startswith("|"):
+                tables.append([])
+            tables[-1].append(ln)
+        prev = ln
+    first = [c.strip() for c in tables[0][0].strip("|").split("|")]
+    assert first[1] == "verdict" and first[3] == "why" and len(first) == 4
+    assert [c.strip() for c in tables[1][0].strip("|").split("|")] == ["what", "baseline", "candidate", "boots", "MDE"]
+    assert art.index("## Verdicts") < art.index("## Detail") < art.index("Method:")
+    assert "Regressions along vLLM versions" in art  # what followed the wide table is kept
+    cells = [c.strip() for ln in tables[0][2:] for c in ln.strip("|").split("|")]
+    assert max(len(c) for c in cells) <= REASON_CHARS + 2 and "END" in art.split("Reasons in full:")[1]
+    for t in tables[:2]:  # what fits a 1,028 px frame: about 150 characters of a row
+        assert max(len(ln) for ln in t) <= 150, t
+
+
+def test_the_sweep_report_artifact_shows_the_failure_cause_in_a_narrow_first_table(warehouse):
+    """Issue 29 item 13: the report artifact's trial table (11 columns) cut the failure cause: only its class
+    showed. The first table is the outcome (config, status, why: class and the reason cut at a word boundary,
+    verdict); where and how each boot ran is a second table."""
+    from tunelab.reports.report import sweep_markdown
+
+    reason = "vllm serve exited with code 1 during boot: ValueError: max_model_len 99999 is too large " * 3
+    statuses = [{"trial_id": f"{SWEEP}/synthetic/c/r0", "config": "cfg-c", "config_key": "c", "runtime": "synthetic",
+                 "replicate": 0, "device": "gpu0", "status": "boot_failed", "failure_class": "invalid_config",
+                 "failure_reason": reason, "boot_s": 3.0, "compile_cache": "cold", "verdict": "unvalidated"}]
+    md = sweep_markdown(pd.DataFrame(), SWEEP, statuses, None)
+    header = next(ln for ln in md.splitlines() if ln.startswith("|"))
+    assert [c.strip() for c in header.strip("|").split("|")] == ["#", "config", "status", "why", "verdict"]
+    row = next(ln for ln in md.splitlines() if "cfg-c" in ln)
+    assert "invalid_config: vllm serve exited with code 1 during boot: ValueError" in row and len(row) <= 150
+    assert "| gpu0 |" in md and "| cold |" in md

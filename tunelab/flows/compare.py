@@ -122,8 +122,11 @@ def compare(baseline: dict, candidate: dict, metric: str = "output_tokens_per_s"
     try:
         from prefect.artifacts import create_markdown_artifact
 
-        if in_run:
-            create_markdown_artifact(md, key=artifact_key, description=f"{metric}: {baseline} vs {candidate}")
+        from tunelab.reports.artifacts import ab_artifact_markdown
+
+        if in_run:  # verdicts first, in a table narrow enough for the UI's frame (reports.artifacts)
+            create_markdown_artifact(ab_artifact_markdown(df, md), key=artifact_key,
+                                     description=f"{metric}: {baseline} vs {candidate}")
     except Exception as e:  # a view; the result is returned anyway
         logger.warning("could not create the artifact: %s", e)
     flagged = reg[reg["status"].isin(["regression", "regression_no_alarm", "violation_unconfirmed"])] if len(reg) else reg

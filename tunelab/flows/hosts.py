@@ -387,8 +387,12 @@ def multi_host_sweep(plan_path: str, store: str | None = None, db: str | None = 
                                         timeout_s=timeout_s, poll_s=poll_s, stale_s=stale_s, log=logger.error)
     except BaseException as e:  # timeout, Prefect's cancel (TerminationSignal), Ctrl-C, an error: not subflows
         why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'the coordinator ended'}"[:300]
-        with get_client(sync_client=True) as client:
-            cancel_unfinished(client, out.runs, why, log=logger.warning)
+        try:
+            with get_client(sync_client=True) as client:
+                cancel_unfinished(client, out.runs, why, log=logger.warning)
+        except Exception as e2:  # the server gone too: say so, and raise what ended the coordinator
+            logger.error("could not cancel the host trial runs %s: %s: %s",
+                         [r["trial_id"] for r in out.runs if r["state"] not in _FINAL], type(e2).__name__, e2)
         raise
     sweep.finished_at = dt.datetime.now(dt.timezone.utc)
     res = load_pending(db_p, store_p)

@@ -635,12 +635,18 @@ def sweep_markdown(df: pd.DataFrame, sweep_id: str, statuses: list[dict] | None,
     if statuses:
         if interleave:
             lines += [f"Trials in run order ({interleave}; replicates = boots per config):", ""]
+        # Two narrow tables, the Prefect UI does not wrap cells (reports.artifacts): the outcome first, with the
+        # failure's cause (cut at a word boundary; whole in `tunelab report --json`), then where and how it booted.
         lines += markdown_table([{
-            "#": i + 1, "config": s["config"], "key": f"`{s.get('config_key', '')}`", "runtime": s["runtime"],
-            "boot": f"r{s.get('replicate', '')}", "device": s.get("device", ""), "status": s["status"],
-            "failure": s.get("failure_class") or "",
+            "#": i + 1, "config": s["config"], "status": s["status"],
+            "why": ": ".join(x for x in (shorten(s.get("failure_class")), shorten(s.get("failure_reason"), 90)) if x),
+            "verdict": s.get("verdict") or "",
+        } for i, s in enumerate(statuses)])
+        lines += [""] + markdown_table([{
+            "#": i + 1, "key": f"`{s.get('config_key', '')}`", "runtime": s["runtime"],
+            "boot": f"r{s.get('replicate', '')}", "device": s.get("device", ""),
             "boot s": "" if s.get("boot_s") is None or pd.isna(s.get("boot_s")) else f"{s['boot_s']:.1f}",
-            "compile cache": s.get("compile_cache") or "", "verdict": s.get("verdict") or "",
+            "compile cache": s.get("compile_cache") or "",
         } for i, s in enumerate(statuses)])
         lines.append("")
     if config_settings:
