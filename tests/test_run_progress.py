@@ -455,3 +455,14 @@ def test_load_note_says_the_estimate_assumes_an_idle_machine_and_names_a_busy_on
     assert "expect longer" not in load_note(2.0, 2)
     assert load_note(1.5, 1).endswith("on 1 core: expect longer")
 
+
+
+def test_the_progress_artifact_says_what_the_ended_trials_came_to():
+    """Issue 29 item 13: the progress artifact read only "Progress: 100%"; its description now counts the ended
+    trials by status and names the last one."""
+    from tunelab.flows.sweep import progress_description
+
+    sts = [{"status": "ok"}, {"status": "boot_failed"}, {"status": "ok"}, {"status": "ok"}]
+    text = progress_description("s1", sts, 6, "eager ok")
+    assert text == "s1: 4/6 trials ended: 3 ok, 1 boot_failed; last: eager ok"
+    assert progress_description("s1", [], None, "x ok") == "s1: 0/? trials ended: none; last: x ok"

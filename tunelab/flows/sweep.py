@@ -551,9 +551,11 @@ class _SweepTrials:
                 from prefect.artifacts import update_progress_artifact
 
                 total = max(self.trials_total or len(self.jobs), n, 1)
+                with self.lock:
+                    done = [x for x in self.statuses if x]
                 update_progress_artifact(self.progress_id, 100.0 * n / total,
-                                         description=f"{self.sweep_id}: {n}/{self.trials_total or '?'} trials; "
-                                                     f"last: {job.trial.label} {st['status']}")
+                                         description=progress_description(self.sweep_id, done, self.trials_total,
+                                                                          f"{job.trial.label} {st['status']}"))
             except Exception as e:
                 logger.warning("could not update the progress artifact: %s", e)
 
@@ -717,6 +719,20 @@ def _sweep_row(plan: Plan, plan_path: str, host: str) -> records.Sweep:
     return records.Sweep(sweep_id=records.sweep_id(started, plan.name), plan_name=plan.name,
                          plan_yaml=Path(plan_path).read_text(), host=host, started_at=started,
                          tunelab_version=tunelab.__version__, source="tunelab")
+
+
+def progress_description(sweep_id: str, statuses: list[dict], trials_total: int | None, last: str) -> str:
+    """The progress artifact's description: the bar alone reads "Progress: 100%" in the UI, so the text says what
+    the trials that ended came to (status counts, e.g. ``4 ok, 1 boot_failed``) and which one ended last.
+
+    Args: statuses: the ended trials' status dicts (``status`` key); trials_total: planned trials (None: unknown,
+    a search bound by GPU-minutes); last: the trial that ended last and its status. Returns one line, e.g.
+    ``"s1: 5/6 trials ended: 4 ok, 1 boot_failed; last: eager ok"``."""
+    counts: dict[str, int] = {}
+    for st in statuses:
+        counts[str(st.get("status"))] = counts.get(str(st.get("status")), 0) + 1
+    by = ", ".join(f"{k_n} {k}" for k, k_n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    return f"{sweep_id}: {len(statuses)}/{trials_total or '?'} trials ended: {by or 'none'}; last: {last}"
 
 
 def _progress_artifact(plan: Plan, sweep_id: str, n_trials: int | None, logger: Any) -> Any:
