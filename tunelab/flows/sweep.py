@@ -2,7 +2,8 @@
 
     validate plan -> stop leftovers of earlier runs -> inventory devices (GPUs; a CPU host has one, ``cpu0``)
       -> create one Prefect global concurrency limit per device (idempotent, limit 1)
-      -> trials in plan order (interleaved A B A B), each as subflow ``trial`` on a free device,
+      -> trials as the plan's design asks for them (``tunelab.designs``: the fixed grid in plan order, interleaved
+       A B A B; A/B pairs until decided; a search's boots), each as subflow ``trial`` on a free device,
          holding that device's slot for boot .. teardown; trials on different GPUs run in parallel
       -> validate each bundle (great-expectations) -> load bundles into DuckDB -> report (artifacts)
 
@@ -29,7 +30,8 @@ polls its state and, on Cancelling, does what the runner does. ``TerminationSign
 trial threads to write their bundles and marks the trials that were running as ``cancelled``. The bundles
 written so far are then loaded (best effort) and the interruption propagates to Prefect, which records the
 run (and the trial subflow) as Cancelled; a bare ``kill -TERM`` or Ctrl-C, which nobody requested through
-Prefect, ends them Crashed, as Prefect does for any run.
+Prefect, ends them Crashed in Prefect's engine, and the flows' ``on_crashed`` hook
+(``flows.run_states.cancelled_not_crashed_hook``) then sets them Cancelled, as ``tunelab run`` reports it.
 
 Everything a trial produces is on disk (a bundle) before it is validated and loaded, so a failed load loses
 nothing: ``tunelab load`` picks the bundles up later. A warehouse file that another process holds for longer

@@ -446,6 +446,11 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: Tr
               window_check: Callable[[pd.DataFrame], bool] | None = None) -> Path:
     """Run one trial end to end and write its bundle. Returns the bundle folder.
 
+    The steps: the trial's record (:func:`_trial_record`), the device check (``clean-gpu``), boot (:func:`_boot`),
+    the placement check, measure (:func:`_measure_into`: warm-up, windows, an SLA search, the bottleneck diagnosis),
+    then, whatever happened, teardown and the bundle (:func:`_tear_down_and_write`). A failure of a step is recorded
+    on the row by its ``_record_*`` function.
+
     ``window_check`` (the trial spec's, ``designs.base.TrialSpec``): called with the measurements so far after each
     measured window; True stops the measurement (the trial ends ``failed`` with failure_class ``pruned``, keeping its
     windows): a search prunes a config whose first windows are clearly worse than the best so far.
@@ -457,22 +462,12 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: Tr
     """
     logger = get_run_logger()
     ctx = TrialContext.of(ctx)
-    sweep = ctx.sweep
-    # The trials record: every assignment below is validated against its column (tunelab/records.py).
-    row = trial_row_base(trial, trial_id, sweep.sweep_id, runtime, ctx)
-    # type, parameters, sha256 of any file read, endpoint, shared prefix against this server's KV-cache block
-    row.workloads = [w.record(kv_block_tokens(trial.engine_args, runtime.device)) for w in plan.workloads]
-    row.dataset_filters = [r for r in (w.dataset_filter_record() for w in plan.workloads) if r] or None
+    row, log_path = _trial_record(trial, trial_id, plan, runtime, ctx)
     tables: dict[str, pd.DataFrame] = {}
-    safe = trial_id.replace("/", "__")
-    log_path = Path(ctx.logs_dir) / f"{safe}.log"
-    row.log_path = str(log_path)
-    row.load_avg_1m = host_load_avg()
     gpu_index = ctx.gpu_index
     boots = _Boots(lambda lp: _boot_once(trial, runtime, plan, lp, trial_id, gpu_index, list(ctx.gpu_indices),
                                          ctx.cuda_visible_devices),
                    log_path, runtime.name, trial.config_key, log=logger.info)
-    server = boots.server
     interrupted: BaseException | None = None
     # The windows measured so far, kept on disk after each one (_keep_windows): a trial killed outright
     # (SIGKILL, power loss) leaves a bundle with status 'incomplete' holding them, which `tunelab load` loads.
@@ -499,135 +494,210 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: Tr
             logger.warning("GPU %s busy: %s", gpu_index, gpu_state["detail"])
         else:
             try:
-                progress.emit("boot", estimate_s=_TYPICAL_BOOT_S.get(runtime.device))
-                try:
-                    boot = _task_value(boot_task(boots))
-                finally:
-                    server = boots.server  # the attempt that booted (or failed last) is the one torn down
-                    row.boot_attempts = boots.attempts
-                    row.boot_retry_reason = boots.first_failure
-                row.boot_s = boot["boot_s"]
-                row.health_s = boot["health_s"]
-                logger.info("ready in %.1f s on port %s", boot["boot_s"], boot["port"])
-                wrong = _wrong_device(server, runtime, list(ctx.gpu_indices))
+                _boot(boots, row, runtime, logger)
+                wrong = _wrong_device(boots.server, runtime, list(ctx.gpu_indices))
                 if wrong:
                     raise _WrongDevice(wrong)
-                # Positive proof of the env flags, read from the live server (tasks.flag_proof; 021).
-                proofs = prove_flags(trial.env, getattr(getattr(server, "proc", None), "pid", None))
-                row.flag_proof = proofs  # stored as JSON text
-                for flag, proof in proofs.items():
-                    if proof["status"] == "contradicted":
-                        logger.warning("%s=%s did not take effect as set: %s", flag, proof["value"], proof["evidence"])
-                res, gpu = _task_value(measure_task(server, plan, gpu_index, on_window=keep_windows))
-                if plan.sla_search is not None:  # the highest load meeting the slo, on this server (017)
-                    # The plan's windows stay in the bundle if the search fails (the trial is then 'failed').
-                    tables.update(requests=res.requests, measurements=res.measurements,
-                                  server_metrics=res.server_metrics, gpu_samples=gpu)
-                    res, sla_gpu, tables["sla_searches"] = _task_value(
-                        sla_search_task(server, plan, gpu_index, res, on_window=keep_windows,
-                                        on_interrupted=keep_search))
-                    gpu = pd.concat([f for f in (gpu, sla_gpu) if len(f)] or [gpu], ignore_index=True)
-                else:  # the table in every measured bundle, empty without a search
-                    tables["sla_searches"] = pd.DataFrame(columns=list(R.columns(R.SlaSearch))[1:])
-                tables.update(requests=res.requests, measurements=res.measurements,
-                              server_metrics=res.server_metrics, gpu_samples=gpu)
-                # Which bottleneck holds each window back, from its evidence (tunelab.diagnosis). A diagnosis that
-                # fails costs its table, not the trial's measurements.
-                try:
-                    tables["window_diagnoses"] = window_diagnoses(
-                        res.measurements, res.requests, res.server_metrics, gpu, model=trial.model,
-                        gpu_name=row.gpu_name, gpu_index=gpu_index,
-                        gpus=int(trial.engine_args.get("tensor-parallel-size") or 1))
-                except Exception as e:  # noqa: BLE001
-                    logger.warning("bottleneck diagnosis failed: %s: %s", type(e).__name__, e)
-                row.status = "ok"
-                if res.notes:
-                    # Not a failure: what the measurement noticed about its windows (see tasks.measure). Logged
-                    # so the terminal and the Prefect UI show it, stored for SQL.
-                    row.measurement_notes = _kept_notes(res.notes)
-                    # One line per cause with its count (reports.notes), not one per window: a busy 2-core run
-                    # had about ten near-identical ones.
-                    from tunelab.reports.notes import group_notes
-
-                    for g in group_notes([(trial.label, trial.replicate, row.measurement_notes)]):
-                        logger.warning("measurement note (%d window(s)): %s", g.windows, g.example)
+                _measure_into(tables, row, boots.server, trial, plan, gpu_index, keep_windows, keep_search, logger)
             except MeasurementStopped as e:  # the search pruned it: the windows so far stay in the bundle
-                row.status = "failed"
-                row.failure_class = "pruned"
-                row.failure_reason = str(e)
-                tables.update(measured)
-                logger.info("%s", e)
+                _record_pruned(row, tables, measured, e, logger)
             except _WrongDevice as e:
-                row.status = "boot_failed"
-                row.failure_class = "wrong_device"
-                row.failure_reason = str(e)[:2000]
-                row.failure_retryable = True  # the host's device mapping, not the config
-                logger.error("wrong device: %s", e)
+                _record_wrong_device(row, e, logger)
             except BootFailed as e:
-                row.boot_s = e.boot_s
-                row.status = "boot_failed"
-                text = log_path.read_text(errors="replace") if log_path.exists() else ""
-                fail = getattr(e, "failure", None) or bootlog.classify_boot_failure(text, e.returncode,
-                                                                                    e.kind == "timeout")
-                # A transient or retryable failure says nothing about the config: readers must not call the
-                # config infeasible from it (docs/warehouse.md).
-                row.failure_retryable = bool(fail.retryable or fail.transient)
-                row.failure_class = fail.failure_class if e.kind != "not_ours" else "port_conflict"
-                row.failure_reason = boot_failure_reason(e, fail)
-                logger.warning("boot failed (%s): %s", row.failure_class, row.failure_reason)
-                if plan.eager_diagnosis and fail.failure_class != "invalid_config" \
-                        and not trial.engine_args.get("enforce-eager"):
-                    row.eager_diagnosis = _eager_diagnosis(trial, runtime, plan, log_path, trial_id, gpu_index,
-                                                             list(ctx.gpu_indices), ctx.cuda_visible_devices)
+                _record_boot_failure(row, e, log_path, trial, trial_id, plan, runtime, ctx, logger)
             except Exception as e:  # measurement failure: record, keep the sweep going
-                row.status = "failed"
-                row.failure_class = "measurement_error"
-                # httpx's ReadError / ReadTimeout carry no text: say what the server was doing.
-                row.failure_reason = f"{_server_state(server)}; {type(e).__name__}: {e or repr(e)}"
-                if "sla_searches" in measured:  # an SLA search failed part-way: its windows and its record stay
-                    tables.update(measured)
-                logger.error("trial failed: %s\n%s", e, traceback.format_exc())
+                _record_measurement_error(row, tables, measured, boots.server, e, logger)
     except BaseException as e:  # cancellation / Ctrl-C: tear down, record, propagate
         interrupted = e
-        row.status = "cancelled"
-        row.failure_reason = cancel_reason(e)
+        _record_cancelled(row, e)
         # Keep what was measured before the interruption (the windows that ended); no verdict is given to it.
         tables.update(measured)
     finally:
         try:
-            progress.emit("teardown")
-            try:
-                td = teardown_task(server) if interrupted is None else dict(server.stop().__dict__)
-            except BaseException as e:  # noqa: BLE001 - re-raised below
-                if interrupted is not None:
-                    raise
-                # A cancel (Prefect's runner SIGTERMs as soon as the run is cancelled, wherever the trial is) that
-                # lands in a normal teardown: finish stopping the server, record the trial cancelled (Prefect ends
-                # its run Cancelled), then propagate. Without this the bundle was never written.
-                interrupted = e
-                row.status = "cancelled"
-                row.failure_reason = cancel_reason(e)
-                td = dict(server.stop().__dict__)
-            row.teardown_s = td.get("total_s")
-            row.teardown_clean = bool(td.get("clean", True))
-            if not td.get("clean", True):
-                # The sweep reads teardown_clean from the bundle and takes the device out of service.
-                row.failure_reason = ((row.failure_reason or "") + f"; teardown: {td.get('detail')}").strip("; ")
-            row.command = server.redacted_command()
-            text, report = _boot_report(log_path)
-            row.vllm_version = row.vllm_version or getattr(report, "vllm_version", None)
-            row.effective_config = getattr(report, "effective_config", {}) or {}
-            row.env_not_applied = [k for k in getattr(report, "unknown_env", []) if k in trial.env]
-            row.compile_cache = getattr(report, "compile_cache", None)
-            tables["boot_phases"] = _phases_frame(report)
-            row.finished_at = _now()
-            bundle = write_bundle(Path(ctx.results_dir), sweep, row, tables)
-            logger.info("trial %s: %s; bundle %s", trial_id, row.status, bundle)
+            bundle, interrupted = _tear_down_and_write(row, tables, boots.server, interrupted, log_path, trial,
+                                                       trial_id, ctx, logger)
         finally:
             events.__exit__(None, None, None)
     if interrupted is not None:
         raise interrupted
     return bundle
+
+
+# -- the trial's steps -------------------------------------------------------------------------------------------
+def _trial_record(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime,
+                  ctx: TrialContext) -> tuple[R.Trial, Path]:
+    """The trial's ``trials`` record as known before boot (:func:`trial_row_base`, the workloads' records, the log
+    path, the host's load) and the server log's path. Every later assignment to the record is validated against its
+    column (tunelab/records.py)."""
+    row = trial_row_base(trial, trial_id, ctx.sweep.sweep_id, runtime, ctx)
+    # type, parameters, sha256 of any file read, endpoint, shared prefix against this server's KV-cache block
+    row.workloads = [w.record(kv_block_tokens(trial.engine_args, runtime.device)) for w in plan.workloads]
+    row.dataset_filters = [r for r in (w.dataset_filter_record() for w in plan.workloads) if r] or None
+    log_path = Path(ctx.logs_dir) / f"{trial_id.replace('/', '__')}.log"
+    row.log_path = str(log_path)
+    row.load_avg_1m = host_load_avg()
+    return row, log_path
+
+
+def _boot(boots: _Boots, row: R.Trial, runtime: Runtime, logger: Any) -> None:
+    """Boot the server (the ``boot`` task, retried once after a transient failure) and record the boot's seconds and
+    attempts. ``boots.server`` is then the attempt that booted, or that failed last (the one torn down).
+
+    Raises:
+        BootFailed: with ``failure`` (``bootlog.BootFailure``) set, the server already stopped.
+    """
+    progress.emit("boot", estimate_s=_TYPICAL_BOOT_S.get(runtime.device))
+    try:
+        boot = _task_value(boot_task(boots))
+    finally:
+        row.boot_attempts = boots.attempts
+        row.boot_retry_reason = boots.first_failure
+    row.boot_s = boot["boot_s"]
+    row.health_s = boot["health_s"]
+    logger.info("ready in %.1f s on port %s", boot["boot_s"], boot["port"])
+
+
+def _measure_into(tables: dict[str, pd.DataFrame], row: R.Trial, server: EngineServer, trial: Trial, plan: Plan,
+                  gpu_index: int | None, keep_windows: Callable[[Any], None],
+                  keep_search: Callable[[pd.DataFrame], None], logger: Any) -> None:
+    """Measure the running server into ``tables`` (the ``measure`` task: warm-up and the plan's windows; then the
+    plan's ``sla_search``, if any), diagnose each window's bottleneck, and set the row ``ok`` with the measurement's
+    notes. Raises what the measurement raises (the caller records it)."""
+    # Positive proof of the env flags, read from the live server (tasks.flag_proof; 021).
+    proofs = prove_flags(trial.env, getattr(getattr(server, "proc", None), "pid", None))
+    row.flag_proof = proofs  # stored as JSON text
+    for flag, proof in proofs.items():
+        if proof["status"] == "contradicted":
+            logger.warning("%s=%s did not take effect as set: %s", flag, proof["value"], proof["evidence"])
+    res, gpu = _task_value(measure_task(server, plan, gpu_index, on_window=keep_windows))
+    if plan.sla_search is not None:  # the highest load meeting the slo, on this server (017)
+        # The plan's windows stay in the bundle if the search fails (the trial is then 'failed').
+        tables.update(requests=res.requests, measurements=res.measurements,
+                      server_metrics=res.server_metrics, gpu_samples=gpu)
+        res, sla_gpu, tables["sla_searches"] = _task_value(
+            sla_search_task(server, plan, gpu_index, res, on_window=keep_windows,
+                            on_interrupted=keep_search))
+        gpu = pd.concat([f for f in (gpu, sla_gpu) if len(f)] or [gpu], ignore_index=True)
+    else:  # the table in every measured bundle, empty without a search
+        tables["sla_searches"] = pd.DataFrame(columns=list(R.columns(R.SlaSearch))[1:])
+    tables.update(requests=res.requests, measurements=res.measurements,
+                  server_metrics=res.server_metrics, gpu_samples=gpu)
+    # Which bottleneck holds each window back, from its evidence (tunelab.diagnosis). A diagnosis that
+    # fails costs its table, not the trial's measurements.
+    try:
+        tables["window_diagnoses"] = window_diagnoses(
+            res.measurements, res.requests, res.server_metrics, gpu, model=trial.model,
+            gpu_name=row.gpu_name, gpu_index=gpu_index,
+            gpus=int(trial.engine_args.get("tensor-parallel-size") or 1))
+    except Exception as e:  # noqa: BLE001
+        logger.warning("bottleneck diagnosis failed: %s: %s", type(e).__name__, e)
+    row.status = "ok"
+    if res.notes:
+        # Not a failure: what the measurement noticed about its windows (see tasks.measure). Logged
+        # so the terminal and the Prefect UI show it, stored for SQL.
+        row.measurement_notes = _kept_notes(res.notes)
+        # One line per cause with its count (reports.notes), not one per window: a busy 2-core run
+        # had about ten near-identical ones.
+        from tunelab.reports.notes import group_notes
+
+        for g in group_notes([(trial.label, trial.replicate, row.measurement_notes)]):
+            logger.warning("measurement note (%d window(s)): %s", g.windows, g.example)
+
+
+def _record_pruned(row: R.Trial, tables: dict[str, pd.DataFrame], measured: dict[str, pd.DataFrame],
+                   e: MeasurementStopped, logger: Any) -> None:
+    """The window check stopped the measurement: ``failed`` / ``pruned``, the windows so far kept."""
+    row.status = "failed"
+    row.failure_class = "pruned"
+    row.failure_reason = str(e)
+    tables.update(measured)
+    logger.info("%s", e)
+
+
+def _record_wrong_device(row: R.Trial, e: _WrongDevice, logger: Any) -> None:
+    """The server runs on other GPUs than it was given: ``boot_failed`` / ``wrong_device``, retryable."""
+    row.status = "boot_failed"
+    row.failure_class = "wrong_device"
+    row.failure_reason = str(e)[:2000]
+    row.failure_retryable = True  # the host's device mapping, not the config
+    logger.error("wrong device: %s", e)
+
+
+def _record_boot_failure(row: R.Trial, e: BootFailed, log_path: Path, trial: Trial, trial_id: str, plan: Plan,
+                         runtime: Runtime, ctx: TrialContext, logger: Any) -> None:
+    """A failed boot: ``boot_failed`` with the class from the server's log (``bootlog``), whether a retry could
+    help, the reason; and, when the plan asks for it, the eager diagnosis (one more boot with --enforce-eager)."""
+    row.boot_s = e.boot_s
+    row.status = "boot_failed"
+    text = log_path.read_text(errors="replace") if log_path.exists() else ""
+    fail = getattr(e, "failure", None) or bootlog.classify_boot_failure(text, e.returncode,
+                                                                        e.kind == "timeout")
+    # A transient or retryable failure says nothing about the config: readers must not call the
+    # config infeasible from it (docs/warehouse.md).
+    row.failure_retryable = bool(fail.retryable or fail.transient)
+    row.failure_class = fail.failure_class if e.kind != "not_ours" else "port_conflict"
+    row.failure_reason = boot_failure_reason(e, fail)
+    logger.warning("boot failed (%s): %s", row.failure_class, row.failure_reason)
+    if plan.eager_diagnosis and fail.failure_class != "invalid_config" \
+            and not trial.engine_args.get("enforce-eager"):
+        row.eager_diagnosis = _eager_diagnosis(trial, runtime, plan, log_path, trial_id, ctx.gpu_index,
+                                                 list(ctx.gpu_indices), ctx.cuda_visible_devices)
+
+
+def _record_measurement_error(row: R.Trial, tables: dict[str, pd.DataFrame], measured: dict[str, pd.DataFrame],
+                              server: Any, e: Exception, logger: Any) -> None:
+    """A measurement that raised: ``failed`` / ``measurement_error`` with what the server was doing."""
+    row.status = "failed"
+    row.failure_class = "measurement_error"
+    # httpx's ReadError / ReadTimeout carry no text: say what the server was doing.
+    row.failure_reason = f"{_server_state(server)}; {type(e).__name__}: {e or repr(e)}"
+    if "sla_searches" in measured:  # an SLA search failed part-way: its windows and its record stay
+        tables.update(measured)
+    logger.error("trial failed: %s\n%s", e, traceback.format_exc())
+
+
+def _record_cancelled(row: R.Trial, e: BaseException) -> None:
+    row.status = "cancelled"
+    row.failure_reason = cancel_reason(e)
+
+
+def _tear_down_and_write(row: R.Trial, tables: dict[str, pd.DataFrame], server: Any,
+                         interrupted: BaseException | None, log_path: Path, trial: Trial, trial_id: str,
+                         ctx: TrialContext, logger: Any) -> tuple[Path, BaseException | None]:
+    """Stop the server (the ``teardown`` task; after an interruption directly), record the teardown and what the
+    boot log says (version, effective config, env not applied, compile cache, boot phases), and write the bundle.
+
+    Returns:
+        (the bundle folder, the interruption to propagate: ``interrupted``, or one that landed in the teardown).
+    """
+    progress.emit("teardown")
+    try:
+        td = teardown_task(server) if interrupted is None else dict(server.stop().__dict__)
+    except BaseException as e:  # noqa: BLE001 - re-raised by the caller
+        if interrupted is not None:
+            raise
+        # A cancel (Prefect's runner SIGTERMs as soon as the run is cancelled, wherever the trial is) that
+        # lands in a normal teardown: finish stopping the server, record the trial cancelled (Prefect ends
+        # its run Cancelled), then propagate. Without this the bundle was never written.
+        interrupted = e
+        _record_cancelled(row, e)
+        td = dict(server.stop().__dict__)
+    row.teardown_s = td.get("total_s")
+    row.teardown_clean = bool(td.get("clean", True))
+    if not td.get("clean", True):
+        # The sweep reads teardown_clean from the bundle and takes the device out of service.
+        row.failure_reason = ((row.failure_reason or "") + f"; teardown: {td.get('detail')}").strip("; ")
+    row.command = server.redacted_command()
+    text, report = _boot_report(log_path)
+    row.vllm_version = row.vllm_version or getattr(report, "vllm_version", None)
+    row.effective_config = getattr(report, "effective_config", {}) or {}
+    row.env_not_applied = [k for k in getattr(report, "unknown_env", []) if k in trial.env]
+    row.compile_cache = getattr(report, "compile_cache", None)
+    tables["boot_phases"] = _phases_frame(report)
+    row.finished_at = _now()
+    bundle = write_bundle(Path(ctx.results_dir), ctx.sweep, row, tables)
+    logger.info("trial %s: %s; bundle %s", trial_id, row.status, bundle)
+    return bundle, interrupted
 
 
 #: Typical boot seconds per device kind, for the live display's "typically ~N s" (tunelab.plan_cost.TYPICAL).

@@ -72,7 +72,7 @@ from tunelab.plan import Plan, Workload, requests_for_level
 from tunelab.workloads import fit_text_to_context
 
 __all__ = ["MeasureResult", "measure_server", "run_interruptible", "window_prompts",
-           "progress_logger", "progress_reporter", "warmup_requests_for", "ServerLogTail",
+           "progress_logger", "progress_reporter", "warm_up", "warmup_requests_for", "ServerLogTail",
            "LOOP_LAG_NOTE_S", "SAME_READ_NOTE_FRAC", "RATE_WARMUP_S", "COMPILE_LINES_KEPT", "same_read_note"]
 
 #: p99 event-loop wake-up lateness (seconds) above which a window gets a note: timestamps may be that stale.
@@ -417,6 +417,55 @@ async def reset_prefix_cache(client: httpx.AsyncClient) -> str:
     return RESET_OK
 
 
+async def warm_up(client: Any, builder: PromptBuilder, model: str, plan: Plan, w: Workload, lv: LoadProfile,
+                  context_tokens: int | None, log: ServerLogTail, load_processes: int,
+                  common: dict[str, Any]) -> tuple[dict[str, Any], float | None]:
+    """The warm-up before a load level's measured windows: :func:`warmup_requests_for` requests (none when 0) with
+    prompts of their own seed (never among the measured ones; excluded from every number), at the level's
+    concurrency or rate and with the window's load processes, so the batch sizes the windows will run are compiled
+    before they start. Logs when the server compiled during it (``log``: the server's log tail).
+
+    Returns:
+        ``({"warmup_requests": n, "warmup_peak_in_flight": k}, pace_per_s)``: what the windows record, and the
+        requests per second the warm-up kept (sizes a duration window's prompts; None without a warm-up).
+    """
+    n_warm = warmup_requests_for(plan, lv)
+    warm = {"warmup_requests": n_warm, "warmup_peak_in_flight": 0}
+    pace_per_s: float | None = None  # requests/s the warm-up kept: sizes a duration window's prompts
+    if n_warm:
+        # Warm-up: its own seed, so none of its prompts is among the measured ones; excluded. At the
+        # level's concurrency (and with the window's load processes), so the batch sizes the window
+        # will run are compiled before it starts.
+        progress_events.emit("prompts", done=0, total=n_warm, label=f"{w.name} {lv.label} warm-up")
+        wr = await window_requests(builder, w, n_warm, _seed(plan.seed, w.name, lv.seed_key, "warmup"),
+                                   context_tokens)
+        wp = wr.prompts
+        log.mark()
+        warm_done = [0]
+
+        def warm_tick(warm_done=warm_done, n=len(wp), label=f"{w.name} {lv.label} warm-up"):
+            warm_done[0] += 1
+            progress_events.emit("warmup", done=warm_done[0], total=n, label=label)
+
+        progress_events.emit("warmup", done=0, total=len(wp), label=f"{w.name} {lv.label} warm-up")
+        if getattr(w.profile, "has_sessions", False):
+            wres = await _run_sessions_window(client, w.adapter or model, w, lv, wr, warm_tick, common)
+        else:
+            wres = await run_level(client, w.adapter or model, wp, max_tokens=wr.max_tokens,
+                                   schedule=lv.schedule(len(wp), _seed(plan.seed, "wa"),
+                                                        workload_arrivals_s=wr.arrivals_s),
+                                   on_done=warm_tick, processes=load_processes, **common)
+        warm["warmup_peak_in_flight"] = M.in_flight([r.get("send_ts") for r in wres.records],
+                                                    [r.get("end_ts") for r in wres.records])[0] or 0
+        pace_per_s = len(wres.records) / wres.wall_s if wres.wall_s > 0 else None
+        wlines = bootlog.compile_lines(log.since_mark() or "")
+        if wlines:
+            logging.getLogger("tunelab.measure").info(
+                "%s %s warm-up: the server compiled (%d log lines), as a warm-up is for", w.name,
+                lv.label, len(wlines))
+    return warm, pace_per_s
+
+
 async def _measure(
     base_url: str,
     api_key: str,
@@ -456,40 +505,8 @@ async def _measure(
                                  f"{overloaded_at[lv.kind]:g} (quality check overloaded)")
                     continue
                 common = dict(endpoint=w.endpoint, ignore_eos=w.ignore_eos, timeout_s=plan.request_timeout_s)
-                n_warm = warmup_requests_for(plan, lv)
-                warm = {"warmup_requests": n_warm, "warmup_peak_in_flight": 0}
-                pace_per_s: float | None = None  # requests/s the warm-up kept: sizes a duration window's prompts
-                if n_warm:
-                    # Warm-up: its own seed, so none of its prompts is among the measured ones; excluded. At the
-                    # level's concurrency (and with the window's load processes), so the batch sizes the window
-                    # will run are compiled before it starts.
-                    progress_events.emit("prompts", done=0, total=n_warm, label=f"{w.name} {lv.label} warm-up")
-                    wr = await window_requests(builder, w, n_warm, _seed(plan.seed, w.name, lv.seed_key, "warmup"),
-                                               context_tokens)
-                    wp = wr.prompts
-                    log.mark()
-                    warm_done = [0]
-
-                    def warm_tick(warm_done=warm_done, n=len(wp), label=f"{w.name} {lv.label} warm-up"):
-                        warm_done[0] += 1
-                        progress_events.emit("warmup", done=warm_done[0], total=n, label=label)
-
-                    progress_events.emit("warmup", done=0, total=len(wp), label=f"{w.name} {lv.label} warm-up")
-                    if getattr(w.profile, "has_sessions", False):
-                        wres = await _run_sessions_window(client, w.adapter or model, w, lv, wr, warm_tick, common)
-                    else:
-                        wres = await run_level(client, w.adapter or model, wp, max_tokens=wr.max_tokens,
-                                               schedule=lv.schedule(len(wp), _seed(plan.seed, "wa"),
-                                                                    workload_arrivals_s=wr.arrivals_s),
-                                               on_done=warm_tick, processes=load_processes, **common)
-                    warm["warmup_peak_in_flight"] = M.in_flight([r.get("send_ts") for r in wres.records],
-                                                                [r.get("end_ts") for r in wres.records])[0] or 0
-                    pace_per_s = len(wres.records) / wres.wall_s if wres.wall_s > 0 else None
-                    wlines = bootlog.compile_lines(log.since_mark() or "")
-                    if wlines:
-                        logging.getLogger("tunelab.measure").info(
-                            "%s %s warm-up: the server compiled (%d log lines), as a warm-up is for", w.name,
-                            lv.label, len(wlines))
+                warm, pace_per_s = await warm_up(client, builder, model, plan, w, lv, context_tokens, log,
+                                                 load_processes, common)
                 for rep in range(first_repeat, first_repeat + plan.repeats):
                     s = _seed(plan.seed, w.name, lv.seed_key, rep)
                     k_window += 1
