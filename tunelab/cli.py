@@ -974,6 +974,9 @@ def compare_cmd(
     mix_keys: bool = typer.Option(False, "--mix-keys", help="Allow a pooled side to hold several config keys (a "
                                   "label that different plans gave to different configs); without it that is an "
                                   "error listing the keys."),
+    anchor: Optional[str] = typer.Option(None, "--anchor", help="CONFIG_KEY_OR_LABEL of the anchor a comparison "
+                                         "across sweeps goes through (default: the anchor the sweeps' plans booted; "
+                                         "without one the cross-sweep interval says 'unanchored' and is widened)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (rows, verdicts, regressions, the "
                                  "resolved selectors, mixed_keys) instead of the markdown report."),
     html_out: Optional[Path] = typer.Option(None, "--html", help="Also write the comparison as one self-contained "
@@ -1030,7 +1033,7 @@ def compare_cmd(
     try:
         out = (compare_flow if as_flow else compare_flow.fn)(
             b, c, metric=metric, db=str(db) if db else None, per_config=per_config, min_boots=min_boots,
-            mixed_keys=mix_keys, paired=paired)
+            mixed_keys=mix_keys, paired=paired, anchor=anchor)
     except ValueError as e:
         _fail(str(e))
     except Exception as e:  # the server unreachable, a broken warehouse: one line, not a traceback
@@ -1080,7 +1083,9 @@ def series_cmd(
     key: Optional[str] = typer.Option(None, "--key", help="One config key (default: every config)."),
     workload: Optional[str] = typer.Option(None, help="One workload (default: every workload)."),
     anchor: Optional[str] = typer.Option(None, "--anchor", help="The anchor config's key: each point is divided by "
-                                         "the anchor's mean of the same sweep (what moved the whole sweep cancels)."),
+                                         "the anchor's mean of the same sweep (what moved the whole sweep cancels). "
+                                         "Default: the anchor the sweeps' plans booted, when they recorded one; "
+                                         "'none' for the plain series."),
     anchor_runtime: Optional[str] = typer.Option(None, "--anchor-runtime", help="The anchor's runtime (an anchor that "
                                                  "is the same config on a pinned release)."),
     order: str = typer.Option("time", help="'time' (by run date) or 'release' (by vLLM version, PEP 440)."),
@@ -1092,6 +1097,19 @@ def series_cmd(
     from tunelab.reports.series import series_report
 
     dbp = db or paths.db_path()
+    if anchor is None and Path(dbp).exists():
+        import duckdb
+
+        from tunelab.warehouse.sweep_anchor import recorded_anchor
+
+        with duckdb.connect(str(dbp), read_only=True) as con:
+            unit = recorded_anchor(con)
+        if unit is not None:
+            anchor, anchor_runtime = unit[1], anchor_runtime or unit[0]
+            err.print(f"anchor: {unit[0]}/{unit[1]} (the sweeps' plans; --anchor none for the plain series)",
+                      highlight=False, soft_wrap=True)
+    elif anchor == "none":
+        anchor = None
     try:
         series, alarms, md = series_report(dbp, metric, config_key=key, workload=workload, anchor_key=anchor,
                                            anchor_runtime=anchor_runtime, order=order, alpha=alpha)

@@ -310,6 +310,24 @@ RULE_VERSIONS: tuple[RuleVersion, ...] = (
                           "server_client_itl_tolerance": 0.5, "server_client_ttft_floor_s": 0.05,
                           "server_client_ttft_tolerance": 0.5, "warmup_first_k": 3, "warmup_slowdown_ratio": 2.0},
                 source="2fe0b25, 16c9f9f; first version stamped on quality_checks rows"),
+    RuleVersion(4, "2026-12-03",
+                code_changes=("cache_not_cold (warn, suite conditions): a unique-prompt window with prefix-cache hits "
+                              "above COLD_CACHE_MAX_HIT_FRAC of its queried tokens",
+                              "overloaded (warn, suite conditions): an open-loop window in which the server fell "
+                              "behind its arrivals (left out of comparisons)",
+                              "anchor_drift (warn, suite sweep_shape): a trend of the plan's anchor over the sweep, "
+                              "OLS slope on boot order per cell x metric, Holm over the sweep at 5 %",
+                              "windows_multimodal (warn, suite sweep_shape): a config's windows of one cell in two "
+                              "modes (Ashman's D above the 95th percentile of normal samples of that count)"),
+                defaults={"attribute_frontend_lag": True, "forbid_throttling": True, "max_client_cpu_frac": 0.8,
+                          "max_cv_p50_tpot": 0.25, "max_cv_p50_ttft": 0.25, "max_error_rate": 0.01,
+                          "max_gpu_baseline_excess_mib": 256.0, "max_outlier_request_frac": 0.05,
+                          "max_preemptions": 0, "max_sm_clock_cv": 0.1, "min_concurrency_ratio": 0.9,
+                          "outlier_request_ratio": 10.0, "server_client_itl_floor_s": 0.001,
+                          "server_client_itl_tolerance": 0.5, "server_client_ttft_floor_s": 0.05,
+                          "server_client_ttft_tolerance": 0.5, "warmup_first_k": 3, "warmup_slowdown_ratio": 2.0},
+                source="measure's conditions suite, anchor's sweep_shape checks (run by the sweep after "
+                       "validation); no threshold changed"),
 )
 #: The version today's code judges by (stamped on every new ``quality_checks`` row).
 RULES_VERSION: int = RULE_VERSIONS[-1].version

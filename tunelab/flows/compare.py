@@ -32,11 +32,13 @@ import pandas as pd
 from prefect import flow, get_run_logger
 
 from tunelab import paths
+from tunelab.reports.anchored import anchored_markdown
 from tunelab.reports.report import ab_markdown, regressions_markdown
 from tunelab.warehouse.compare import regressions
 # The selector functions live with the warehouse queries; re-exported here, where the CLI and users find them.
 from tunelab.warehouse.selection import SELECTOR_ALIASES, compare_frames, parse_selector, resolve_selector
 from tunelab.warehouse.series import confirm_by_alarm
+from tunelab.warehouse.sweep_anchor import comparison_anchor, cross_sweep_compare, sweeps_of
 
 __all__ = ["REGRESSION_EVENT", "REGRESSION_STATE", "SELECTOR_ALIASES", "compare", "compare_frames", "confirmed_regressions",
            "parse_selector", "regression_webhook", "resolve_selector"]
@@ -55,7 +57,7 @@ REGRESSION_STATE = "Regression"
 def compare(baseline: dict, candidate: dict, metric: str = "output_tokens_per_s", db: str | None = None,
             per_config: bool | None = None, min_boots: int = 2, with_regressions: bool = True,
             artifact_key: str = "ab-comparison", mixed_keys: bool = False, paired: bool = False,
-            primary: dict | None = None) -> dict:
+            primary: dict | None = None, anchor: str | None = None) -> dict:
     """A/B comparison of two trial selections in the warehouse, plus regressions along vLLM versions.
 
     Args:
@@ -72,6 +74,9 @@ def compare(baseline: dict, candidate: dict, metric: str = "output_tokens_per_s"
         primary: the headline verdicts (a plan's ``primary:`` as a dict: ``metrics``, ``workloads``, ``loads``);
             the report's verdicts are adjusted as one family by Holm's method (``stats.family``), primary and
             secondary rows apart; default: every row is primary.
+        anchor: the anchor of a comparison across sweeps, a config key or label (``--anchor``); default: the
+            anchor the compared sweeps' plans recorded (``warehouse.sweep_anchor``). Used when the two sides
+            share no sweep (the anchored section) and by the series alarm gate.
         mixed_keys: allow a pooled side to hold trials of several config keys (otherwise
             ``warehouse.selection.MixedConfigKeys``, a ValueError naming them); the keys pooled are reported.
 
@@ -79,7 +84,9 @@ def compare(baseline: dict, candidate: dict, metric: str = "output_tokens_per_s"
         dict with ``rows`` (records of the comparison), ``verdicts`` ({verdict: count}), ``regressions``
         (records flagged regression/violation_unconfirmed), ``markdown``, ``baseline``/``candidate`` (resolved),
         ``mixed_keys`` (side -> config keys pooled on that side; empty unless ``mixed_keys`` let them mix),
-        ``confirmed`` (:func:`confirmed_regressions`). When ``confirmed`` is not empty the run emits the Prefect
+        ``confirmed`` (:func:`confirmed_regressions`), ``anchored`` (records of
+        ``warehouse.sweep_anchor.cross_sweep_compare`` when the sides ran in different sweeps: the verdict per
+        cell through the anchor, or unanchored and widened; empty for a same-sweep comparison) and ``anchor``. When ``confirmed`` is not empty the run emits the Prefect
         event :data:`REGRESSION_EVENT` and ends in the state :data:`REGRESSION_STATE` (type COMPLETED, the
         summary as its message; calling the flow still returns this dict).
 
@@ -109,12 +116,22 @@ def compare(baseline: dict, candidate: dict, metric: str = "output_tokens_per_s"
         if df.attrs.get("only_baseline") or df.attrs.get("only_candidate"):
             md += (f"\n\nConfigs on one side only (not compared): baseline {df.attrs.get('only_baseline')}, "
                    f"candidate {df.attrs.get('only_candidate')}")
+        # Across sweeps the comparison goes through the anchor (or says it is unanchored, widened): issue 28.1.
+        xs = cross_sweep_compare(con, df.attrs["baseline"], df.attrs["candidate"], metric, anchor=anchor)
+        if xs is not None:
+            md += "\n\n" + anchored_markdown(xs)
+            unit = xs.attrs["anchor"]
+        else:
+            unit = comparison_anchor(con, sorted(set(sweeps_of(con, df.attrs["baseline"]))
+                                                 | set(sweeps_of(con, df.attrs["candidate"]))), anchor)[0]
         reg = pd.DataFrame()
         if with_regressions:
             reg = regressions(con, metric)
             md += "\n\n" + regressions_markdown(reg)
-            # The event fires only on an alarm: a rule regression needs a change point too (series: issue 28.4).
-            reg = confirm_by_alarm(con, reg, metric)
+            # The event fires only on an alarm: a rule regression needs a change point too (series: issue 28.4),
+            # in the series divided by the anchor where the sweeps booted one.
+            reg = confirm_by_alarm(con, reg, metric, anchor_key=unit[1] if unit else None,
+                                   anchor_runtime=unit[0] if unit else None)
     finally:
         con.close()
     verdicts = df["verdict"].value_counts().to_dict() if len(df) else {}
@@ -133,7 +150,9 @@ def compare(baseline: dict, candidate: dict, metric: str = "output_tokens_per_s"
     out = {"rows": df.astype(object).where(df.notna(), None).to_dict("records"), "verdicts": verdicts,
            "regressions": flagged.astype(str).to_dict("records") if len(flagged) else [],
            "markdown": md, "baseline": df.attrs["baseline"], "candidate": df.attrs["candidate"],
-           "mixed_keys": df.attrs.get("mixed_keys", {})}
+           "mixed_keys": df.attrs.get("mixed_keys", {}),
+           "anchored": [] if xs is None else xs.astype(object).where(xs.notna(), None).to_dict("records"),
+           "anchor": None if unit is None else f"{unit[0]}/{unit[1]}"}
     confirmed = confirmed_regressions(df, reg, df.attrs["candidate"].get("vllm_version"))
     out["confirmed"] = confirmed
     if not confirmed or not in_run:

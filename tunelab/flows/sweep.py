@@ -846,6 +846,11 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
 
     progress.emit("validate")
     _validate_all(plan, run.bundles, run.statuses, logger)
+    # Checks over the sweep's trials together (anchor drift, windows in two modes): warn rows in the bundles.
+    from tunelab.tasks.quality.shape_checks import sweep_shape_step
+
+    at = plan.anchor_trial()
+    sweep_shape_step(run.bundles, run.statuses, (at.runtime, at.config_key) if at else None, logger)
     # What the gate found, where the runs are looked at: the trial runs' quality tags and states, the sweep's tag.
     mark_quality(zip(run.flow_runs, run.statuses, run.bundles), logger)
     mark_all_failed(flow_run_id_of_sweep(), [s for s in run.statuses if s], logger)

@@ -6,7 +6,7 @@ two (runtime, config) units and the plan's anchor, every boot of them in the cho
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 
 import duckdb
@@ -26,7 +26,8 @@ def _name(u: Unit) -> str:
 
 def anchored_cells(con: duckdb.DuckDBPyConnection, metric: str, baseline: Unit, candidate: Unit,
                    anchor: Unit | None = None, *, sweep_ids: Sequence[str] | None = None,
-                   confidence: float = 0.95, drift: bool | str = "auto") -> pd.DataFrame:
+                   confidence: float = 0.95, drift: bool | str = "auto",
+                   sweep_var: Mapping[tuple, tuple[float, float]] | None = None) -> pd.DataFrame:
     """Per (workload, load_kind, load_value), the candidate against the baseline through the anchor.
 
     Args:
@@ -36,6 +37,8 @@ def anchored_cells(con: duckdb.DuckDBPyConnection, metric: str, baseline: Unit, 
             anchor; a cross-sweep comparison is then labelled unanchored and widened).
         sweep_ids: the sweeps whose boots enter (None: every sweep holding a boot of the three units).
         confidence, drift: as in :func:`tunelab.stats.anchored.anchored_difference`.
+        sweep_var: per cell ``(workload, load_kind, load_value)``, ``(var_sweep, df)`` from a longer history
+            (the warehouse's), used where the comparison is unanchored (``anchored_difference``'s ``sweep_var``).
 
     Returns:
         One row per cell: ``workload, load_kind, load_value, metric`` and the fields of
@@ -59,6 +62,7 @@ def anchored_cells(con: duckdb.DuckDBPyConnection, metric: str, baseline: Unit, 
         if not ((c.config == _name(baseline)).any() and (c.config == _name(candidate)).any()):
             continue
         r = anchored_difference(c[["config", "sweep", "order", "value"]], _name(baseline), _name(candidate),
-                                _name(anchor) if anchor is not None else None, confidence=confidence, drift=drift)
+                                _name(anchor) if anchor is not None else None, confidence=confidence, drift=drift,
+                                sweep_var=(sweep_var or {}).get((w, lk, float(lv))))
         rows.append({"workload": w, "load_kind": lk, "load_value": float(lv), "metric": metric, **asdict(r)})
     return pd.DataFrame(rows)

@@ -115,12 +115,14 @@ def series_alarms(series: pd.DataFrame, *, alpha: float = 0.05, min_size: int = 
 
 
 def confirm_by_alarm(con: duckdb.DuckDBPyConnection, reg: pd.DataFrame, metric: str, *, alpha: float = 0.05,
-                     anchor_key: str | None = None) -> pd.DataFrame:
+                     anchor_key: str | None = None, anchor_runtime: str | None = None) -> pd.DataFrame:
     """Gate the consecutive-violation rule's regressions (``warehouse.compare.regressions``, by version) on a
     change point: a copy of ``reg`` where a ``regression`` point stays ``regression`` only when its series (by
     release) has a ``worse`` alarm at a release from the start of that regression run up to the point; otherwise
     its status becomes ``regression_no_alarm``. A series shorter than :data:`MIN_POINTS_FOR_ALARM` points keeps
-    the rule's status (too short for the test; column ``alarm`` says so).
+    the rule's status (too short for the test; column ``alarm`` says so). ``anchor_key``/``anchor_runtime``:
+    the anchor the series are divided by (as in :func:`release_series`; the compare flow passes the one the
+    compared sweeps' plans recorded, or ``--anchor``).
 
     Returns:
         ``reg`` with the column ``alarm``: ``change point p=<p> at <version>``, ``no change point`` or
@@ -132,7 +134,8 @@ def confirm_by_alarm(con: duckdb.DuckDBPyConnection, reg: pd.DataFrame, metric: 
         return out
     # only the series that hold a rule regression are searched (the test is per series)
     keys_with = sorted(set(out.loc[out["status"] == "regression", "config_key"]))
-    series = pd.concat([release_series(con, metric, config_key=k, anchor_key=anchor_key, order="release")
+    series = pd.concat([release_series(con, metric, config_key=k, anchor_key=anchor_key,
+                                       anchor_runtime=anchor_runtime, order="release")
                         for k in keys_with], ignore_index=True)
     alarms = series_alarms(series, alpha=alpha)
     keys = SERIES_KEYS[:-1]

@@ -1,0 +1,143 @@
+"""`tunelab compare` across sweeps goes through the anchor (issue 28.1): tunelab/warehouse/sweep_anchor.py and
+the compare flow's "Across sweeps" section. Synthetic warehouses with a known sweep shift and no config effect."""
+
+import json
+import textwrap
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tunelab.plan import load_plan
+from tunelab.warehouse.loader import insert_trial_tables
+from tunelab.warehouse.migrate import connect
+from tunelab.warehouse.sweep_anchor import plan_anchor, recorded_anchor
+from tunelab.warehouse.synthetic import synthetic_trial
+
+ANCHOR_PLAN = textwrap.dedent("""\
+    name: nightly
+    model: tiny-llama
+    runtimes: {pinned: {}}
+    anchor: {runtime: pinned, name: pinned}
+    workloads: [{name: chat}]
+    """)
+
+
+def _add(con, **kw):
+    st = synthetic_trial(**kw)
+    trial = {k: json.dumps(v) if isinstance(v, dict) else v for k, v in st.trial.items()}
+    con.execute("BEGIN")
+    insert_trial_tables(con, st.trial["trial_id"], {"sweep": pd.DataFrame([st.sweep]), "trial": pd.DataFrame([trial]),
+                                                    **st.tables}, source="test")
+    con.execute("COMMIT")
+
+
+def _warehouse(path, *, plan_yaml, shift=0.2, history=False, boots=3, seed=1):
+    """Sweep s1: config A and the anchor; sweep s2: config B (no effect) and the anchor, everything in s2
+    shifted by ``shift`` (a sweep effect). ``history``: a config H in three more sweeps (sweep variance)."""
+    import datetime as dt
+
+    rng = np.random.default_rng(seed)
+    akey = plan_anchor(ANCHOR_PLAN)[1]
+    con = connect(path)
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    for i, (sweep, cfg, eff) in enumerate((("s1", "A", 0.0), ("s2", "B", shift))):
+        for r in range(boots):
+            for j, (rt, key) in enumerate((("synthetic", cfg), ("pinned", akey))):
+                _add(con, sweep_id=sweep, config_key=key, runtime_name=rt, replicate=r, effect_rel=eff,
+                     boot_sd_rel=0.01, repeat_sd_rel=0.005, rng=rng,
+                     started_at=t0 + dt.timedelta(days=i, minutes=10 * (2 * r + j)))
+    if history:
+        for i, sweep in enumerate(("h1", "h2", "h3")):
+            eff = (-0.1, 0.0, 0.1)[i]
+            for r in range(2):
+                _add(con, sweep_id=sweep, config_key="H", replicate=r, effect_rel=eff, boot_sd_rel=0.01, rng=rng,
+                     started_at=t0 + dt.timedelta(days=10 + i, minutes=10 * r))
+    con.execute("UPDATE sweeps SET plan_yaml = ? WHERE sweep_id IN ('s1', 's2')", [plan_yaml])
+    con.close()
+    return str(path)
+
+
+def _compare(db, **kw):
+    from tunelab.flows.compare import compare
+
+    return compare.fn({"config_key": "A"}, {"config_key": "B"}, db=db, with_regressions=False, **kw)
+
+
+def test_plan_anchor_is_the_key_the_plan_boots_its_anchor_under(tmp_path):
+    text = textwrap.dedent("""\
+        name: t
+        model: /models/tiny
+        runtimes: [cpu, new]
+        engine_args: {max-model-len: 2048}
+        variants: [{name: base}, {name: eager, engine_args: {enforce-eager: true}}]
+        workloads: [{name: short, prompt_tokens: 32, output_tokens: 8, num_requests: 4}]
+        concurrency: [1]
+        replicates: 4
+        """)
+    text += "anchor: {runtime: cpu, name: pinned, engine_args: {max-model-len: 2048, max-num-seqs: 8}}\n"
+    (tmp_path / "plan.yaml").write_text(text)
+    at = load_plan(tmp_path / "plan.yaml").anchor_trial()
+    assert plan_anchor(text) == (at.runtime, at.config_key)
+    assert plan_anchor(text.split("anchor:")[0]) is None and plan_anchor("{not: [yaml") is None
+
+
+def test_cross_sweep_compare_goes_through_the_recorded_anchor(tmp_path):
+    db = _warehouse(tmp_path / "w.duckdb", plan_yaml=ANCHOR_PLAN)
+    out = _compare(db)
+    xs = pd.DataFrame(out["anchored"])
+    assert len(xs) == 1 and bool(xs.anchored.iloc[0]) and xs.method.iloc[0] == "fixed sweep effects"
+    assert out["anchor"] == f"pinned/{plan_anchor(ANCHOR_PLAN)[1]}"
+    row = xs.iloc[0]
+    # the +20 % sweep shift cancels through the anchor; the plain Welch interval on boot means keeps it
+    assert row.verdict == "no significant change" and row.rel_low < 0 < row.rel_high
+    assert row.welch_rel_low > 0.1
+    md = out["markdown"]
+    assert "## Across sweeps: anchored through pinned/" in md and "Welch on boot means" in md
+    assert "| anchored |" in md and "no significant change" in md
+    # a verdict of B against A in its own rows is left as it was (same rows as without the section)
+    assert out["rows"] and "verdict" in out["rows"][0]
+
+
+def test_unanchored_cross_sweep_is_labelled_and_widened_by_history(tmp_path):
+    db = _warehouse(tmp_path / "w.duckdb", plan_yaml=None, history=True)
+    xs = pd.DataFrame(_compare(db)["anchored"])
+    row = xs.iloc[0]
+    assert not row.anchored and row.method == "unanchored" and row.anchored_text == "unanchored"
+    assert "widened by the history's sweep variance" in row.note and row.var_sweep > 0
+    # never narrower than the within-sweep (Welch) interval
+    assert row.rel_high - row.rel_low > row.welch_rel_high - row.welch_rel_low
+    md = _compare(db)["markdown"]
+    assert "## Across sweeps: unanchored" in md
+
+
+def test_anchor_option_overrides_and_same_sweep_stays_as_it_was(tmp_path):
+    db = _warehouse(tmp_path / "w.duckdb", plan_yaml=None)
+    key = plan_anchor(ANCHOR_PLAN)[1]
+    for name in (key, "pinned-label-absent"):
+        if name == key:
+            xs = pd.DataFrame(_compare(db, anchor=name)["anchored"])
+            assert bool(xs.anchored.iloc[0]) and xs.verdict.iloc[0] == "no significant change"
+        else:
+            with pytest.raises(ValueError, match="--anchor 'pinned-label-absent'"):
+                _compare(db, anchor=name)
+    from tunelab.flows.compare import compare
+
+    same = compare.fn({"config_key": "A"}, {"config_key": key}, db=db, with_regressions=False)
+    assert same["anchored"] == [] and "Across sweeps" not in same["markdown"]
+
+
+def test_series_default_anchor_is_the_recorded_one(tmp_path):
+    db = _warehouse(tmp_path / "w.duckdb", plan_yaml=ANCHOR_PLAN)
+    con = connect(db, read_only=True)
+    try:
+        assert recorded_anchor(con) == plan_anchor(ANCHOR_PLAN)
+        con2 = None
+    finally:
+        con.close()
+    db2 = _warehouse(tmp_path / "w2.duckdb", plan_yaml=None)
+    con2 = connect(db2, read_only=True)
+    try:
+        assert recorded_anchor(con2) is None
+    finally:
+        con2.close()

@@ -1,0 +1,86 @@
+"""The sweep runs the shape checks after validation (tunelab/tasks/quality/shape_checks.py, called by
+flows/sweep.py): anchor_drift over the anchor's boots, windows_multimodal per config/cell/metric, as warn rows
+of quality_checks in the bundles, shown in the sweep's quality lines."""
+
+import datetime as dt
+import logging
+
+import numpy as np
+import pandas as pd
+
+from tunelab.bundle import read_bundle, write_bundle
+from tunelab.quality_thresholds import RULES_VERSION
+from tunelab.tasks.quality.shape_checks import SHAPE_SUITE, sweep_shape_step
+from tunelab.warehouse.synthetic import synthetic_trial
+
+
+def _bundles(tmp_path, *, drift, bimodal):
+    rng = np.random.default_rng(3)
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    out, statuses, i = [], [], 0
+    for r in range(5):
+        for rt, key in (("synthetic", "A"), ("pinned", "ANC")):
+            eff = drift * r if key == "ANC" else 0.0
+            st = synthetic_trial(sweep_id="sw", config_key=key, runtime_name=rt, replicate=r, effect_rel=eff,
+                                 boot_sd_rel=0.002, repeat_sd_rel=0.002, repeats=4, rng=rng,
+                                 started_at=t0 + dt.timedelta(minutes=10 * i))
+            i += 1
+            meas = st.tables["measurements"].copy()
+            if bimodal and key == "A":  # lockstep phases: half the windows of every boot 30 % slower
+                meas.loc[meas["repeat"] % 2 == 1, "ttft_p50_s"] *= 1.3
+            trial = {**st.trial, "quality_verdict": "pass"}
+            out.append(write_bundle(tmp_path / "results", st.sweep, trial, {**st.tables, "measurements": meas}))
+            statuses.append({"trial_id": st.trial["trial_id"], "verdict": "pass"})
+    return out, statuses
+
+
+def _checks(bundles):
+    q = pd.concat([read_bundle(b)["quality_checks"] for b in bundles if "quality_checks" in read_bundle(b)],
+                  ignore_index=True)
+    return q[q.suite == SHAPE_SUITE]
+
+
+def test_shape_checks_flag_anchor_drift_and_two_mode_windows(tmp_path, caplog):
+    bundles, statuses = _bundles(tmp_path, drift=0.05, bimodal=True)
+    with caplog.at_level(logging.WARNING):
+        sweep_shape_step(bundles, statuses, ("pinned", "ANC"), logging.getLogger("t"))
+    q = _checks(bundles)
+    assert set(q.severity) == {"warn"} and set(q.rule_version) == {RULES_VERSION}
+    drift = q[(q.expectation == "anchor_drift") & (q.success == False)]  # noqa: E712
+    assert len(drift) and drift.trial_id.str.contains("/pinned/ANC/").all()
+    assert drift.detail.str.contains("anchor chat c=4 output_tokens_per_s").any()
+    modes = q[(q.expectation == "windows_multimodal") & (q.success == False)]  # noqa: E712
+    assert modes.detail.str.contains("ttft_p50_s").all() and len(modes)
+    assert modes.trial_id.str.contains("/synthetic/A/").all() and "two modes" in modes.detail.iloc[0]
+    assert {s["verdict"] for s in statuses} == {"warn"}
+    assert {read_bundle(b)["trial"].iloc[0]["quality_verdict"] for b in bundles} == {"warn"}
+    assert "sweep_shape/anchor_drift" in caplog.text and "sweep_shape/windows_multimodal" in caplog.text
+
+
+def test_shape_checks_pass_a_steady_sweep_and_skip_drift_without_anchor(tmp_path):
+    bundles, statuses = _bundles(tmp_path, drift=0.0, bimodal=False)
+    sweep_shape_step(bundles, statuses, None, logging.getLogger("t"))
+    q = _checks(bundles)
+    assert "anchor_drift" not in set(q.expectation)
+    assert (q.expectation == "windows_multimodal").any()
+    assert {s["verdict"] for s in statuses} == {"pass"}
+
+
+def test_the_sweep_calls_the_shape_step_after_validation():
+    import inspect
+
+    from tunelab.flows import sweep
+
+    src = inspect.getsource(sweep._sweep)
+    assert src.index("_validate_all(") < src.index("sweep_shape_step(") < src.index("load_task(")
+
+
+def test_rule_version_4_lists_this_sessions_new_checks():
+    from tunelab.quality_thresholds import RULE_VERSIONS, rule_version_label
+
+    v4 = RULE_VERSIONS[-1]
+    assert v4.version == 4 == RULES_VERSION and rule_version_label(RULES_VERSION) == "v4"
+    names = " ".join(v4.code_changes)
+    for check in ("cache_not_cold", "overloaded", "anchor_drift", "windows_multimodal"):
+        assert check in names
+    assert v4.defaults == RULE_VERSIONS[-2].defaults and not v4.threshold_changes
