@@ -84,3 +84,18 @@ def test_rule_version_4_lists_this_sessions_new_checks():
     for check in ("cache_not_cold", "overloaded", "anchor_drift", "windows_multimodal"):
         assert check in names
     assert v4.defaults == RULE_VERSIONS[-2].defaults and not v4.threshold_changes
+
+
+def test_recheck_keeps_the_stored_shape_rows_and_their_warn():
+    from tunelab.tasks.quality.catalogue import QualityResult
+    from tunelab.tasks.quality.shape_checks import keep_shape_rows
+
+    cols = ["trial_id", "suite", "expectation", "success", "severity", "observed", "threshold", "detail",
+            "rule_version"]
+    own = pd.DataFrame([["t", "requests", "no_errors", True, "fail", "0", "0", "", RULES_VERSION]], columns=cols)
+    stored = pd.concat([own, pd.DataFrame([["t", SHAPE_SUITE, "windows_multimodal", False, "warn", "3.1", "2.4",
+                                            "A chat c=4 ttft_p50_s: two modes", RULES_VERSION]], columns=cols)])
+    res = keep_shape_rows(QualityResult("pass", own.assign(success=own.success.astype("boolean")), "pass"), stored)
+    assert res.verdict == "warn" and list(res.checks.expectation) == ["no_errors", "windows_multimodal"]
+    same = keep_shape_rows(QualityResult("pass", own, "pass"), own)
+    assert same.verdict == "pass" and len(same.checks) == 1

@@ -117,7 +117,14 @@ def compare(baseline: dict, candidate: dict, metric: str = "output_tokens_per_s"
             md += (f"\n\nConfigs on one side only (not compared): baseline {df.attrs.get('only_baseline')}, "
                    f"candidate {df.attrs.get('only_candidate')}")
         # Across sweeps the comparison goes through the anchor (or says it is unanchored, widened): issue 28.1.
-        xs = cross_sweep_compare(con, df.attrs["baseline"], df.attrs["candidate"], metric, anchor=anchor)
+        try:
+            xs = cross_sweep_compare(con, df.attrs["baseline"], df.attrs["candidate"], metric, anchor=anchor)
+        except ValueError as e:
+            if anchor is not None:  # a bad --anchor is the user's to fix
+                raise
+            # a section beside the report: its failure must not take the comparison with it
+            logger.warning("the cross-sweep (anchored) section could not be computed: %s", e)
+            xs = None
         if xs is not None:
             md += "\n\n" + anchored_markdown(xs)
             unit = xs.attrs["anchor"]

@@ -52,6 +52,7 @@ from tunelab.quality_thresholds import RULES_VERSION, QualityThresholds, thresho
 from tunelab.search import objective_value
 from tunelab.tasks.diagnose import window_diagnoses
 from tunelab.tasks.quality import validate_trial
+from tunelab.tasks.quality.shape_checks import keep_shape_rows
 from tunelab.warehouse.loader import DEFAULT_LOCK_TIMEOUT_S, open_warehouse
 
 __all__ = ["RecheckRow", "recheck"]
@@ -327,7 +328,8 @@ def recheck(db: str | Path, sweeps: list[str] | None = None, *, dry_run: bool = 
             judged = dict(trial)
             if ignore_eos is not None:
                 judged["ignore_eos"] = ignore_eos
-            res = validate_trial(tables, judged, th)
+            # the sweep's shape checks (rules v4) judge the sweep's trials together: kept as stored
+            res = keep_shape_rows(validate_trial(tables, judged, th), old_checks)
             diag = window_diagnoses(tables["measurements"], tables["requests"], tables["server_metrics"],
                                     tables["gpu_samples"], model=None, gpu_name=None, gpu_index=None)
             diag = _keep_stored(diag, old_diag)

@@ -26,7 +26,7 @@ from tunelab.load_profiles import load_label
 from tunelab.quality_thresholds import RULES_VERSION
 from tunelab.tasks.quality.sweep_shape import anchor_drift, windows_multimodal
 
-__all__ = ["SHAPE_METRICS", "SHAPE_SUITE", "record_shape_checks", "shape_check_rows", "sweep_shape_step"]
+__all__ = ["SHAPE_METRICS", "SHAPE_SUITE", "record_shape_checks", "shape_check_rows", "keep_shape_rows", "sweep_shape_step"]
 
 #: The metrics the shape checks judge: output tokens/s, p50 TPOT, p50 TTFT, p99 ITL (issue 28's A/A study).
 SHAPE_METRICS: tuple[str, ...] = ("output_tokens_per_s", "tpot_p50_s", "ttft_p50_s", "itl_p99_s")
@@ -147,3 +147,22 @@ def sweep_shape_step(bundles: Sequence[Path | None], statuses: Sequence[dict | N
             st["verdict"] = "warn"
     for r in bad.drop_duplicates(["expectation", "detail"]).itertuples(index=False):
         logger.warning("quality check %s/%s (severity warn): %s", SHAPE_SUITE, r.expectation, r.detail)
+
+
+def keep_shape_rows(result, stored: pd.DataFrame):
+    """A trial's re-judgement (``tasks.quality.validate_trial``'s ``QualityResult``) with its stored
+    ``sweep_shape`` rows carried over (``tunelab recheck`` re-runs a trial's own suites only; these need the
+    whole sweep): the rows appended, a ``pass`` verdict made ``warn`` where one of them failed."""
+    import dataclasses
+
+    if not len(stored) or "suite" not in stored.columns:
+        return result
+    shape = stored[stored["suite"] == SHAPE_SUITE]
+    if not len(shape):
+        return result
+    shape = shape[[c for c in result.checks.columns if c in shape.columns]]
+    checks = pd.concat([result.checks, shape], ignore_index=True)
+    checks["success"] = checks["success"].astype("boolean")
+    failed = (shape["success"].astype("boolean") == False).any()  # noqa: E712
+    verdict = "warn" if result.verdict == "pass" and failed else result.verdict
+    return dataclasses.replace(result, verdict=verdict, checks=checks)
