@@ -141,3 +141,21 @@ def test_series_default_anchor_is_the_recorded_one(tmp_path):
         assert recorded_anchor(con2) is None
     finally:
         con2.close()
+
+
+def test_across_sweeps_the_anchored_family_decides_the_regression_not_the_per_cell_rows(tmp_path):
+    """A -20 % sweep shift and no config effect: the per-cell row (no sweep term) calls B worse, the anchored row
+    sees no change; the confirmed regressions (what raises the Prefect Regression state) follow the anchored,
+    Holm-adjusted rows. Without the anchor in the plan, the unanchored widened rows decide the same way."""
+    from tunelab.flows.compare import confirmed_regressions
+
+    db = _warehouse(tmp_path / "w.duckdb", plan_yaml=ANCHOR_PLAN, shift=-0.2)
+    out = _compare(db)
+    per_cell = [r for r in out["rows"] if r["verdict"] == "worse"]
+    assert per_cell, out["rows"]  # the sweep shift alone makes the per-cell row call it worse
+    xs = pd.DataFrame(out["anchored"])
+    assert {"family_verdict", "p_family"} <= set(xs.columns) and (xs.family_verdict != "worse").all()
+    assert out["confirmed"] == []
+    # The same per-cell rows without the cross-sweep rows would have confirmed it (the old behaviour).
+    ab = pd.DataFrame(out["rows"])
+    assert [c["kind"] for c in confirmed_regressions(ab, pd.DataFrame())] == ["ab_worse"] * len(per_cell)

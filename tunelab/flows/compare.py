@@ -33,6 +33,7 @@ from prefect import flow, get_run_logger
 
 from tunelab import paths
 from tunelab.reports.anchored import anchored_markdown
+from tunelab.stats.family import family_adjust
 from tunelab.reports.report import ab_markdown, regressions_markdown
 from tunelab.warehouse.compare import regressions
 # The selector functions live with the warehouse queries; re-exported here, where the CLI and users find them.
@@ -125,6 +126,10 @@ def compare(baseline: dict, candidate: dict, metric: str = "output_tokens_per_s"
             # a section beside the report: its failure must not take the comparison with it
             logger.warning("the cross-sweep (anchored) section could not be computed: %s", e)
             xs = None
+        if xs is not None and len(xs) and "p_value" in xs.columns:
+            # The cross-sweep rows are the comparison's headline (the per-cell rows above carry no sweep term and
+            # call about twice the nominal false calls across sweeps: issue 28): one family, Holm-adjusted.
+            xs = family_adjust(xs)
         if xs is not None:
             md += "\n\n" + anchored_markdown(xs)
             unit = xs.attrs["anchor"]
@@ -160,7 +165,7 @@ def compare(baseline: dict, candidate: dict, metric: str = "output_tokens_per_s"
            "mixed_keys": df.attrs.get("mixed_keys", {}),
            "anchored": [] if xs is None else xs.astype(object).where(xs.notna(), None).to_dict("records"),
            "anchor": None if unit is None else f"{unit[0]}/{unit[1]}"}
-    confirmed = confirmed_regressions(df, reg, df.attrs["candidate"].get("vllm_version"))
+    confirmed = confirmed_regressions(df, reg, df.attrs["candidate"].get("vllm_version"), cross=xs)
     out["confirmed"] = confirmed
     if not confirmed or not in_run:
         return out
@@ -183,13 +188,16 @@ def _sel_text(sel: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in sel.items())
 
 
-def confirmed_regressions(ab: pd.DataFrame, reg: pd.DataFrame, versions: str | list[str] | None = None) -> list[dict]:
+def confirmed_regressions(ab: pd.DataFrame, reg: pd.DataFrame, versions: str | list[str] | None = None,
+                          cross: pd.DataFrame | None = None) -> list[dict]:
     """What a comparison confirms as a regression, as JSON-ready dicts with a one-line ``what``:
 
     - ``kind='ab_worse'``: a primary A/B row whose headline verdict (``family_verdict``: Holm-adjusted over the
       report's verdicts, ``stats.family``) is ``worse``; a per-cell ``worse`` that the family adjustment does not
       keep raises nothing. Keys ``config_key``, ``workload``, ``load``, ``rel_diff``, ``ci`` ([low, high],
-      relative, the per-cell interval), ``p_family``;
+      relative, the per-cell interval), ``p_family``. When the two sides ran in different sweeps (``cross``: the
+      rows of ``warehouse.sweep_anchor.cross_sweep_compare``, family-adjusted), those rows decide instead: they
+      carry the sweep-to-sweep variance (anchored, or unanchored and widened), the per-cell rows do not;
     - ``kind='series'``: a point of ``warehouse.compare.regressions`` with status ``regression`` (``consecutive``
       violations along vLLM versions, the PyTorch HUD rule) that ``warehouse.series.confirm_by_alarm`` kept
       (a series of 8 points or more also needs a change-point alarm); ``violation_unconfirmed`` points are not
@@ -201,6 +209,10 @@ def confirmed_regressions(ab: pd.DataFrame, reg: pd.DataFrame, versions: str | l
     from tunelab.load_profiles import load_label
 
     out: list[dict] = []
+    if cross is not None and len(cross):
+        if "family_verdict" not in cross.columns:
+            cross = family_adjust(cross)
+        ab = cross.rename(columns={"rel": "rel_diff", "rel_low": "rel_ci_low", "rel_high": "rel_ci_high"})
     if len(ab) and "family_verdict" in ab.columns:
         headline = ab[(ab["family_verdict"] == "worse") & (ab["family_role"] == "primary")]
     else:  # rows from before family control: the per-cell verdict
