@@ -16,10 +16,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from tunelab import records
-from tunelab.bundle import read_bundle, update_bundle_table
-from tunelab.plan import Plan
-from tunelab.search import SearchOutcome, SearchRecord, boots_phrase, default_in_space
+from tunelab.core import records
+from tunelab.core.bundle import read_bundle, update_bundle_table
+from tunelab.core.plan import Plan
+from tunelab.core.search.tpe import SearchOutcome, SearchRecord, boots_phrase, default_in_space
 
 __all__ = ["record_search", "record_search_trials", "search_lines", "sweep_bundles"]
 
@@ -45,7 +45,7 @@ def record_search_trials(run: Any, outcome: SearchOutcome, logger: Any) -> None:
 def _bundle_on_disk(run: Any, job: Any) -> Path | None:
     """The bundle a trial wrote though the sweep did not record it (a trial on the main thread that an interruption
     ended writes its ``cancelled`` bundle on the way out); None when there is none."""
-    from tunelab.bundle import bundle_dir_for
+    from tunelab.core.bundle import bundle_dir_for
 
     try:
         b = bundle_dir_for(Path(run.base_ctx.results_dir), run.sweep_id, run.trial_id_of(job))

@@ -21,20 +21,20 @@ import pandas as pd
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from tunelab import progress
-from tunelab import records as R
+from tunelab.core import progress
+from tunelab.core import records as R
 from tunelab.flows.devices import Device, distributed_ports_env
 from tunelab.flows.run_states import cancelled_not_crashed_hook
 from tunelab.tasks import bootlog, compile_cache
-from tunelab.bundle import write_bundle
-from tunelab.markdown import shorten
+from tunelab.core.bundle import write_bundle
+from tunelab.core.markdown import shorten
 from tunelab.tasks.engine import BootFailed, EngineServer, group_members
 from tunelab.tasks.gpu import GpuSampler, check_clean, host_load_avg, placement_problem, server_placement
 from tunelab.tasks.diagnose import window_diagnoses
 from tunelab.tasks.flag_proof import prove_flags
 from tunelab.tasks.measure import measure_server, progress_logger
-from tunelab.plan import Plan, Trial, kv_block_tokens
-from tunelab.runtime import Runtime
+from tunelab.core.plan import Plan, Trial, kv_block_tokens
+from tunelab.host.runtime import Runtime
 
 __all__ = ["run_trial", "trial_row_base", "TrialContext", "SERVER_ENV_DEFAULTS", "trial_server_env"]
 
@@ -333,7 +333,7 @@ def measure_task(server: EngineServer, plan: Plan, gpu_index: int | None, on_win
     ``on_window``: ``measure_server``'s, called with the windows so far after each window."""
     progress = progress_logger(get_run_logger(), min_interval_s=2.0)
 
-    # Each load profile gives its windows' time limit (tunelab.load_profiles); 300 s covers set-up and scrapes.
+    # Each load profile gives its windows' time limit (tunelab.core.load_profiles); 300 s covers set-up and scrapes.
     duration_s = plan.window.duration_s if plan.window else None
     per_level_s = sum(lp.window_deadline_s(plan.request_timeout_s, plan.repeats, duration_s)
                       for lp in plan.load_profiles())
@@ -528,7 +528,7 @@ def _trial_record(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime,
                   ctx: TrialContext) -> tuple[R.Trial, Path]:
     """The trial's ``trials`` record as known before boot (:func:`trial_row_base`, the workloads' records, the log
     path, the host's load) and the server log's path. Every later assignment to the record is validated against its
-    column (tunelab/records.py)."""
+    column (tunelab/core/records.py)."""
     row = trial_row_base(trial, trial_id, ctx.sweep.sweep_id, runtime, ctx)
     # type, parameters, sha256 of any file read, endpoint, shared prefix against this server's KV-cache block
     row.workloads = [w.record(kv_block_tokens(trial.engine_args, runtime.device)) for w in plan.workloads]
@@ -582,7 +582,7 @@ def _measure_into(tables: dict[str, pd.DataFrame], row: R.Trial, server: EngineS
         tables["sla_searches"] = pd.DataFrame(columns=list(R.columns(R.SlaSearch))[1:])
     tables.update(requests=res.requests, measurements=res.measurements,
                   server_metrics=res.server_metrics, gpu_samples=gpu)
-    # Which bottleneck holds each window back, from its evidence (tunelab.diagnosis). A diagnosis that
+    # Which bottleneck holds each window back, from its evidence (tunelab.core.diagnosis). A diagnosis that
     # fails costs its table, not the trial's measurements.
     try:
         tables["window_diagnoses"] = window_diagnoses(
@@ -700,9 +700,9 @@ def _tear_down_and_write(row: R.Trial, tables: dict[str, pd.DataFrame], server: 
     return bundle, interrupted
 
 
-#: Typical boot seconds per device kind, for the live display's "typically ~N s" (tunelab.plan_cost.TYPICAL).
+#: Typical boot seconds per device kind, for the live display's "typically ~N s" (tunelab.core.plan_cost.TYPICAL).
 def _typical_boot_s() -> dict[str, float]:
-    from tunelab.plan_cost import TYPICAL
+    from tunelab.core.plan_cost import TYPICAL
 
     return {k: v.boot_s for k, v in TYPICAL.items()}
 
@@ -713,7 +713,7 @@ _TYPICAL_BOOT_S = _typical_boot_s()
 def _keep_windows(ctx: TrialContext, row: R.Trial, measured: dict[str, pd.DataFrame], n_windows: int,
                   trial_id: str, logger: Any) -> None:
     """Write the trial's bundle with the windows measured so far and ``status='incomplete'`` (atomically, as any
-    bundle: ``tunelab.bundle.write_bundle``). The trial's final bundle replaces it; only a trial that never got
+    bundle: ``tunelab.core.bundle.write_bundle``). The trial's final bundle replaces it; only a trial that never got
     there (killed with SIGKILL, the host lost) leaves it, and ``tunelab load`` then loads what it measured as
     ``incomplete``, which no comparison uses (they take ``status='ok'``). A write that fails is logged and the
     measurement goes on: the final bundle does not depend on it."""
