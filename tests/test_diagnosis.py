@@ -424,7 +424,7 @@ def test_findings_reach_the_warehouse_view_the_query_and_the_sweep_report(tmp_pa
     kv = diag["bottleneck"] == "kv_cache"
     diag.loc[kv, ["flagged", "value", "summary"]] = [True, 3.0, "3 preemptions, KV cache usage peak 0.99"]
     sweep = R.Sweep(sweep_id="s1", plan_name="p")
-    trial = R.Trial(trial_id="s1/rt/k/r0", sweep_id="s1", config_key="k", config_label="max-num-seqs=512",
+    trial = R.TrialRow(trial_id="s1/rt/k/r0", sweep_id="s1", config_key="k", config_label="max-num-seqs=512",
                     replicate=0, status="ok")
     bundle = write_bundle(tmp_path / "results", sweep, trial, {"window_diagnoses": diag})
     db = tmp_path / "wh.duckdb"

@@ -203,7 +203,7 @@ def test_a_row_with_an_unknown_column_is_refused_with_its_name():
     with pytest.raises(R.RecordError, match="ttft_p42_s"):
         R.to_row(R.Measurement, {"trial_id": "t", "workload": "w", "load_kind": "rate", "load_value": 1.0,
                                  "repeat": 0, "ttft_p42_s": 1.0})
-    row = R.Trial(trial_id="t", sweep_id="s", config_key="c", replicate=0, status="ok")
+    row = R.TrialRow(trial_id="t", sweep_id="s", config_key="c", replicate=0, status="ok")
     with pytest.raises(R.RecordError, match="boot_seconds"):
         row.update(boot_seconds=3.0)
     row.update(boot_s=3, engine_args={"b": 1, "a": True})

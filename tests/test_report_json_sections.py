@@ -20,7 +20,7 @@ def _warehouse(tmp_path, *, with_sections: bool = True):
     from tunelab.warehouse.loader import load_bundle
 
     sweep = R.Sweep(sweep_id="s1", plan_name="p")
-    trial = R.Trial(trial_id=TRIAL, sweep_id="s1", config_key="k", config_label="max-num-seqs=64", replicate=0,
+    trial = R.TrialRow(trial_id=TRIAL, sweep_id="s1", config_key="k", config_label="max-num-seqs=64", replicate=0,
                     status="ok", runtime_name="rt")
     tables = {}
     if with_sections:

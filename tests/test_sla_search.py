@@ -196,7 +196,7 @@ def test_the_knee_is_where_throughput_stops_growing_faster_than_latency():
     levels = []
     for lvl, thr, lat in [(1, 10, 0.05), (2, 20, 0.051), (4, 40, 0.055), (8, 70, 0.07), (16, 78, 0.14),
                           (32, 80, 0.3)]:
-        lv = S.LevelResult(level=lvl, windows=[{"request_throughput_per_s": thr}])
+        lv = S.SlaLevelResult(level=lvl, windows=[{"request_throughput_per_s": thr}])
         lv.bounds = {"ttft_p99_s": S.MetricBound("ttft_p99_s", 0.2, 2, lat, lat, lat)}
         levels.append(lv)
     assert S.knee(levels) == 8
@@ -497,7 +497,7 @@ def test_error_rate_bounds_are_clopper_pearson_on_the_pooled_counts():
     # many errors: shown above the limit, a fail decided by the error rate
     bad = [{"ttft_p99_s": 0.1, "error_rate": 0.5, "failed_requests": 8, "sent_requests": 16}] * 2
     v, bb = S.judge_level(bad, {"ttft_p99_s": 0.5, "error_rate": 0.01}, spec)
-    lv = S.LevelResult(level=4, windows=bad, bounds=bb, verdict=v)
+    lv = S.SlaLevelResult(level=4, windows=bad, bounds=bb, verdict=v)
     assert v == "fail" and lv.decided_by == "error_rate"
 
 

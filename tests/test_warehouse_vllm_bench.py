@@ -77,7 +77,7 @@ def test_tables_have_their_records_columns():
     from tunelab.warehouse.vllm_bench_import import vllm_bench_tables
 
     _, tables, _ = vllm_bench_tables(DETAILED, runtime_name="cpu")
-    for name, record in (("sweep", R.Sweep), ("trial", R.Trial), ("measurements", R.Measurement),
+    for name, record in (("sweep", R.Sweep), ("trial", R.TrialRow), ("measurements", R.Measurement),
                          ("requests", R.Request)):
         assert list(tables[name].columns) == list(R.columns(record)), name
     assert tables["measurements"]["warmup_requests"].isna().all()  # a column the file cannot fill

@@ -198,14 +198,14 @@ def _check_unique(name: str, df: pd.DataFrame) -> None:
         raise BundleError(f"table {name!r}: duplicate rows for key {keys}, e.g. {dup}; each key must occur once")
 
 
-def write_bundle(results_dir: Path, sweep: dict | records.Sweep, trial: dict | records.Trial,
+def write_bundle(results_dir: Path, sweep: dict | records.Sweep, trial: dict | records.TrialRow,
                  tables: dict[str, pd.DataFrame]) -> Path:
     """Write one trial's results as a bundle, atomically.
 
     Args:
         results_dir: root of all bundles (created if missing).
         sweep: the ``sweeps`` row as a ``records.Sweep`` or a dict (needs ``sweep_id``).
-        trial: the ``trials`` row as a ``records.Trial`` or a dict (needs ``trial_id``, and ``sweep_id`` equal
+        trial: the ``trials`` row as a ``records.TrialRow`` or a dict (needs ``trial_id``, and ``sweep_id`` equal
             to the sweep's). A record is written with all its columns; a dict with the columns it has.
             JSON columns may be dicts/lists; they are stored as JSON text.
         tables: any of ``boot_phases``, ``measurements``, ``requests``, ``server_metrics``,

@@ -39,7 +39,7 @@ __all__ = [
     "LATENCY_COLUMNS",
     "PERCENTILES",
     "RECORDS",
-    "BootPhase",
+    "BootPhaseRow",
     "GpuSample",
     "Measurement",
     "MeasurementKey",
@@ -50,7 +50,7 @@ __all__ = [
     "ServerMetric",
     "SlaSearch",
     "Sweep",
-    "Trial",
+    "TrialRow",
     "WindowAggregate",
     "WindowDiagnosis",
     "arrow_schema",
@@ -162,7 +162,7 @@ class Sweep(Record):
 
 
 # -- trials --------------------------------------------------------------------------------------------------
-class Trial(Record):
+class TrialRow(Record):
     """One boot of one engine config on one runtime (``trials``): built by ``flows.trial`` (``trial_row_base``
     before boot, then boot/measure/teardown results); version columns are filled by the loader from
     ``vllm_version`` (``warehouse.versions.version_columns``) when None."""
@@ -256,7 +256,7 @@ class Trial(Record):
 
 
 # -- boot phases ---------------------------------------------------------------------------------------------
-class BootPhase(Record):
+class BootPhaseRow(Record):
     """One phase of a trial's boot (``boot_phases``), parsed from the server log by ``tasks.bootlog``."""
 
     TABLE: ClassVar[str] = "boot_phases"
@@ -548,7 +548,7 @@ class SlaSearch(Record):
 
 #: bundle table name -> record, in bundle order (``bundle.BUNDLE_TABLES``).
 RECORDS: dict[str, type[Record]] = {
-    r.BUNDLE: r for r in (Trial, Sweep, BootPhase, Measurement, Request, ServerMetric, GpuSample, QualityCheck,
+    r.BUNDLE: r for r in (TrialRow, Sweep, BootPhaseRow, Measurement, Request, ServerMetric, GpuSample, QualityCheck,
                           WindowDiagnosis, SlaSearch)
 }
 

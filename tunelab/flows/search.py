@@ -70,7 +70,7 @@ def _record_trial(bundle: Path, rec: SearchRecord, logger: Any) -> None:
         tdf["search_walk_down"] = rec.walked
         tdf["search_walked_from"] = rec.walked_from
         tdf["search_reason"] = rec.reason
-        update_bundle_table(bundle, "trial", records.frame(records.Trial, tdf))
+        update_bundle_table(bundle, "trial", records.frame(records.TrialRow, tdf))
     except Exception as e:  # the bundle keeps its measurements; only its search columns are missing
         logger.warning("could not record the search columns of %s: %s", bundle, e)
 

@@ -119,7 +119,7 @@ class TrialStatus(TypedDict):
     table artifact) take it as a dict.
 
     Keys: trial_id (``records.trial_id``); config (the plan's label), config_key, runtime, replicate (boot
-    number); device (device labels joined by '+', '-' when none); status (``records.Trial.status``; 'failed'
+    number); device (device labels joined by '+', '-' when none); status (``records.TrialRow.status``; 'failed'
     when the orchestrator raised); failure_class ('orchestrator_error' then), failure_reason; boot_s (seconds);
     compile_cache; teardown_clean; verdict (pass | warn | fail | unvalidated); measurement_notes.
     """
@@ -231,12 +231,12 @@ def preflight(plan: Plan) -> dict[str, Runtime]:
 def trial_tags(trial: Trial, runtime: Runtime) -> list[str]:
     """Tags of a trial's flow run, to filter runs by in the Prefect UI and API: ``config_key:<key>``,
     ``runtime:<name>``, ``vllm:<version>`` ('unknown' when the runtime did not record one); the trial adds
-    ``status:<status>`` (``records.Trial.status``) when it ends."""
+    ``status:<status>`` (``records.TrialRow.status``) when it ends."""
     return [f"config_key:{trial.config_key}", f"runtime:{runtime.name}",
             f"vllm:{runtime.versions.get('vllm') or 'unknown'}"]
 
 
-#: Final state names of a trial run by ``trials.status`` (``records.Trial.status``); their Prefect types are in
+#: Final state names of a trial run by ``trials.status`` (``records.TrialRow.status``); their Prefect types are in
 #: :func:`trial_state`. A failed trial ends Failed (red in the run list, header and timeline) under a name that
 #: says how; the sweep run that called it stays Completed.
 TRIAL_STATE_NAMES = {"ok": "Completed", "boot_failed": "BootFailed", "gpu_busy": "GpuBusy", "failed": "Failed",

@@ -206,7 +206,7 @@ def vllm_bench_tables(
     # Through the records, as the trial flow's rows are: every column of the table in its order (None where
     # the file has no value), and a value of the wrong type is refused here, naming the column, before the
     # warehouse is opened.
-    tables = {"sweep": pd.DataFrame([R.to_row(R.Sweep, sweep)]), "trial": pd.DataFrame([R.to_row(R.Trial, trial)]),
+    tables = {"sweep": pd.DataFrame([R.to_row(R.Sweep, sweep)]), "trial": pd.DataFrame([R.to_row(R.TrialRow, trial)]),
               "measurements": R.frame(R.Measurement, pd.DataFrame(mrows))}
     if rrows:
         tables["requests"] = R.frame(R.Request, pd.DataFrame(rrows))
