@@ -82,8 +82,8 @@ from tunelab.tasks import metrics as M  # noqa: E402
 from tunelab.tasks import server_metrics as SM  # noqa: E402
 from tunelab.tasks.engine import EngineServer  # noqa: E402
 from tunelab.tasks.loadgen import PromptBuilder, make_client, run_level  # noqa: E402
-from tunelab import paths  # noqa: E402
-from tunelab.runtime import load_runtime  # noqa: E402
+from tunelab.host import paths  # noqa: E402
+from tunelab.host.runtime import load_runtime  # noqa: E402
 
 __all__ = ["main", "agreement", "verdict", "tolerance", "relative_diffs", "control_halves", "schedule",
            "TOLERANCES", "GATED"]

@@ -91,7 +91,7 @@ sys.path.insert(0, str(REPO / "tests" / "fakes"))
 from tunelab.tasks import metrics as M  # noqa: E402
 from tunelab.tasks.loadgen import Clock, make_client, run_level  # noqa: E402
 from tunelab.tasks.measure import same_read_note  # noqa: E402
-from tunelab import paths  # noqa: E402
+from tunelab.host import paths  # noqa: E402
 from timed_openai_server import FakeServerProcess, FakeTiming  # noqa: E402
 
 __all__ = ["main", "errors_ours", "errors_vllm_bench"]

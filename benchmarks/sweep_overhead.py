@@ -60,7 +60,7 @@ def _plan(args: argparse.Namespace, model: Path) -> dict:
 
 def _child(plan_path: str, out_json: str, workdir: str) -> None:
     """Run the sweep in this process and write the Prefect timings of every trial to ``out_json``."""
-    from tunelab import prefect_env
+    from tunelab.host import prefect_env
 
     prefect_env.configure()
     from prefect.client.orchestration import get_client
@@ -95,8 +95,8 @@ def _child(plan_path: str, out_json: str, workdir: str) -> None:
 
 
 def _vllm_sweep(args: argparse.Namespace, model: Path, work: Path) -> tuple[float, int, str]:
-    from tunelab import paths
-    from tunelab.runtime import load_runtime
+    from tunelab.host import paths
+    from tunelab.host.runtime import load_runtime
 
     rt = load_runtime(args.runtime)
     vllm_bin = str(Path(rt.python).parent / "vllm")

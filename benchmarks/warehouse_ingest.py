@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tunelab.bundle import write_bundle
+from tunelab.core.bundle import write_bundle
 from tunelab.warehouse.compare import compare, regressions
 from tunelab.warehouse.loader import load_pending
 from tunelab.warehouse.migrate import connect

@@ -18,7 +18,7 @@ mkdir -p "$RUN" "$TUNELAB_HOME/models"
 case "${1:-}" in
 start)
   RT=$2; shift 2
-  $PY -m tunelab.offline_register "$DEST" || exit 1
+  $PY -m tunelab.host.offline_register "$DEST" || exit 1
   [ -e "$TUNELAB_HOME/models/llama-1b" ] || ln -s "$DEST/model" "$TUNELAB_HOME/models/llama-1b"
   setsid nohup $PY benchmarks/crosscheck_vllm_bench.py --runtime "$RT" --model "$TUNELAB_HOME/models/llama-1b" \
     --json "$RUN/xcheck.json" "$@" > "$RUN/xcheck.txt" 2>&1 < /dev/null &

@@ -28,7 +28,7 @@ alive() { local s; s=$(ps -o stat= -p "$1" 2>/dev/null); [ -n "$s" ] && [ "${s#Z
 case "${1:-}" in
 start)
   shift; [ $# -ge 1 ] || { echo "usage: $0 start PLAN..."; exit 2; }
-  $PY -m tunelab.offline_register "$DEST" || exit 1
+  $PY -m tunelab.host.offline_register "$DEST" || exit 1
   [ -e "$TUNELAB_HOME/models/llama-1b" ] || ln -s "$DEST/model" "$TUNELAB_HOME/models/llama-1b"
   $PY -m tunelab.cli runtime list
   # every plan is checked before the first server boots

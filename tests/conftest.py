@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 INSTALLED = Path(os.environ.get("TUNELAB_HOME") or REPO / ".tunelab").resolve()
 HOME = Path(tempfile.mkdtemp(prefix="tunelab-test-home-"))
 os.environ["TUNELAB_HOME"] = str(HOME)
-# Device locks are the host's (tunelab.paths.host_locks_dir); a test session keeps its own, as it did when they
+# Device locks are the host's (tunelab.host.paths.host_locks_dir); a test session keeps its own, as it did when they
 # lived in the home, so that two sessions on one machine do not wait for each other's CPU device.
 os.environ.setdefault("TUNELAB_LOCK_DIR", str(HOME / "host-locks"))
 if "PREFECT_HOME" not in os.environ:
@@ -64,7 +64,7 @@ atexit.register(_remove_home_after_a_passing_session)
 @pytest.fixture(scope="session")
 def cpu_runtime():
     """The real CPU vLLM runtime of the user's home (created there on first use, ~2 min)."""
-    from tunelab.runtime import create_cpu_runtime
+    from tunelab.host.runtime import create_cpu_runtime
 
     mp = pytest.MonkeyPatch()
     mp.setenv("TUNELAB_HOME", str(INSTALLED))
@@ -79,7 +79,7 @@ def cpu_runtime():
 @pytest.fixture(scope="session")
 def tiny_model(cpu_runtime) -> Path:
     """The tiny local model folder of the user's home (built there on first use, ~5 s)."""
-    from tunelab.models import build_tiny_model
+    from tunelab.host.models import build_tiny_model
 
     return build_tiny_model(cpu_runtime, INSTALLED / "models" / "tiny-llama", log=lambda *_: None)
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import yaml
 
-from tunelab.plan import Plan, PlanError, load_plan
+from tunelab.core.plan import Plan, PlanError, load_plan
 
 _FAKE_LOG: list[dict] = []
 #: Relative throughput effect of the candidate config (max-num-batched-tokens 2048) in the fake trials.
@@ -98,7 +98,7 @@ def test_plan_ab_errors_name_the_field_and_the_fix(tmp_path, change, message):
 def _fake_trial_flow():
     from prefect import flow
 
-    from tunelab.bundle import write_bundle
+    from tunelab.core.bundle import write_bundle
     from tunelab.flows.trial import trial_row_base
     from tunelab.warehouse.synthetic import synthetic_trial
 
@@ -127,7 +127,7 @@ def _fake_trial_flow():
 @pytest.fixture
 def fake_host(monkeypatch):
     import tunelab.flows.sweep as S
-    from tunelab.runtime import Runtime
+    from tunelab.host.runtime import Runtime
     from tunelab.tasks.gpu import GpuInfo, Inventory
 
     rt = Runtime(name="gpu-fake", device="cuda", python=sys.executable, versions={"vllm": "0.32.0"})

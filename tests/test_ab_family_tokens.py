@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from tunelab.flows.compare import confirmed_regressions
-from tunelab.plan import PlanError, load_plan
+from tunelab.core.plan import PlanError, load_plan
 from tunelab.reports.report import ab_markdown
 from tunelab.stats.verdict import ABRecord
 from tunelab.warehouse.compare import compare

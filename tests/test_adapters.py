@@ -1,5 +1,5 @@
 """LoRA adapters (issue 16, item 7): a workload that names an adapter sends it as the request's model; on the
-real CPU runtime, the tiny random adapter (tunelab.models.build_tiny_lora) is served with --enable-lora
+real CPU runtime, the tiny random adapter (tunelab.host.models.build_tiny_lora) is served with --enable-lora
 --lora-modules and the measured requests target it (vLLM answers 404 for a model name it does not serve, so
 ok requests under the adapter's name are requests to the adapter)."""
 
@@ -16,7 +16,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fakes"))
 
-from tunelab.plan import Plan, Workload  # noqa: E402
+from tunelab.core.plan import Plan, Workload  # noqa: E402
 from tunelab.tasks.measure import measure_server  # noqa: E402
 from timed_openai_server import FakeServerProcess, FakeTiming  # noqa: E402
 
@@ -47,7 +47,7 @@ def test_measured_and_warm_up_requests_name_the_adapter_as_their_model_on_the_fa
 def test_requests_target_a_lora_adapter_on_the_real_cpu_runtime(tmp_path, cpu_runtime, tiny_model):
     import yaml
 
-    from tunelab.models import build_tiny_lora
+    from tunelab.host.models import build_tiny_lora
 
     adapter = build_tiny_lora(cpu_runtime, tmp_path / "tiny-lora", log=lambda *_: None)
     cfg = json.loads((adapter / "adapter_config.json").read_text())

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from tunelab.load_profiles import arrival_offsets
+from tunelab.core.load_profiles import arrival_offsets
 
 N = 20000
 

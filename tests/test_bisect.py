@@ -118,8 +118,8 @@ def test_sweep_measure_runs_the_plan_on_the_anchor_and_the_build_and_reads_the_a
     from packaging.version import Version
 
     import tunelab.flows.sweep as sweep_mod
-    import tunelab.runtime as runtime_mod
-    from tunelab.bundle import write_bundle
+    import tunelab.host.runtime as runtime_mod
+    from tunelab.core.bundle import write_bundle
     from tunelab.flows.bisect import Build, sweep_measure
     from tunelab.warehouse.loader import load_pending
     from tunelab.warehouse.synthetic import synthetic_trial

@@ -1,11 +1,11 @@
-"""Result bundles: layout, manifest, atomic writes and updates (tunelab/bundle.py)."""
+"""Result bundles: layout, manifest, atomic writes and updates (tunelab/core/bundle.py)."""
 
 import json
 
 import pandas as pd
 import pytest
 
-from tunelab.bundle import (
+from tunelab.core.bundle import (
     MANIFEST_NAME,
     BundleError,
     list_bundles,
@@ -54,7 +54,7 @@ def test_missing_trial_id_column_is_filled_and_foreign_rows_refused(tmp_path):
 
 
 def test_interrupted_write_leaves_no_loadable_bundle(tmp_path, monkeypatch):
-    import tunelab.bundle as b
+    import tunelab.core.bundle as b
 
     st = _trial()
     real = b._write_parquet

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.runtime
 
 
 def test_tiny_model_has_its_chat_template_in_tokenizer_config_and_builds_deterministically(tmp_path, cpu_runtime):
-    from tunelab.models import build_tiny_model, has_chat_template
+    from tunelab.host.models import build_tiny_model, has_chat_template
 
     a = build_tiny_model(cpu_runtime, tmp_path / "a", log=lambda *_: None)
     cfg = json.loads((a / "tokenizer_config.json").read_text())

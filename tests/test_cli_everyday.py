@@ -35,7 +35,7 @@ NOTES_A1 = ("chat c=4 #0: client-bound: load generator loop used 0.91 of a core 
 @pytest.fixture(scope="module")
 def warehouse(tmp_path_factory) -> tuple[Path, Path]:
     """(warehouse file, server log of the failed boot)."""
-    from tunelab.bundle import write_bundle
+    from tunelab.core.bundle import write_bundle
     from tunelab.warehouse.loader import load_pending
     from tunelab.warehouse.synthetic import synthetic_trial
 
@@ -332,7 +332,7 @@ def test_note_cause_reads_as_text():
 
 def test_default_warehouse_file_is_warehouse_duckdb_in_the_home(tmp_path, monkeypatch):
     """README and docs name `<home>/warehouse.duckdb`; an existing warehouse there must keep being found."""
-    from tunelab import paths
+    from tunelab.host import paths
 
     monkeypatch.delenv("TUNELAB_DB", raising=False)
     monkeypatch.setenv("TUNELAB_HOME", str(tmp_path))
@@ -375,7 +375,7 @@ def test_the_cancel_line_names_recheck_when_finished_trials_were_not_yet_judged(
     import time
     from types import SimpleNamespace
 
-    from tunelab.bundle import write_bundle
+    from tunelab.core.bundle import write_bundle
     from tunelab.cli import cancelled_sweep_line
     from tunelab.warehouse.synthetic import synthetic_trial
 
@@ -458,7 +458,7 @@ def test_report_of_a_sweep_cancelled_mid_window_says_its_windows_are_stored_not_
     completed trial and names the cancelled one."""
     import yaml
 
-    from tunelab.bundle import write_bundle
+    from tunelab.core.bundle import write_bundle
     from tunelab.warehouse.loader import load_pending
     from tunelab.warehouse.synthetic import synthetic_trial
 

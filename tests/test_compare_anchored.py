@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tunelab.plan import load_plan
+from tunelab.core.plan import load_plan
 from tunelab.warehouse.loader import insert_trial_tables
 from tunelab.warehouse.migrate import connect
 from tunelab.warehouse.sweep_anchor import plan_anchor, recorded_anchor

@@ -1,5 +1,5 @@
 """Host-level device locks: exclusive across processes, released by the OS when the holder is SIGKILLed; the
-records of who holds a device's Prefect slot and when a holder is provably dead (tunelab/slot_holders.py)."""
+records of who holds a device's Prefect slot and when a holder is provably dead (tunelab/host/slot_holders.py)."""
 
 from __future__ import annotations
 
@@ -68,14 +68,14 @@ def test_prefect_slots_only_with_a_server(monkeypatch):
 
 
 def _record(**kw):
-    from tunelab.slot_holders import this_process
+    from tunelab.host.slot_holders import this_process
 
     h = this_process("tunelab-h-gpu0", sweep_id="s1", flow_run_id=None, lease_id="0" * 32, lease_duration_s=60)
     return replace(h, **kw) if kw else h
 
 
 def test_slot_holder_provably_dead_only_on_this_host():
-    from tunelab.slot_holders import holder_is_dead
+    from tunelab.host.slot_holders import holder_is_dead
 
     assert holder_is_dead(_record()) == (False, f"PID {os.getpid()} is alive")
     # another host: never called dead, and the reason says so
@@ -94,7 +94,7 @@ def test_slot_holder_provably_dead_only_on_this_host():
 
 
 def test_slot_holder_that_exited_unreaped_is_dead():
-    from tunelab.slot_holders import holder_is_dead
+    from tunelab.host.slot_holders import holder_is_dead
 
     p = subprocess.Popen([sys.executable, "-c", "pass"])
     try:
@@ -102,7 +102,7 @@ def test_slot_holder_that_exited_unreaped_is_dead():
         while Path(f"/proc/{p.pid}/stat").read_text().split(")")[-1].split()[0] != "Z":  # exited, not reaped
             assert time.monotonic() - t0 < 30
             time.sleep(0.05)
-        from tunelab.slot_holders import _proc_start_ticks
+        from tunelab.host.slot_holders import _proc_start_ticks
 
         dead, why = holder_is_dead(_record(pid=p.pid, proc_start_ticks=_proc_start_ticks(p.pid)))
         assert dead and "exited" in why
@@ -111,7 +111,7 @@ def test_slot_holder_that_exited_unreaped_is_dead():
 
 
 def test_slot_holder_record_is_written_atomically_and_read_back(tmp_path, monkeypatch):
-    from tunelab import slot_holders as SH
+    from tunelab.host import slot_holders as SH
 
     monkeypatch.setenv("TUNELAB_HOME", str(tmp_path))
     assert SH.read_holder("tunelab-h-gpu0") is None
@@ -157,8 +157,8 @@ def test_two_homes_on_one_host_share_the_device_lock(tmp_path, monkeypatch):
 def test_lock_and_slot_record_folder_is_the_hosts_not_the_homes(tmp_path, monkeypatch):
     """Without TUNELAB_LOCK_DIR: $XDG_RUNTIME_DIR/tunelab-locks (else <tmp>/tunelab-locks-<uid>), whatever
     TUNELAB_HOME is; the slot holder records live there too."""
-    from tunelab import paths
-    from tunelab.slot_holders import record_path
+    from tunelab.host import paths
+    from tunelab.host.slot_holders import record_path
 
     monkeypatch.delenv("TUNELAB_LOCK_DIR", raising=False)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))

@@ -1,4 +1,4 @@
-"""Bottleneck diagnosis (tunelab/diagnosis.py, tunelab/tasks/diagnose.py, host_load.server_process_cpu): exact cases
+"""Bottleneck diagnosis (tunelab/core/diagnosis.py, tunelab/tasks/diagnose.py, host_load.server_process_cpu): exact cases
 for each check from FAKE evidence (a FAKE /metrics server, a FAKE /proc tree, a FAKE server tree with a busy
 process, synthetic windows with ITL spikes at prefills), and a window where nothing is flagged."""
 
@@ -18,8 +18,8 @@ import httpx
 import pandas as pd
 import pytest
 
-from tunelab import diagnosis as D
-from tunelab import records as R
+from tunelab.core import diagnosis as D
+from tunelab.core import records as R
 from tunelab.tasks import host_load
 from tunelab.tasks import server_metrics as SM
 from tunelab.tasks.diagnose import GaugePeaks, window_diagnoses
@@ -413,7 +413,7 @@ def test_a_late_frontend_is_flagged_through_the_window_frames(tmp_path):
 
 # ---------------------------------------------------------------- warehouse: table, view, query, report
 def test_findings_reach_the_warehouse_view_the_query_and_the_sweep_report(tmp_path):
-    from tunelab.bundle import write_bundle
+    from tunelab.core.bundle import write_bundle
     from tunelab.reports.report import bottleneck_findings, bottlenecks_markdown, sweep_markdown
     from tunelab.warehouse.loader import load_bundle
     from tunelab.warehouse.migrate import connect
@@ -424,7 +424,7 @@ def test_findings_reach_the_warehouse_view_the_query_and_the_sweep_report(tmp_pa
     kv = diag["bottleneck"] == "kv_cache"
     diag.loc[kv, ["flagged", "value", "summary"]] = [True, 3.0, "3 preemptions, KV cache usage peak 0.99"]
     sweep = R.Sweep(sweep_id="s1", plan_name="p")
-    trial = R.Trial(trial_id="s1/rt/k/r0", sweep_id="s1", config_key="k", config_label="max-num-seqs=512",
+    trial = R.TrialRow(trial_id="s1/rt/k/r0", sweep_id="s1", config_key="k", config_label="max-num-seqs=512",
                     replicate=0, status="ok")
     bundle = write_bundle(tmp_path / "results", sweep, trial, {"window_diagnoses": diag})
     db = tmp_path / "wh.duckdb"
@@ -460,7 +460,7 @@ def test_measure_server_records_the_fake_servers_cpu_by_role():
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent / "fakes"))
     from timed_openai_server import FakeServerProcess, FakeTiming
 
-    from tunelab.plan import Plan, Workload
+    from tunelab.core.plan import Plan, Workload
     from tunelab.tasks.measure import measure_server
 
     # /proc counts CPU in clock ticks (10 ms): 60 streams of 32 chunks keep the fake busy for many ticks (6 x 8

@@ -17,7 +17,7 @@ FOUND = "eager boots (12.3 s): graph capture / compile problem"
 
 def test_an_eager_reboot_that_timed_out_too_blames_neither_graphs_nor_memory(tmp_path, monkeypatch):
     import tunelab.flows.trial as T
-    from tunelab.plan import Trial
+    from tunelab.core.plan import Trial
     from tunelab.tasks.engine import BootFailed
 
     class TimesOut:  # a FAKE server whose boot times out
@@ -42,7 +42,7 @@ def test_an_eager_reboot_that_timed_out_too_blames_neither_graphs_nor_memory(tmp
 
 
 def _warehouse(tmp_path: Path) -> Path:
-    from tunelab.bundle import write_bundle
+    from tunelab.core.bundle import write_bundle
     from tunelab.warehouse.loader import load_pending
     from tunelab.warehouse.synthetic import synthetic_trial
 
@@ -79,7 +79,7 @@ def test_report_terminal_json_and_html_show_what_the_eager_reboot_found(tmp_path
 
 
 def test_the_trial_artifact_description_says_what_the_eager_reboot_found(tmp_path):
-    from tunelab.bundle import list_bundles, read_bundle
+    from tunelab.core.bundle import list_bundles, read_bundle
     from tunelab.reports.report import trial_facts_markdown
 
     _warehouse(tmp_path)

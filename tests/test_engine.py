@@ -259,7 +259,7 @@ import json, sys, time
 from pathlib import Path
 sys.path.insert(0, {tests!r})
 from tunelab.tasks.engine import EngineServer
-from tunelab.runtime import Runtime
+from tunelab.host.runtime import Runtime
 from fakes import fake_server_runtime
 spec = json.loads({spec!r})
 rt = Runtime.model_validate_json(spec["runtime_json"]) if spec.get("runtime_json") else fake_server_runtime(*spec["fake_args"])

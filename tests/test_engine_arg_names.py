@@ -1,5 +1,5 @@
 """Engine-arg names that `vllm serve` would reject are found before any server starts
-(tunelab.runtime.Runtime.serve_flags, tunelab.plan.unknown_engine_args, flows.sweep.preflight, `tunelab plan check`).
+(tunelab.host.runtime.Runtime.serve_flags, tunelab.core.plan.unknown_engine_args, flows.sweep.preflight, `tunelab plan check`).
 
 The unit tests run the probe against a FAKE vLLM CLI (a tiny argparse program laid out like vLLM's package) so that
 they do not import vLLM; the runtime-marked tests read the real CPU runtime's parser.
@@ -16,9 +16,9 @@ import pytest
 import yaml
 
 from fakes.fake_vllm_package import fake_vllm_runtime
-from tunelab import runtime as runtime_mod
-from tunelab.plan import Plan, PlanError, unknown_engine_args
-from tunelab.runtime import Runtime
+from tunelab.host import runtime as runtime_mod
+from tunelab.core.plan import Plan, PlanError, unknown_engine_args
+from tunelab.host.runtime import Runtime
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -143,7 +143,7 @@ def test_sweep_preflight_and_plan_check_reject_a_typo_before_any_server_starts(c
         "engine_args": {"max_num_seq": [4, 8], "enforce-eager": True},
         "workloads": [{"name": "w", "prompt_tokens": 8, "output_tokens": 4, "num_requests": 2}],
     }))
-    from tunelab.plan import load_plan
+    from tunelab.core.plan import load_plan
 
     with pytest.raises(PlanError, match="did you mean 'max-num-seqs'"):
         preflight(load_plan(plan_path))

@@ -1,5 +1,5 @@
-"""Engine-arg values that `vllm serve` would reject are found before any server starts (tunelab.engine_arg_values,
-tunelab.plan.bad_engine_arg_values, flows.sweep.preflight, `tunelab plan check`): in a ``search:`` space, in the
+"""Engine-arg values that `vllm serve` would reject are found before any server starts (tunelab.core.engine_arg_values,
+tunelab.core.plan.bad_engine_arg_values, flows.sweep.preflight, `tunelab plan check`): in a ``search:`` space, in the
 fixed engine args and in variants. The allowed values come from the runtime's facts (the choices of vLLM's own
 parser, read by a FAKE vLLM CLI here) when they were read, else from tunelab's table."""
 
@@ -13,11 +13,11 @@ import yaml
 from typer.testing import CliRunner
 
 from fakes.fake_vllm_package import fake_vllm_runtime
-from tunelab import paths
-from tunelab import runtime as runtime_mod
-from tunelab.engine_arg_values import ENUM_CHOICES, value_problem
-from tunelab.plan import Plan, PlanError, bad_engine_arg_values, load_plan, runtime_checks
-from tunelab.runtime import Runtime
+from tunelab.host import paths
+from tunelab.host import runtime as runtime_mod
+from tunelab.core.engine_arg_values import ENUM_CHOICES, value_problem
+from tunelab.core.plan import Plan, PlanError, bad_engine_arg_values, load_plan, runtime_checks
+from tunelab.host.runtime import Runtime
 
 REPO = Path(__file__).resolve().parents[1]
 

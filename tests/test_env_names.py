@@ -1,5 +1,5 @@
-"""Env vars a runtime's vLLM does not know are reported before any server starts (tunelab.runtime.vllm_env_names,
-tunelab.plan.unknown_env_warnings). The names are read by the runtime's own interpreter (tests/test_runtime_facts.py
+"""Env vars a runtime's vLLM does not know are reported before any server starts (tunelab.host.runtime.vllm_env_names,
+tunelab.core.plan.unknown_env_warnings). The names are read by the runtime's own interpreter (tests/test_runtime_facts.py
 covers the probe and its cache)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tunelab.plan import Plan, unknown_env_warnings
-from tunelab.runtime import Runtime
+from tunelab.core.plan import Plan, unknown_env_warnings
+from tunelab.host.runtime import Runtime
 
 
 def _fake_runtime(tmp_path: Path, envs_py: str | None, version: str = "0.21.0") -> Runtime:
@@ -100,7 +100,7 @@ def _typo_plan(tmp_path: Path, **extra) -> Plan:
 
 def test_a_misspelt_vllm_env_name_no_runtime_knows_is_a_plan_error_with_the_closest_name(tmp_path):
     """Issue 29 item 19: VLLM_USE_FASTOKNS was a warning and the run booted without the setting."""
-    from tunelab.plan import runtime_checks
+    from tunelab.core.plan import runtime_checks
 
     rt = _fake_runtime(tmp_path, OLD_ENVS.replace('"VLLM_HOST_IP"', '"VLLM_USE_FASTOKENS"'))
     errors, warnings = runtime_checks(_typo_plan(tmp_path), {"old": rt})
@@ -111,7 +111,7 @@ def test_a_misspelt_vllm_env_name_no_runtime_knows_is_a_plan_error_with_the_clos
 
 
 def test_an_unknown_vllm_env_name_the_plan_allows_stays_a_warning(tmp_path):
-    from tunelab.plan import runtime_checks
+    from tunelab.core.plan import runtime_checks
 
     rt = _fake_runtime(tmp_path, OLD_ENVS.replace('"VLLM_HOST_IP"', '"VLLM_USE_FASTOKENS"'))
     errors, warnings = runtime_checks(_typo_plan(tmp_path, allow_unknown_env=["VLLM_USE_FASTOKNS"]), {"old": rt})
@@ -120,7 +120,7 @@ def test_an_unknown_vllm_env_name_the_plan_allows_stays_a_warning(tmp_path):
 
 
 def test_a_name_one_runtime_knows_is_a_warning_for_the_other_not_an_error(tmp_path):
-    from tunelab.plan import runtime_checks
+    from tunelab.core.plan import runtime_checks
 
     old = _fake_runtime(tmp_path / "o", OLD_ENVS)
     new = _fake_runtime(tmp_path / "n", OLD_ENVS.replace('"VLLM_HOST_IP"', '"VLLM_USE_FASTOKENS"'), version="0.25.1")

@@ -97,7 +97,7 @@ def _stop_group(proc: subprocess.Popen, sig: int, timeout_s: float, drained: boo
 # -- pure parts --------------------------------------------------------------------------------------------
 def test_gpus_needed_and_slot_names():
     from tunelab.flows.sweep import Device, gpus_needed, slot_name
-    from tunelab.plan import PlanError, Trial
+    from tunelab.core.plan import PlanError, Trial
 
     def t(**args):
         return Trial(runtime="r", model="m", model_id="m", engine_args=args, env={})
@@ -212,7 +212,7 @@ def _fake_trial_flow():
     from prefect import flow
 
     from tunelab.flows.trial import trial_row_base
-    from tunelab.bundle import write_bundle
+    from tunelab.core.bundle import write_bundle
     from tunelab.warehouse.synthetic import synthetic_trial
 
     import threading
@@ -250,7 +250,7 @@ def _fake_trial_flow():
 def fake_host(monkeypatch, tmp_path):
     import tunelab.flows.sweep as S
     from tunelab.tasks.gpu import GpuInfo, Inventory
-    from tunelab.runtime import Runtime
+    from tunelab.host.runtime import Runtime
 
     n_gpus = {"n": 2}
     rt = Runtime(name="gpu-fake", device="cuda", python=sys.executable, versions={"vllm": "0.32.0"})
@@ -393,7 +393,7 @@ def test_ensure_slots_concurrently_creates_once(prefect_server):
 _HOLD_SLOT = """
 import sys, time
 sys.path.insert(0, {repo!r})
-from tunelab.slot_holders import hold_slots
+from tunelab.host.slot_holders import hold_slots
 with hold_slots([{name!r}], lease_duration_s=60, sweep_id="killed-sweep", log=print):
     print("held", flush=True)
     time.sleep(300)
@@ -409,7 +409,7 @@ def test_slot_holder_is_named_while_waiting_and_a_killed_holders_slot_is_reclaim
     from prefect.client.orchestration import get_client
 
     from tunelab.flows.sweep import SLOT_LEASE_S, ensure_slots
-    from tunelab.slot_holders import hold_slots, read_holder
+    from tunelab.host.slot_holders import hold_slots, read_holder
 
     name = "tunelab-test-reclaim-cpu0"
     ensure_slots([name])
@@ -507,7 +507,7 @@ def test_sweep_with_a_locked_warehouse_prints_the_table_from_its_bundles(prefect
 def _synthetic_warehouse(path: Path, results: Path) -> None:
     import numpy as np
 
-    from tunelab.bundle import write_bundle
+    from tunelab.core.bundle import write_bundle
     from tunelab.warehouse.loader import load_pending
     from tunelab.warehouse.synthetic import synthetic_trial
 
@@ -688,7 +688,7 @@ def _final_states(which, timeout_s: float = 120) -> tuple[object, list]:
 
 def _assert_cancelled_trial(res: Path, db: Path) -> None:
     """One bundle, status cancelled, clean teardown, loaded into DuckDB; no vLLM process and no tracked server."""
-    from tunelab.bundle import list_bundles, read_bundle
+    from tunelab.core.bundle import list_bundles, read_bundle
     from tunelab.tasks.engine import tracked_servers
 
     bundles = list_bundles(res)

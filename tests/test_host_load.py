@@ -14,7 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fakes"))
 
-from tunelab.plan import CpuAffinity, Plan, Workload, format_cpus, parse_cpus  # noqa: E402
+from tunelab.core.plan import CpuAffinity, Plan, Workload, format_cpus, parse_cpus  # noqa: E402
 from tunelab.tasks import host_load  # noqa: E402
 
 CPUS = sorted(os.sched_getaffinity(0))

@@ -1,4 +1,4 @@
-"""Load profiles (tunelab/load_profiles.py): each profile's label, schedule, deadline, warm-up size and
+"""Load profiles (tunelab/core/load_profiles.py): each profile's label, schedule, deadline, warm-up size and
 validation, and the plan's YAML fields expanding into the same levels and labels as before the profiles."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tunelab.load_profiles import (
+from tunelab.core.load_profiles import (
     LOAD_KINDS,
     ConcurrencyProfile,
     RateProfile,
@@ -21,7 +21,7 @@ from tunelab.load_profiles import (
     profile_for,
     profiles_from_levels,
 )
-from tunelab.plan import PlanError, load_plan, requests_for_level
+from tunelab.core.plan import PlanError, load_plan, requests_for_level
 
 PLAN = """\
 name: t
@@ -179,7 +179,7 @@ def test_plan_level_errors_name_the_field(tmp_path):
 
 
 def test_duration_window_schedules_and_deadline():
-    from tunelab.load_profiles import ConcurrencyProfile, RateProfile, WindowSpec, arrival_offsets
+    from tunelab.core.load_profiles import ConcurrencyProfile, RateProfile, WindowSpec, arrival_offsets
 
     c = ConcurrencyProfile(concurrency=4)
     s = c.duration_schedule(10.0, seed=1, requests_per_s=20.0)
@@ -194,7 +194,7 @@ def test_duration_window_schedules_and_deadline():
     assert c.window_deadline_s(120.0, 2, 10.0) == c.window_deadline_s(120.0, 2) + 10.0
     with pytest.raises(ValueError, match="duration_s must be a finite number of seconds > 0.*window:"):
         WindowSpec(duration_s=0)
-    from tunelab.plan import Plan
+    from tunelab.core.plan import Plan
 
     plan = Plan(name="p", model="m", workloads=[{"name": "w", "prompt_tokens": 8, "output_tokens": 4,
                                                 "num_requests": 4}], window={"duration_s": 5})

@@ -20,7 +20,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fakes"))
 
 from tunelab.tasks import metrics as M  # noqa: E402
-from tunelab.load_profiles import arrival_offsets  # noqa: E402
+from tunelab.core.load_profiles import arrival_offsets  # noqa: E402
 from tunelab.tasks.loadgen import Clock, PromptBuilder, make_client, run_level  # noqa: E402
 from timed_openai_server import FakeServerProcess, FakeTiming, fake_tokenize  # noqa: E402
 

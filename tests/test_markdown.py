@@ -1,4 +1,4 @@
-"""tunelab.markdown: the one markdown table writer of the reports and artifacts (pandas ``to_markdown``)."""
+"""tunelab.core.markdown: the one markdown table writer of the reports and artifacts (pandas ``to_markdown``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pandas as pd
 
-from tunelab.markdown import markdown_cell, markdown_table
+from tunelab.core.markdown import markdown_cell, markdown_table
 
 
 def _cells(line: str) -> list[str]:

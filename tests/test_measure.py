@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "fakes"))
 from tunelab.tasks.loadgen import PromptBuilder, make_client  # noqa: E402
 from tunelab.tasks.measure import measure_server, progress_reporter, window_prompts  # noqa: E402
 from timed_openai_server import FakeServerProcess, FakeTiming, fake_tokenize  # noqa: E402
-from tunelab.plan import Plan, Workload  # noqa: E402
+from tunelab.core.plan import Plan, Workload  # noqa: E402
 
 MODEL = "fake-model"
 
@@ -228,7 +228,7 @@ def test_without_a_server_log_the_compile_flag_is_unknown(fake):
 
 
 def test_warmup_requests_for_levels():
-    from tunelab.load_profiles import profile_for as LoadLevel  # a level is a load profile now
+    from tunelab.core.load_profiles import profile_for as LoadLevel  # a level is a load profile now
     from tunelab.tasks.measure import warmup_requests_for
 
     p = _plan(warmup_requests=4)

@@ -30,7 +30,7 @@ def mixed_host() -> FakeNvml:
 
 def test_servers_get_pci_bus_order_ordinals_not_nvml_indices():
     from tunelab.flows.trial import trial_server_env
-    from tunelab.plan import Trial
+    from tunelab.core.plan import Trial
 
     inv = gpu.inventory(nvml=mixed_host())
     assert [(g.index, g.name.split()[1], g.cuda_index) for g in inv.gpus] == [(0, "A100-SXM4-80GB", 1), (1, "H200", 0)]

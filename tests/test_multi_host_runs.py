@@ -155,7 +155,7 @@ def test_a_running_run_that_never_beat_is_crashed_too(tmp_path):
 def test_heartbeat_writes_beats_into_a_hidden_folder_of_the_store(tmp_path):
     import time
 
-    from tunelab.bundle import list_bundles
+    from tunelab.core.bundle import list_bundles
 
     p = H.heartbeat_path(tmp_path, "S1", "T1")
     with H.heartbeat(p, every_s=0.01):

@@ -15,9 +15,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fakes"))
 
-from tunelab.plan import Workload  # noqa: E402
+from tunelab.core.plan import Workload  # noqa: E402
 from tunelab.tasks.loadgen import make_client, run_sessions  # noqa: E402
-from tunelab.workloads import MultiTurnWorkload  # noqa: E402
+from tunelab.core.workloads import MultiTurnWorkload  # noqa: E402
 from timed_openai_server import FakeServerProcess, FakeTiming  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from tunelab.offline_register import register_offline
-from tunelab.runtime import load_runtime
+from tunelab.host.offline_register import register_offline
+from tunelab.host.runtime import load_runtime
 
 
 def test_register_offline_record(tmp_path, monkeypatch):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tunelab.load_profiles import load_label
+from tunelab.core.load_profiles import load_label
 
 
 def test_compare_boot_values_leave_overloaded_windows_out(tmp_path):

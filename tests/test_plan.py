@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tunelab.plan import Plan, PlanError, config_key, load_plan
+from tunelab.core.plan import Plan, PlanError, config_key, load_plan
 
 GOOD = """
 name: t

@@ -1,5 +1,5 @@
 """Design from the noise model (issue 14 items 3 and 7): ``precision:`` in a plan, the design chosen from a synthetic
-warehouse with known noise (``tunelab.design_plan``), the pilot without history, the warning when the precision
+warehouse with known noise (``tunelab.reports.design_plan``), the pilot without history, the warning when the precision
 cannot be reached, and the sequential rule's history prior (``prior_sd``) read from the noise model."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from tunelab.design_plan import (ab_lines, apply_design, design_for_plan, precision_warnings, resolve_precision,
+from tunelab.reports.design_plan import (ab_lines, apply_design, design_for_plan, precision_warnings, resolve_precision,
                                  sweep_ab_rows)
-from tunelab.plan import Plan, PlanError, load_plan
+from tunelab.core.plan import Plan, PlanError, load_plan
 from tunelab.stats.design import optimal_design
 from tunelab.warehouse.migrate import connect
 from tunelab.warehouse.noise import noise_model
@@ -323,7 +323,7 @@ class _FakeRun:
         self.on_skip = self.on_interrupt = self.usable = None
 
     def run_one(self, job, devices):
-        from tunelab.bundle import write_bundle
+        from tunelab.core.bundle import write_bundle
 
         t = job.trial
         st = synthetic_trial(sweep_id="auto", config_key=t.config_key, replicate=t.replicate, runtime_name=t.runtime,
@@ -414,7 +414,7 @@ def test_a_sweep_that_decided_nothing_on_a_busy_machine_says_so_and_names_the_lo
     silent when a cell was decided or when the windows saw an idle machine."""
     import duckdb
 
-    from tunelab.design_plan import busy_line
+    from tunelab.reports.design_plan import busy_line
 
     con = duckdb.connect()  # the two columns of each table that the line reads
     con.execute("CREATE TABLE trials AS SELECT * FROM (VALUES ('s1/a/r0', 's1'), ('s1/b/r0', 's1'), ('s2/a/r0', 's2'))"

@@ -19,7 +19,7 @@ import signal, sys, time
 # Ctrl-C as in a terminal: an ignored signal stays ignored across exec, and tests started as a background job
 # (`pytest &` in a script) inherit SIGINT ignored; Python then installs no KeyboardInterrupt handler.
 signal.signal(signal.SIGINT, signal.default_int_handler)
-from tunelab import prefect_env
+from tunelab.host import prefect_env
 prefect_env.configure()
 pid = prefect_env.start_ephemeral_server()
 from prefect import flow
@@ -120,7 +120,7 @@ def test_killed_while_the_server_starts(tmp_path):
     home = tmp_path / "prefect"
     env = dict(os.environ, PREFECT_HOME=str(home))
     env.pop("PREFECT_API_URL", None)
-    code = "from tunelab import prefect_env\nprefect_env.configure()\nprefect_env.start_ephemeral_server()\n" \
+    code = "from tunelab.host import prefect_env\nprefect_env.configure()\nprefect_env.start_ephemeral_server()\n" \
            "import time\ntime.sleep(120)\n"
     p = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL, start_new_session=True)

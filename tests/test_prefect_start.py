@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parent.parent
 PLAN = Path(__file__).parent / "plans" / "one_trial.yaml"
 
 _START = """
-from tunelab import prefect_env
+from tunelab.host import prefect_env
 prefect_env.configure()
 pid = prefect_env.start_ephemeral_server()
 from prefect.client.orchestration import get_client

@@ -78,7 +78,7 @@ def _fake_measurement(*args, **kwargs):
 def fake_engine(monkeypatch):
     import tunelab.flows.sweep as S
     import tunelab.flows.trial as T
-    from tunelab.runtime import Runtime
+    from tunelab.host.runtime import Runtime
     from tunelab.tasks.gpu import Inventory
 
     rt = Runtime(name="cpu-fake", device="cpu", python=sys.executable, versions={"vllm": "0.32.0"})
@@ -180,7 +180,7 @@ def _regressing_warehouse(path: Path, results: Path) -> None:
     of latest vs previous), ``cfgsame`` unchanged."""
     import numpy as np
 
-    from tunelab.bundle import write_bundle
+    from tunelab.core.bundle import write_bundle
     from tunelab.warehouse.loader import load_pending
     from tunelab.warehouse.synthetic import synthetic_trial
 
@@ -339,9 +339,9 @@ def test_a_trial_that_fails_the_quality_gate_says_so_in_its_state_and_tag(prefec
 
 def read_first_check(out, config: str) -> str:
     """``suite/expectation`` of the check the FAKE gate failed, from the trial's bundle."""
-    from tunelab.bundle import read_bundle
+    from tunelab.core.bundle import read_bundle
 
-    from tunelab.bundle import bundle_dir_for
+    from tunelab.core.bundle import bundle_dir_for
 
     t = next(t for t in out.trials if t["config"] == config)
     qc = read_bundle(bundle_dir_for(Path(out.results), out.sweep_id, t["trial_id"]), verify=False)["quality_checks"]

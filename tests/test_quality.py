@@ -1,4 +1,4 @@
-"""Tests of the measurement quality gates (tunelab/tasks/quality/, tunelab/quality_thresholds.py).
+"""Tests of the measurement quality gates (tunelab/tasks/quality/, tunelab/core/quality_thresholds.py).
 
 Tables are built in memory with the warehouse column names; each gate is shown to pass on
 a clean synthetic trial and to fail on data crafted to break exactly that gate.
@@ -25,7 +25,7 @@ from tunelab.tasks.quality import (
     quality_markdown,
     validate_trial,
 )
-from tunelab.quality_thresholds import QualityThresholds
+from tunelab.core.quality_thresholds import QualityThresholds
 
 REPO = Path(__file__).resolve().parents[1]
 HW_THERMAL = 0x40  # nvmlClocksEventReasonHwThermalSlowdown
@@ -467,7 +467,7 @@ def test_four_of_sixteen_stalled_requests_are_flagged(cols):
 
 
 def test_long_answers_of_a_window_of_varying_lengths_are_not_outliers():
-    """A workload of varying lengths (tunelab.workloads): four answers 20x longer take 20x the E2EL at the same
+    """A workload of varying lengths (tunelab.core.workloads): four answers 20x longer take 20x the E2EL at the same
     TPOT; that is the workload, not a stall. The same four at one length are outliers."""
     tables = make_tables(n_req=16)
     _stall(range(6, 10), cols=("e2el_s", "output_tokens"))(tables)

@@ -12,7 +12,7 @@ import pytest
 
 from test_recheck import _load, _rows, _trial  # the H200 frontend-lag trial the old rule failed
 from tunelab.flows.recheck import recheck
-from tunelab.quality_thresholds import (RULE_VERSIONS, RULES_VERSION, QualityThresholds, rule_version_label,
+from tunelab.core.quality_thresholds import (RULE_VERSIONS, RULES_VERSION, QualityThresholds, rule_version_label,
                                         thresholds_for_version)
 
 
@@ -77,7 +77,7 @@ def test_sweep_report_names_the_rule_version(tmp_path):
 
 
 def test_validate_trial_stamps_the_version(tmp_path):
-    from tunelab.bundle import read_bundle
+    from tunelab.core.bundle import read_bundle
     from tunelab.tasks.quality import validate_trial
 
     st = _trial("sw1")

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from tunelab.bundle import read_bundle, verify_bundle, write_bundle
+from tunelab.core.bundle import read_bundle, verify_bundle, write_bundle
 from tunelab.flows.recheck import recheck
 from tunelab.tasks.quality import validate_trial
 from tunelab.warehouse.loader import load_bundle, load_pending

@@ -1,4 +1,4 @@
-"""The records of tunelab/records.py are the one source of columns: every record, every table of a bundle that the
+"""The records of tunelab/core/records.py are the one source of columns: every record, every table of a bundle that the
 trial flow writes, and every warehouse table after all migrations have the same columns (and types).
 
 The bundle comes from the trial flow's own code (``flows.trial.run_trial``, the bundle writer, then the sweep's
@@ -19,8 +19,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tunelab import records as R
-from tunelab.bundle import read_manifest
+from tunelab.core import records as R
+from tunelab.core.bundle import read_manifest
 from tunelab.warehouse.migrate import connect
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -59,7 +59,7 @@ def test_every_record_matches_its_warehouse_table_after_all_migrations():
     problems = {}
     for record in R.RECORDS.values():
         rec = {c: R.sql_type(record, c) for c in R.columns(record)}
-        d = _diff(rec, sql[record.TABLE], f"tunelab/records.py {record.__name__}", "the SQL schema")
+        d = _diff(rec, sql[record.TABLE], f"tunelab/core/records.py {record.__name__}", "the SQL schema")
         if d:
             problems[record.TABLE] = d
     assert not problems, problems
@@ -102,8 +102,8 @@ def trial_bundle(tmp_path_factory) -> Path:
     import tunelab.flows.trial as T
     import tunelab.tasks.measure as MS
     from tunelab.flows.sweep import validate_task
-    from tunelab.plan import Plan, Trial, Workload
-    from tunelab.runtime import Runtime
+    from tunelab.core.plan import Plan, Trial, Workload
+    from tunelab.host.runtime import Runtime
     from tunelab.tasks import gpu as G
     from tunelab.tasks.server_metrics import snapshot
 
@@ -158,7 +158,7 @@ def test_a_bundle_of_the_trial_flow_has_every_record_column_with_its_type(trial_
         schema = pq.read_schema(trial_bundle / manifest["files"][name]["file"])
         got = {f.name: _arrow_type(f.type) for f in schema}
         want = {f.name: _arrow_type(f.type) for f in R.arrow_schema(record)}
-        d = _diff(got, want, "the bundle", f"tunelab/records.py {record.__name__}")
+        d = _diff(got, want, "the bundle", f"tunelab/core/records.py {record.__name__}")
         if d:
             problems[name] = d
         elif list(got) != list(want):
@@ -203,7 +203,7 @@ def test_a_row_with_an_unknown_column_is_refused_with_its_name():
     with pytest.raises(R.RecordError, match="ttft_p42_s"):
         R.to_row(R.Measurement, {"trial_id": "t", "workload": "w", "load_kind": "rate", "load_value": 1.0,
                                  "repeat": 0, "ttft_p42_s": 1.0})
-    row = R.Trial(trial_id="t", sweep_id="s", config_key="c", replicate=0, status="ok")
+    row = R.TrialRow(trial_id="t", sweep_id="s", config_key="c", replicate=0, status="ok")
     with pytest.raises(R.RecordError, match="boot_seconds"):
         row.update(boot_seconds=3.0)
     row.update(boot_s=3, engine_args={"b": 1, "a": True})

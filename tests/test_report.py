@@ -22,7 +22,7 @@ SWEEP = "20260101T000000Z-syn-0001"
 def warehouse(tmp_path_factory) -> Path:
     """One sweep, 2 configs x 2 boots at two load levels, plus a boot failure, with known verdicts and checks;
     and a second sweep on another vLLM version for the version plot."""
-    from tunelab.bundle import write_bundle
+    from tunelab.core.bundle import write_bundle
     from tunelab.warehouse.loader import load_pending
     from tunelab.warehouse.synthetic import synthetic_trial
 
@@ -99,7 +99,7 @@ def test_sweep_markdown_has_trials_quality_comparison_and_plots(warehouse, tmp_p
 
 
 def test_settings_text_and_shorten():
-    from tunelab.markdown import shorten
+    from tunelab.core.markdown import shorten
     from tunelab.reports.report import settings_text
 
     assert settings_text('{"max-model-len": 2048, "enforce-eager": true, "dtype": "bfloat16", "x": false}',
@@ -114,7 +114,7 @@ def test_settings_text_and_shorten():
 
 
 def test_trial_table_rows(warehouse):
-    from tunelab.bundle import list_bundles, read_bundle
+    from tunelab.core.bundle import list_bundles, read_bundle
     from tunelab.reports.report import trial_table
 
     res = warehouse.parent / "results"
@@ -133,7 +133,7 @@ def test_trial_table_rows(warehouse):
 
 
 def test_trial_facts_and_trials_table(warehouse):
-    from tunelab.bundle import list_bundles, read_bundle
+    from tunelab.core.bundle import list_bundles, read_bundle
     from tunelab.reports.report import trial_facts_markdown, trials_table
 
     tables = {read_bundle(b)["trial"]["trial_id"].iloc[0]: read_bundle(b) for b in list_bundles(warehouse.parent / "results")}
@@ -275,7 +275,7 @@ def test_a_plain_sweep_with_an_slo_shows_goodput_and_the_share_in_slo(tmp_path, 
     """A plan's ``slo:`` in a plain sweep (no sla_search): the comparison shows goodput and the share of completed
     requests that met every bound (goodput / request throughput, a ratio of sums of counts over windows), with the
     plan's bounds in a legend; a sweep without an slo shows neither."""
-    from tunelab.bundle import write_bundle
+    from tunelab.core.bundle import write_bundle
     from tunelab.reports.report import comparison_frame, comparison_markdown, print_comparison
     from tunelab.warehouse.loader import load_pending
     from tunelab.warehouse.synthetic import synthetic_trial
@@ -318,7 +318,7 @@ def test_a_sweep_without_an_slo_shows_no_goodput_columns(warehouse, capsys):
 
 
 def test_an_slo_no_request_met_is_said_in_words(tmp_path, capsys):
-    from tunelab.bundle import write_bundle
+    from tunelab.core.bundle import write_bundle
     from tunelab.reports.report import comparison_frame, print_comparison
     from tunelab.warehouse.loader import load_pending
     from tunelab.warehouse.synthetic import synthetic_trial
@@ -338,7 +338,7 @@ def test_latency_is_labelled_ok_only_with_the_failed_share_beside_it_and_goodput
     """Issue 29 (also build): a config that fails a quarter of its requests must not read as fast: its latency
     percentiles say they are over the completed requests only, the failed share sits beside them, and goodput is
     also given as a share of every request sent (failed ones are not good), beside goodput/s."""
-    from tunelab.bundle import write_bundle
+    from tunelab.core.bundle import write_bundle
     from tunelab.reports.report import comparison_frame, comparison_markdown, print_comparison
     from tunelab.warehouse.loader import load_pending
     from tunelab.warehouse.synthetic import synthetic_trial

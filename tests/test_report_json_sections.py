@@ -9,18 +9,18 @@ import json
 import pandas as pd
 from typer.testing import CliRunner
 
-from tunelab import records as R
+from tunelab.core import records as R
 from tunelab.reports.report import SLA_SEARCH_KEYS, WINDOW_DIAGNOSIS_KEYS
 
 TRIAL = "s1/rt/k/r0"
 
 
 def _warehouse(tmp_path, *, with_sections: bool = True):
-    from tunelab.bundle import write_bundle
+    from tunelab.core.bundle import write_bundle
     from tunelab.warehouse.loader import load_bundle
 
     sweep = R.Sweep(sweep_id="s1", plan_name="p")
-    trial = R.Trial(trial_id=TRIAL, sweep_id="s1", config_key="k", config_label="max-num-seqs=64", replicate=0,
+    trial = R.TrialRow(trial_id=TRIAL, sweep_id="s1", config_key="k", config_label="max-num-seqs=64", replicate=0,
                     status="ok", runtime_name="rt")
     tables = {}
     if with_sections:

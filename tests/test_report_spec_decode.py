@@ -36,7 +36,7 @@ def _spec_rows(trial_id: str, replicate: int) -> pd.DataFrame:
 @pytest.fixture(scope="module")
 def warehouse(tmp_path_factory) -> Path:
     """One sweep: config "spec" (2 boots x 2 repeats, spec-decode server_metrics rows) and config "base" (none)."""
-    from tunelab.bundle import write_bundle
+    from tunelab.core.bundle import write_bundle
     from tunelab.warehouse.loader import load_pending
     from tunelab.warehouse.synthetic import synthetic_trial
 

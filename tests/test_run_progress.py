@@ -26,8 +26,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fakes"))
 
 from timed_openai_server import FakeServerProcess, FakeTiming, fake_tokenize  # noqa: E402
-from tunelab import progress as P  # noqa: E402
-from tunelab.plan import Plan, PlanError, Workload, load_plan  # noqa: E402
+from tunelab.core import progress as P  # noqa: E402
+from tunelab.core.plan import Plan, PlanError, Workload, load_plan  # noqa: E402
 from tunelab.reports.live import SweepDisplay, fmt_s, window_left_s  # noqa: E402
 from tunelab.tasks.loadgen.prompts import PromptBuilder  # noqa: E402
 from test_flows import _HOLD_SLOT, prefect_server  # noqa: E402,F401  (a real Prefect server; a slot holder)
@@ -293,7 +293,7 @@ def test_a_plan_beyond_the_limits_is_refused_naming_the_field_and_the_limit(tmp_
 
 
 def test_plan_cost_counts_and_estimate_from_typical_figures(tmp_path):
-    from tunelab.plan_cost import TYPICAL, plan_cost
+    from tunelab.core.plan_cost import TYPICAL, plan_cost
 
     plan = load_plan(_plan_file(tmp_path, engine_args={"enforce-eager": [True, False]}, warmup_requests=2))
     c = plan_cost(plan, {"cpu": "cpu"})
@@ -331,7 +331,7 @@ def _tunelab() -> list[str]:
 
 
 def _incomplete_windows(results: Path) -> int:
-    from tunelab.bundle import list_bundles, read_bundle
+    from tunelab.core.bundle import list_bundles, read_bundle
 
     for b in list_bundles(results):
         try:
@@ -389,7 +389,7 @@ def test_kill_9_keeps_the_measured_windows_and_clean_stops_the_server_and_crashe
         assert json.loads((home / "state" / "servers.json").read_text()) == []
         # Prefect's own record: the sweep and its trial are Crashed, with the reason.
         states = subprocess.run([sys.executable, "-c", (
-            "from tunelab import prefect_env; prefect_env.configure(); prefect_env.start_ephemeral_server()\n"
+            "from tunelab.host import prefect_env; prefect_env.configure(); prefect_env.start_ephemeral_server()\n"
             "from prefect.client.orchestration import get_client\n"
             "with get_client(sync_client=True) as c:\n"
             "    for r in c.read_flow_runs(): print(r.flow_id is not None, r.state.type.value, r.state.message)")],
@@ -400,7 +400,7 @@ def test_kill_9_keeps_the_measured_windows_and_clean_stops_the_server_and_crashe
 
         r = subprocess.run(_tunelab() + ["load"], env=env, capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stdout + r.stderr
-        db = next(home.glob("*.duckdb"))  # the default warehouse of this home (tunelab.paths.db_path)
+        db = next(home.glob("*.duckdb"))  # the default warehouse of this home (tunelab.host.paths.db_path)
         with duckdb.connect(str(db), read_only=True) as con:
             status, n = con.execute("SELECT t.status, count(m.trial_id) FROM trials t "
                                     "LEFT JOIN measurements m USING (trial_id) GROUP BY t.status").fetchone()
@@ -418,7 +418,7 @@ def test_clean_releases_the_slot_of_a_killed_holder_at_once(prefect_server):
 
     from tunelab.flows.clean import clean
     from tunelab.flows.sweep import ensure_slots
-    from tunelab.slot_holders import read_holder
+    from tunelab.host.slot_holders import read_holder
 
     dead, alive = "tunelab-test-clean-gpu0", "tunelab-test-clean-gpu1"
     ensure_slots([dead, alive])
@@ -447,7 +447,7 @@ def test_clean_releases_the_slot_of_a_killed_holder_at_once(prefect_server):
 def test_load_note_says_the_estimate_assumes_an_idle_machine_and_names_a_busy_one():
     """The estimate is made for an idle machine: the note says so, names the load and core count it saw, and
     adds "expect longer" only when runnable work exceeds the cores."""
-    from tunelab.plan_cost import load_note
+    from tunelab.core.plan_cost import load_note
 
     assert load_note(0.3, 2) == "assumes an otherwise idle machine; load now 0.3 on 2 cores"
     busy = load_note(8.2, 2)

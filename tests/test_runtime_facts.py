@@ -1,6 +1,6 @@
 """Runtime facts (`vllm serve` option names, VLLM_* variable names) are read once, in the runtime's own interpreter,
 and cached beside the runtime; the checks that use them never parse anything in the orchestrator and never stop a
-sweep or a plan check (tunelab.runtime.Runtime.facts, tunelab.plan.runtime_checks, flows.sweep.preflight,
+sweep or a plan check (tunelab.host.runtime.Runtime.facts, tunelab.core.plan.runtime_checks, flows.sweep.preflight,
 `tunelab plan check`).
 
 Why: a sweep once died at its start with ``SystemError: AST constructor recursion depth mismatch`` from
@@ -21,10 +21,10 @@ import pytest
 from typer.testing import CliRunner
 
 from fakes.fake_vllm_package import fake_vllm_runtime
-from tunelab import paths
-from tunelab import runtime as runtime_mod
-from tunelab.plan import Plan, runtime_checks, unknown_env_warnings
-from tunelab.runtime import Runtime
+from tunelab.host import paths
+from tunelab.host import runtime as runtime_mod
+from tunelab.core.plan import Plan, runtime_checks, unknown_env_warnings
+from tunelab.host.runtime import Runtime
 
 FAKE_CLI = """
     import argparse
@@ -114,7 +114,7 @@ def test_env_check_parses_nothing_in_the_orchestrator_once_the_facts_are_cached(
 def test_sweep_preflight_and_plan_check_proceed_while_ast_parse_races(tmp_path, monkeypatch):
     from tunelab.flows.sweep import preflight
     from tunelab.cli import app
-    from tunelab.plan import load_plan
+    from tunelab.core.plan import load_plan
 
     rt = _install_fake(tmp_path, f"race-{tmp_path.name}")
     rt.facts()
@@ -138,7 +138,7 @@ def test_sweep_preflight_and_plan_check_proceed_while_ast_parse_races(tmp_path, 
 
 def test_a_fact_that_raises_is_a_warning_and_the_plan_still_runs(tmp_path, monkeypatch):
     from tunelab.flows.sweep import preflight
-    from tunelab.plan import load_plan
+    from tunelab.core.plan import load_plan
 
     rt = _install_fake(tmp_path, f"raises-{tmp_path.name}")
     plan = load_plan(_plan_file(tmp_path, rt.name))
@@ -155,7 +155,7 @@ def test_a_fact_that_raises_is_a_warning_and_the_plan_still_runs(tmp_path, monke
 
 
 def test_a_check_that_raises_is_skipped_with_a_warning(tmp_path, monkeypatch):
-    import tunelab.plan as plan_mod
+    import tunelab.core.plan as plan_mod
 
     rt = _install_fake(tmp_path, f"check-{tmp_path.name}")
     plan = Plan.model_validate(json.loads(_plan_file(tmp_path, rt.name).read_text()))
@@ -181,7 +181,7 @@ def test_a_cache_of_another_vllm_version_or_pythonpath_is_not_used(tmp_path):
 
 
 def test_register_offline_reads_the_facts_and_a_failed_probe_does_not_fail_it(tmp_path, monkeypatch):
-    from tunelab.offline_register import register_offline
+    from tunelab.host.offline_register import register_offline
 
     rt = _install_fake(tmp_path, "unused")
     rec = {"kind": "vllm-runtime", "name": "vllm-0.21.0", "python": sys.executable, "pythonpath": rt.pythonpath,

@@ -11,8 +11,8 @@ from collections import namedtuple
 
 import pytest
 
-from tunelab import runtime as runtime_mod
-from tunelab.runtime import RuntimeError_, check_free_space, create_cpu_runtime
+from tunelab.host import runtime as runtime_mod
+from tunelab.host.runtime import RuntimeError_, check_free_space, create_cpu_runtime
 
 Usage = namedtuple("Usage", "total used free")
 

@@ -1,4 +1,4 @@
-"""A plan's ``search:`` (tunelab.search, flows.search) and its tuning report (reports.tuning), without a server: the
+"""A plan's ``search:`` (tunelab.core.search.tpe, flows.search) and its tuning report (reports.tuning), without a server: the
 search loop runs against a simulated objective (a fake ``boot`` returning synthetic measurement windows), the
 report against a synthetic warehouse."""
 
@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 from pydantic import ValidationError
 
-from tunelab.plan import Plan, unknown_engine_args
-from tunelab.search import (BootOutcome, PruneRule, SearchSpace, distributions, grid_size, objective_value,
+from tunelab.core.plan import Plan, unknown_engine_args
+from tunelab.core.search.tpe import (BootOutcome, PruneRule, SearchSpace, distributions, grid_size, objective_value,
                             prune_decision, run_search, walk_down)
 
 
@@ -78,7 +78,7 @@ def test_replicates_auto_beside_search_says_it_cannot_be_used_there():
 def test_a_missing_objective_gives_an_example_and_unknown_fields_point_to_the_section_docs(tmp_path):
     import yaml
 
-    from tunelab.plan import PlanError, load_plan
+    from tunelab.core.plan import PlanError, load_plan
 
     base = {"name": "s", "model": "models/tiny", "concurrency": [1, 4], "slo": {"ttft_s": 0.2},
             "workloads": [{"name": "chat", "prompt_tokens": 32, "output_tokens": 16, "num_requests": 4}]}
@@ -285,7 +285,7 @@ def test_a_grid_that_holds_the_default_stops_once_every_config_was_booted():
 
 
 def test_the_plan_cost_counts_the_search_budget_not_only_the_default():
-    from tunelab.plan_cost import plan_cost
+    from tunelab.core.plan_cost import plan_cost
 
     one = plan_cost(_plan())  # the same plan without a search: one boot of the base config
     cost = plan_cost(_plan(SEARCH))
@@ -320,7 +320,7 @@ def test_objective_under_the_slo():
 def test_integral_values_of_a_float_range_reach_vllm_serve_and_the_record_as_ints():
     """``{low: 2.0, high: 4.0, step: 1.0}`` is a float range: optuna gives 3.0, and ``vllm serve --max-num-seqs
     3.0`` fails (``invalid int value: '3.0'``). Every boot gets (and records) 2, 3 or 4."""
-    from tunelab.plan import Trial
+    from tunelab.core.plan import Trial
 
     plan = _plan({"space": {"engine_args": {"max-num-seqs": {"low": 2.0, "high": 4.0, "step": 1.0}}},
                   "objective": {"maximize": "output_tokens_per_s", "load": "c=4"}, "budget": {"boots": 4}})
@@ -342,7 +342,7 @@ def test_integral_values_of_a_float_range_reach_vllm_serve_and_the_record_as_int
 def test_an_interrupted_search_keeps_what_it_knew_and_records_the_boot_it_ended():
     """Ctrl-C during boot 2: the outcome the caller passed in holds the default's result, boot 2 as cancelled and
     the stop reason ``interrupted``; the interruption goes on."""
-    from tunelab.search import SearchOutcome
+    from tunelab.core.search.tpe import SearchOutcome
 
     plan = _plan(SEARCH, engine_args={"max-num-seqs": 64})
     sim = _boot_sim([])
@@ -608,8 +608,8 @@ def test_the_trial_flow_stops_measuring_when_the_search_prunes_and_keeps_the_win
 
     import tunelab.flows.trial as T
     import tunelab.tasks.measure as MS
-    from tunelab.bundle import read_bundle
-    from tunelab.plan import Workload
+    from tunelab.core.bundle import read_bundle
+    from tunelab.core.plan import Workload
 
     fixtures = Path(__file__).parent / "fixtures"
 
@@ -740,7 +740,7 @@ def test_a_flag_whose_knob_is_not_in_the_space_enqueues_nothing():
 
 
 def test_a_neighbour_already_booted_is_not_enqueued_again_and_the_next_move_applies():
-    from tunelab.search import guided_move
+    from tunelab.core.search.tpe import guided_move
 
     space = SearchSpace(engine_args={"api-server-count": [1, 2], "gpu-memory-utilization": [0.9, 0.95]})
     flags = {"api_server": 2, "kv_cache": 1}
@@ -765,7 +765,7 @@ def test_a_neighbour_already_booted_is_not_enqueued_again_and_the_next_move_appl
 
 
 def test_moves_down_and_on_ranges():
-    from tunelab.search import guided_move
+    from tunelab.core.search.tpe import guided_move
 
     space = SearchSpace(engine_args={"max-num-batched-tokens": {"low": 1024, "high": 8192, "step": 1024},
                                      "gpu-memory-utilization": {"low": 0.8, "high": 0.95}})  # continuous
@@ -778,7 +778,7 @@ def test_moves_down_and_on_ranges():
 
 
 def test_flagged_bottlenecks_counts_the_windows_of_the_objective_cell_only():
-    from tunelab.search import flagged_bottlenecks
+    from tunelab.core.search.tpe import flagged_bottlenecks
 
     rows = [{"workload": "chat", "load_kind": "concurrency", "load_value": lv, "repeat": r, "bottleneck": b,
              "flagged": f}

@@ -14,8 +14,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tunelab import sla_search as S
-from tunelab.plan import PlanError, load_plan
+from tunelab.core.search import sla as S
+from tunelab.core.plan import PlanError, load_plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fakes"))
 
@@ -196,7 +196,7 @@ def test_the_knee_is_where_throughput_stops_growing_faster_than_latency():
     levels = []
     for lvl, thr, lat in [(1, 10, 0.05), (2, 20, 0.051), (4, 40, 0.055), (8, 70, 0.07), (16, 78, 0.14),
                           (32, 80, 0.3)]:
-        lv = S.LevelResult(level=lvl, windows=[{"request_throughput_per_s": thr}])
+        lv = S.SlaLevelResult(level=lvl, windows=[{"request_throughput_per_s": thr}])
         lv.bounds = {"ttft_p99_s": S.MetricBound("ttft_p99_s", 0.2, 2, lat, lat, lat)}
         levels.append(lv)
     assert S.knee(levels) == 8
@@ -260,7 +260,7 @@ def _fake_sla_trial(tmp_path, monkeypatch):
     from timed_openai_server import FakeServerProcess, FakeTiming
 
     import tunelab.flows.trial as T
-    from tunelab.plan import Plan, Workload
+    from tunelab.core.plan import Plan, Workload
 
     timing = FakeTiming(ttft_s=0.01, itl_s=0.001, tokens_per_chunk=1, ttft_per_in_flight_s=0.05)
     with FakeServerProcess(timing, model="fake-model", server="uvicorn") as fake:
@@ -286,7 +286,7 @@ def test_a_trial_with_sla_search_finds_the_fakes_max_concurrency_and_loads_it(tm
     """The FAKE server's TTFT is 10 ms + 50 ms per other request in flight: at concurrency c about
     10 + 50 (c - 1) ms, so an SLO of median TTFT <= 235 ms holds up to c=5 (210 ms) and not at c=6 (260 ms); the
     median, so that a request delayed by a busy test machine does not decide a level."""
-    from tunelab.bundle import read_bundle
+    from tunelab.core.bundle import read_bundle
     from tunelab.reports.report import comparison_frame, sla_search_lines
     from tunelab.warehouse.loader import load_bundle
 
@@ -357,7 +357,7 @@ def test_a_search_cut_short_keeps_its_record_and_windows_in_the_bundle(tmp_path,
     the trial is cancelled (Ctrl-C) or failed (an error), and its bundle has the search's 5 windows and an
     ``interrupted`` row: passed up to c=2, c=4 unjudged after 1 window. Without the record these windows would be
     in the bundle with no row to say what they were."""
-    from tunelab.bundle import read_bundle
+    from tunelab.core.bundle import read_bundle
 
     _stop_at_search_window(monkeypatch, 6, exc)
     out, _sweep_id, trial_id = _fake_sla_trial(tmp_path, monkeypatch)
@@ -434,7 +434,7 @@ def _fake_measure_server(windows_at):
 
 
 def _sla_plan(sla: dict, num_requests: int = 16, **extra):
-    from tunelab.plan import Plan, Workload
+    from tunelab.core.plan import Plan, Workload
 
     return Plan(name="sla", model="unused", seed=3, repeats=1, warmup_requests=0, concurrency=[1],
                 slo={"ttft_s": 0.5, "tpot_s": 0.05}, sla_search=sla,
@@ -497,7 +497,7 @@ def test_error_rate_bounds_are_clopper_pearson_on_the_pooled_counts():
     # many errors: shown above the limit, a fail decided by the error rate
     bad = [{"ttft_p99_s": 0.1, "error_rate": 0.5, "failed_requests": 8, "sent_requests": 16}] * 2
     v, bb = S.judge_level(bad, {"ttft_p99_s": 0.5, "error_rate": 0.01}, spec)
-    lv = S.LevelResult(level=4, windows=bad, bounds=bb, verdict=v)
+    lv = S.SlaLevelResult(level=4, windows=bad, bounds=bb, verdict=v)
     assert v == "fail" and lv.decided_by == "error_rate"
 
 
@@ -549,7 +549,7 @@ def test_plan_check_warns_when_the_top_of_an_sla_range_cannot_be_reached(tmp_pat
     from typer.testing import CliRunner
 
     from tunelab.cli import app
-    from tunelab.plan_cost import plan_cost
+    from tunelab.core.plan_cost import plan_cost
 
     short = _sla_plan({"load": "concurrency", "start": 1, "max": 8}, num_requests=8)
     (msg,) = [m for m in plan_cost(short).warnings if m.startswith("sla_search:")]

@@ -131,8 +131,8 @@ def test_the_real_bundle_has_the_record_columns(sweep):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from tunelab import records as R
-    from tunelab.bundle import list_bundles, read_manifest
+    from tunelab.core import records as R
+    from tunelab.core.bundle import list_bundles, read_manifest
 
     out, _ = sweep
     (bundle,) = list_bundles(out / "results")

@@ -8,8 +8,8 @@ import logging
 import numpy as np
 import pandas as pd
 
-from tunelab.bundle import read_bundle, write_bundle
-from tunelab.quality_thresholds import RULES_VERSION
+from tunelab.core.bundle import read_bundle, write_bundle
+from tunelab.core.quality_thresholds import RULES_VERSION
 from tunelab.tasks.quality.shape_checks import SHAPE_SUITE, sweep_shape_step
 from tunelab.warehouse.synthetic import synthetic_trial
 
@@ -76,7 +76,7 @@ def test_the_sweep_calls_the_shape_step_after_validation():
 
 
 def test_rule_version_4_lists_this_sessions_new_checks():
-    from tunelab.quality_thresholds import RULE_VERSIONS, rule_version_label
+    from tunelab.core.quality_thresholds import RULE_VERSIONS, rule_version_label
 
     v4 = RULE_VERSIONS[-1]
     assert v4.version == 4 == RULES_VERSION and rule_version_label(RULES_VERSION) == "v4"

@@ -44,8 +44,8 @@ def test_a_cancel_during_a_normal_teardown_finishes_it_and_writes_a_cancelled_bu
     from timed_openai_server import FakeServerProcess, FakeTiming
 
     import tunelab.flows.trial as T
-    from tunelab.bundle import read_bundle
-    from tunelab.plan import Plan, Workload
+    from tunelab.core.bundle import read_bundle
+    from tunelab.core.plan import Plan, Workload
 
     engines: list[_InterruptedStopEngine] = []
 

@@ -1,4 +1,4 @@
-"""Boot orders (tunelab.trial_order) and the plan's anchor: field: balanced by default, the anchor in every round."""
+"""Boot orders (tunelab.core.trial_order) and the plan's anchor: field: balanced by default, the anchor in every round."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from tunelab.plan import PlanError, load_plan
-from tunelab.trial_order import boot_order
+from tunelab.core.plan import PlanError, load_plan
+from tunelab.core.trial_order import boot_order
 
 PLAN = """
 name: t

@@ -7,7 +7,7 @@ import duckdb
 import pytest
 
 import tunelab.warehouse.loader as loader
-from tunelab.bundle import BundleError, update_bundle_table, read_bundle, write_bundle
+from tunelab.core.bundle import BundleError, update_bundle_table, read_bundle, write_bundle
 from tunelab.warehouse.loader import BundleLoadError, WarehouseLocked, load_bundle, load_pending
 from tunelab.warehouse.synthetic import synthetic_trial
 

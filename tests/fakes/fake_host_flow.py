@@ -24,9 +24,9 @@ from prefect import flow  # noqa: E402
 
 import tunelab.flows.hosts as H  # noqa: E402
 from fakes.fake_nvml import FakeGpu, FakeNvml  # noqa: E402
-from tunelab.bundle import write_bundle  # noqa: E402
+from tunelab.core.bundle import write_bundle  # noqa: E402
 from tunelab.flows.trial import trial_row_base  # noqa: E402
-from tunelab.runtime import Runtime  # noqa: E402
+from tunelab.host.runtime import Runtime  # noqa: E402
 from tunelab.tasks import gpu  # noqa: E402
 from tunelab.warehouse.synthetic import synthetic_trial  # noqa: E402
 

@@ -108,7 +108,7 @@ class FakeEngineServer:
 def _install_fakes() -> None:
     import tunelab.flows.sweep as S
     import tunelab.flows.trial as TR
-    from tunelab.runtime import Runtime
+    from tunelab.host.runtime import Runtime
     from tunelab.tasks.gpu import Inventory
 
     rt = Runtime(name="cpu", device="cpu", python=sys.executable, versions={"vllm": "0.0.0+fake"})
@@ -119,7 +119,7 @@ def _install_fakes() -> None:
 
 
 if __name__ == "__main__":
-    from tunelab import prefect_env
+    from tunelab.host import prefect_env
 
     prefect_env.configure()
     _install_fakes()

@@ -33,9 +33,9 @@ def _install_fakes() -> None:
 
     import tunelab.flows.sweep as S
     from tunelab.flows.trial import trial_row_base
-    from tunelab.bundle import write_bundle
+    from tunelab.core.bundle import write_bundle
     from tunelab.tasks.gpu import GpuInfo, Inventory
-    from tunelab.runtime import Runtime
+    from tunelab.host.runtime import Runtime
     from tunelab.warehouse.synthetic import synthetic_trial
 
     @flow(name="trial", validate_parameters=False)
@@ -83,7 +83,7 @@ if __name__ == "__main__":
     # A child of a shell script run in the background inherits SIGINT ignored; then Python installs no
     # KeyboardInterrupt handler and a test's "Ctrl-C" would do nothing.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    from tunelab import prefect_env
+    from tunelab.host import prefect_env
 
     prefect_env.configure()
     _install_fakes()

@@ -16,9 +16,9 @@ def fake_trial_setup(plan: Any, out: Path, *, runtime: str = "fake-rt", device: 
     ``fake-host``, bundles under ``out/results`` and server logs under ``out/logs`` (created). ``context``: more
     ``TrialContext`` fields (the GPU's index, name, baseline)."""
     import tunelab.flows.trial as T
-    from tunelab import records as R
-    from tunelab.plan import Trial
-    from tunelab.runtime import Runtime
+    from tunelab.core import records as R
+    from tunelab.core.plan import Trial
+    from tunelab.host.runtime import Runtime
 
     trial = Trial(runtime=runtime, model="unused", model_id="unused", engine_args={}, env={})
     rt = Runtime(name=runtime, device=device, python=sys.executable, versions={"vllm": "0.32.0"})

@@ -8,8 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from tunelab import paths
-from tunelab.runtime import Runtime
+from tunelab.host import paths
+from tunelab.host.runtime import Runtime
 
 
 def fake_vllm_runtime(site: Path, name: str, version: str, cli: str, envs: str | None = None,

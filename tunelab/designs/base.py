@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 import pandas as pd
 
-from tunelab.plan import Trial
+from tunelab.core.plan import Trial
 
 __all__ = ["Design", "TrialResult", "TrialSpec", "WindowCheck"]
 
@@ -56,8 +56,8 @@ class TrialResult:
         return self.status.get("status") == "ok" and self.status.get("verdict") in ("pass", "warn")
 
     def tables(self) -> dict[str, pd.DataFrame]:
-        """The bundle's tables (``tunelab.bundle.read_bundle``, not re-verified); empty without a bundle."""
-        from tunelab.bundle import read_bundle
+        """The bundle's tables (``tunelab.core.bundle.read_bundle``, not re-verified); empty without a bundle."""
+        from tunelab.core.bundle import read_bundle
 
         return read_bundle(self.bundle, verify=False) if self.bundle is not None else {}
 

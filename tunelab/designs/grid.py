@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from tunelab.designs.base import TrialResult, TrialSpec
-from tunelab.plan import Trial
+from tunelab.core.plan import Trial
 
 __all__ = ["FixedGrid"]
 

@@ -25,8 +25,8 @@ from typing import Any, Sequence
 import pandas as pd
 
 from tunelab.designs.base import TrialResult, TrialSpec
-from tunelab.load_profiles import load_label
-from tunelab.plan import Plan
+from tunelab.core.load_profiles import load_label
+from tunelab.core.plan import Plan
 from tunelab.stats.sequential import sequential_ab
 
 __all__ = ["ABCell", "ABOutcome", "MAX_UNUSABLE_PAIRS", "SequentialAB", "ab_cells", "boot_value"]

@@ -15,10 +15,10 @@ from typing import Any
 
 import pandas as pd
 
-from tunelab import records
+from tunelab.core import records
 from tunelab.designs.sequential_ab import MAX_UNUSABLE_PAIRS, ABCell, ABOutcome, SequentialAB, ab_cells, boot_value
-from tunelab.load_profiles import load_label
-from tunelab.plan import Plan
+from tunelab.core.load_profiles import load_label
+from tunelab.core.plan import Plan
 from tunelab.stats.intervals import mde_text
 from tunelab.stats.sequential import first_finite_pair
 
@@ -66,7 +66,7 @@ def ab_priors(plan: Plan, db_path: str | Path | None, logger: Any = None) -> dic
     try:
         import duckdb
 
-        from tunelab.design_plan import config_noise
+        from tunelab.reports.design_plan import config_noise
 
         con = duckdb.connect(str(db_path), read_only=True)
         try:

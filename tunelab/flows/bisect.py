@@ -219,9 +219,9 @@ def sweep_measure(plan_path: str | Path, anchor_runtime: str, metric: str, workl
     """
     import yaml
 
-    from tunelab import paths
+    from tunelab.host import paths
     from tunelab.flows.sweep import tuning_sweep
-    from tunelab.runtime import create_cpu_runtime
+    from tunelab.host.runtime import create_cpu_runtime
     from tunelab.warehouse.migrate import connect
     from tunelab.warehouse.series import release_series
 

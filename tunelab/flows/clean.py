@@ -9,10 +9,10 @@ A sweep that dies without running its ``finally`` blocks leaves:
 2. device locks (``flows.devices.device_locks``, in the host-wide ``paths.host_locks_dir``): ``flock`` locks,
    which the kernel releases when their process dies; reported here (free, or held by a live sweep), never
    taken from a live holder; compile-cache locks (``tasks.compile_cache``) are not devices and not counted;
-3. Prefect concurrency slots (server mode only): the slot records of ``tunelab.slot_holders`` whose holder is
+3. Prefect concurrency slots (server mode only): the slot records of ``tunelab.host.slot_holders`` whose holder is
    provably dead get their lease released (a waiting sweep would do the same, later) and their record removed;
 4. its Prefect flow run, and the trial subflow it was in, "Running" for ever: the runs recorded by
-   ``tunelab.run_records`` whose process is provably dead are set to Crashed (forced, with a message naming the
+   ``tunelab.host.run_records`` whose process is provably dead are set to Crashed (forced, with a message naming the
    PID and why it is known dead), and so are their Running trial subflows. With an ephemeral Prefect (no
    ``PREFECT_API_URL``) the runs are in the ephemeral database under the tunelab home: the command starts the
    ephemeral server, as ``tunelab run`` does, only when there is a run (or a slot) to put right;
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from tunelab import paths
+from tunelab.host import paths
 
 __all__ = ["CleanReport", "clean"]
 
@@ -78,7 +78,7 @@ def _locks(rep: CleanReport) -> None:
 def _slots(rep: CleanReport, log: Callable[[str], None], start_prefect: Callable[[], object]) -> None:
     from uuid import UUID
 
-    from tunelab.slot_holders import SlotHolder, holder_is_dead, read_holder
+    from tunelab.host.slot_holders import SlotHolder, holder_is_dead, read_holder
 
     d = paths.host_locks_dir() / "slots"
     holders: list[SlotHolder] = [h for f in sorted(d.glob("*.json")) if d.is_dir()
@@ -100,7 +100,7 @@ def _slots(rep: CleanReport, log: Callable[[str], None], start_prefect: Callable
 
 
 def _runs(rep: CleanReport, log: Callable[[str], None], start_prefect: Callable[[], object]) -> None:
-    from tunelab.run_records import forget_run, orphaned_runs
+    from tunelab.host.run_records import forget_run, orphaned_runs
 
     orphans = orphaned_runs()
     if not orphans:
@@ -136,7 +136,7 @@ def _runs(rep: CleanReport, log: Callable[[str], None], start_prefect: Callable[
 def _incomplete(rep: CleanReport, results_dir: Path) -> None:
     import pandas as pd
 
-    from tunelab.bundle import list_bundles, read_manifest
+    from tunelab.core.bundle import list_bundles, read_manifest
 
     for b in list_bundles(results_dir):
         entry = read_manifest(b)["files"].get("trial")
@@ -148,7 +148,7 @@ def clean(results_dir: Path | None = None, log: Callable[[str], None] = print,
           start_prefect: Callable[[], object] = lambda: None) -> CleanReport:
     """Stop tunelab's leftover servers, report device locks, release dead holders' slots, mark orphaned flow
     runs Crashed, count incomplete bundles (module docstring). Prefect must be configured
-    (``tunelab.prefect_env``) before the call.
+    (``tunelab.host.prefect_env``) before the call.
 
     Args:
         results_dir: the bundles' folder (default ``<tunelab home>/results``).

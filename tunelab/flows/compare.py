@@ -31,7 +31,7 @@ from typing import Any
 import pandas as pd
 from prefect import flow, get_run_logger
 
-from tunelab import paths
+from tunelab.host import paths
 from tunelab.reports.anchored import anchored_markdown
 from tunelab.stats.family import family_adjust
 from tunelab.reports.report import ab_markdown, regressions_markdown
@@ -206,7 +206,7 @@ def confirmed_regressions(ab: pd.DataFrame, reg: pd.DataFrame, versions: str | l
       regression of the history again. Keys ``config_key``, ``gpu``, ``workload``, ``load``, ``version``,
       ``baseline_version``, ``rel_change``.
     """
-    from tunelab.load_profiles import load_label
+    from tunelab.core.load_profiles import load_label
 
     out: list[dict] = []
     if cross is not None and len(cross):

@@ -26,8 +26,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from prefect.exceptions import TerminationSignal
 
-from tunelab import paths
-from tunelab.plan import PlanError, Trial
+from tunelab.host import paths
+from tunelab.core.plan import PlanError, Trial
 from tunelab.tasks.gpu import Inventory, cuda_visible_devices, inherited_restriction
 
 __all__ = [
@@ -58,7 +58,7 @@ DIST_PORT_BLOCK = 100
 
 #: Lease of a held device slot, seconds. Prefect renews it in the background while the trial runs; a holder
 #: that dies (SIGKILL) would block the device for about this long (70 s measured with 60; Prefect's minimum is
-#: 60), unless a waiting sweep on its host sees it dead and releases its lease (tunelab/slot_holders.py).
+#: 60), unless a waiting sweep on its host sees it dead and releases its lease (tunelab/host/slot_holders.py).
 SLOT_LEASE_S = 60.0
 
 #: What ends a sweep early: Prefect's cancellation (its SIGTERM bridge raises ``TerminationSignal``), Ctrl-C.

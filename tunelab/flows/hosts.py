@@ -11,7 +11,7 @@
 
 Why this shape. Workers pull work, so a host takes a trial only when it has a free device (its ``--limit`` is
 its GPU count); trials of one sweep thus spread over the hosts in plan order, and a host that is lost only
-loses its running trials. Bundles are the interface: each host writes complete bundles (``tunelab.bundle``,
+loses its running trials. Bundles are the interface: each host writes complete bundles (``tunelab.core.bundle``,
 atomic) in its own home, then copies them into the store under a temporary name and renames them there, so
 the loader never reads half a bundle. The store is a folder every host can write (NFS, a mounted bucket);
 docs/multi_host.md gives the deployment, the ports and the alternatives. Only the coordinator opens the
@@ -50,7 +50,9 @@ from typing import Any, Callable
 
 from prefect import flow, get_run_logger
 
-from tunelab import paths, records
+from tunelab.host import paths
+
+from tunelab.core import records
 from tunelab.flows.devices import (
     SLOT_LEASE_S,
     Device,
@@ -65,8 +67,8 @@ from tunelab.flows.devices import (
 )
 from tunelab.flows.sweep import _sweep_row, preflight, validate_task
 from tunelab.flows.trial import TrialContext, run_trial
-from tunelab.plan import load_plan
-from tunelab.slot_holders import hold_slots
+from tunelab.core.plan import load_plan
+from tunelab.host.slot_holders import hold_slots
 from tunelab.tasks.gpu import inventory
 from tunelab.warehouse.loader import load_pending
 
@@ -202,7 +204,7 @@ def _host_trial(plan_yaml: str, sweep: dict[str, Any], trial_index: int, trial_i
             bundle = Path(run_trial(trial, trial_id, plan, runtime, ctx))
     verdict = validate_task(bundle, plan)
     dest = ship_bundle(bundle, results_dir, Path(store))
-    from tunelab.bundle import read_bundle
+    from tunelab.core.bundle import read_bundle
 
     status = str(read_bundle(dest, verify=False)["trial"]["status"].iloc[0])
     logger.info("%s: %s (%s), bundle shipped to %s", trial_id, status, verdict, dest)
@@ -360,7 +362,7 @@ def multi_host_sweep(plan_path: str, store: str | None = None, db: str | None = 
     db_p = Path(db) if db else paths.db_path()
     sweep = _sweep_row(plan, plan_path, host_name())
     plan_yaml = Path(plan_path).read_text()
-    from tunelab.design_plan import resolve_precision
+    from tunelab.reports.design_plan import resolve_precision
 
     plan, design = resolve_precision(plan, db_p)
     if design is not None:  # the hosts run the counts chosen here, not their own warehouses' design

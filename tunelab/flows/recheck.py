@@ -45,11 +45,11 @@ import duckdb
 import pandas as pd
 import yaml
 
-from tunelab import records as R
-from tunelab.bundle import BundleError, read_bundle, update_bundle_table, verify_bundle
-from tunelab.plan import Plan
-from tunelab.quality_thresholds import RULES_VERSION, QualityThresholds, thresholds_for_version
-from tunelab.search import objective_value
+from tunelab.core import records as R
+from tunelab.core.bundle import BundleError, read_bundle, update_bundle_table, verify_bundle
+from tunelab.core.plan import Plan
+from tunelab.core.quality_thresholds import RULES_VERSION, QualityThresholds, thresholds_for_version
+from tunelab.core.search.tpe import objective_value
 from tunelab.tasks.diagnose import window_diagnoses
 from tunelab.tasks.quality import validate_trial
 from tunelab.tasks.quality.shape_checks import keep_shape_rows

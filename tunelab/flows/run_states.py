@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from tunelab.markdown import shorten
+from tunelab.core.markdown import shorten
 
 __all__ = ["ALL_FAILED_TAG", "QUALITY_FAILED", "all_failed_hook", "cancelled_not_crashed_hook", "mark_all_failed",
            "mark_quality", "quality_failed_state"]
@@ -47,7 +47,7 @@ def _failed_checks(bundle: Path | None) -> list[str]:
     if bundle is None:
         return []
     try:
-        from tunelab.bundle import read_bundle
+        from tunelab.core.bundle import read_bundle
 
         qc = read_bundle(bundle, verify=False).get("quality_checks")
         if qc is None or qc.empty:

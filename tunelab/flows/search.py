@@ -16,10 +16,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from tunelab import records
-from tunelab.bundle import read_bundle, update_bundle_table
-from tunelab.plan import Plan
-from tunelab.search import SearchOutcome, SearchRecord, boots_phrase, default_in_space
+from tunelab.core import records
+from tunelab.core.bundle import read_bundle, update_bundle_table
+from tunelab.core.plan import Plan
+from tunelab.core.search.tpe import SearchOutcome, SearchRecord, boots_phrase, default_in_space
 
 __all__ = ["record_search", "record_search_trials", "search_lines", "sweep_bundles"]
 
@@ -45,7 +45,7 @@ def record_search_trials(run: Any, outcome: SearchOutcome, logger: Any) -> None:
 def _bundle_on_disk(run: Any, job: Any) -> Path | None:
     """The bundle a trial wrote though the sweep did not record it (a trial on the main thread that an interruption
     ended writes its ``cancelled`` bundle on the way out); None when there is none."""
-    from tunelab.bundle import bundle_dir_for
+    from tunelab.core.bundle import bundle_dir_for
 
     try:
         b = bundle_dir_for(Path(run.base_ctx.results_dir), run.sweep_id, run.trial_id_of(job))
@@ -70,7 +70,7 @@ def _record_trial(bundle: Path, rec: SearchRecord, logger: Any) -> None:
         tdf["search_walk_down"] = rec.walked
         tdf["search_walked_from"] = rec.walked_from
         tdf["search_reason"] = rec.reason
-        update_bundle_table(bundle, "trial", records.frame(records.Trial, tdf))
+        update_bundle_table(bundle, "trial", records.frame(records.TrialRow, tdf))
     except Exception as e:  # the bundle keeps its measurements; only its search columns are missing
         logger.warning("could not record the search columns of %s: %s", bundle, e)
 

@@ -23,7 +23,7 @@ trial raises is recorded. Cancellation keeps Prefect's own protocol: Prefect's S
 (its runner only delivers a "cancel" intent to a process whose bridge is armed, and the engine ends a run
 Cancelled only for a ``TerminationSignal`` carrying that intent; tunelab's former handler, which raised
 KeyboardInterrupt instead, made every cancelled run and trial end Crashed). A run started directly
-(``tunelab run`` against a server) has no runner to signal it: :func:`tunelab.cancel_watch.watch_for_cancel`
+(``tunelab run`` against a server) has no runner to signal it: :func:`tunelab.host.cancel_watch.watch_for_cancel`
 polls its state and, on Cancelling, does what the runner does. ``TerminationSignal`` or Ctrl-C's
 ``KeyboardInterrupt``: a trial on the main thread (one device) tears down in its own ``finally`` and writes a
 ``cancelled`` bundle; with several devices the sweep stops every live server of this process, waits for the
@@ -57,17 +57,18 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 import tunelab
-from tunelab import progress, records
+from tunelab.core import progress
+from tunelab.core import records
 from tunelab.designs import Design, TrialResult, TrialSpec
 from tunelab.flows.run_states import all_failed_hook, cancelled_not_crashed_hook, mark_all_failed, mark_quality
 from tunelab.flows.trial import TrialContext, run_trial, trial_row_base
-from tunelab.bundle import bundle_dir_for, read_bundle, update_bundle_table, write_bundle, write_sweep_row
+from tunelab.core.bundle import bundle_dir_for, read_bundle, update_bundle_table, write_bundle, write_sweep_row
 from tunelab.tasks.engine import stop_leftovers, tracked_servers
 from tunelab.tasks.gpu import inventory
 from tunelab.reports import report as R
-from tunelab.markdown import shorten
-from tunelab import paths
-from tunelab.cancel_watch import watch_for_cancel
+from tunelab.core.markdown import shorten
+from tunelab.host import paths
+from tunelab.host.cancel_watch import watch_for_cancel
 # Device scheduling and locks live in flows/devices.py; re-exported here (their public home before the split).
 from tunelab.flows.devices import (
     INTERRUPTS,
@@ -84,9 +85,9 @@ from tunelab.flows.devices import (
     run_on_devices,
     slot_name,
 )
-from tunelab.plan import Plan, PlanError, Trial, load_plan, runtime_checks
-from tunelab.runtime import Runtime, RuntimeError_, load_runtime
-from tunelab.slot_holders import hold_slots
+from tunelab.core.plan import Plan, PlanError, Trial, load_plan, runtime_checks
+from tunelab.host.runtime import Runtime, RuntimeError_, load_runtime
+from tunelab.host.slot_holders import hold_slots
 from tunelab.warehouse.loader import DEFAULT_LOCK_TIMEOUT_S, WarehouseLocked, bundles_warehouse, load_pending
 
 __all__ = [
@@ -118,7 +119,7 @@ class TrialStatus(TypedDict):
     table artifact) take it as a dict.
 
     Keys: trial_id (``records.trial_id``); config (the plan's label), config_key, runtime, replicate (boot
-    number); device (device labels joined by '+', '-' when none); status (``records.Trial.status``; 'failed'
+    number); device (device labels joined by '+', '-' when none); status (``records.TrialRow.status``; 'failed'
     when the orchestrator raised); failure_class ('orchestrator_error' then), failure_reason; boot_s (seconds);
     compile_cache; teardown_clean; verdict (pass | warn | fail | unvalidated); measurement_notes.
     """
@@ -170,7 +171,7 @@ class SweepSummary:
     ab: Any = None
     #: Fixed designs with two or more configs: the A/B per cell with what it could detect (``design_plan.ab_lines``).
     ab_lines: list[str] = dataclasses.field(default_factory=list)
-    #: ``search:`` plans: what the search did (``tunelab.search.SearchOutcome``) and its tuning report (markdown).
+    #: ``search:`` plans: what the search did (``tunelab.core.search.tpe.SearchOutcome``) and its tuning report (markdown).
     search: Any = None
     tuning_markdown: str | None = None
     #: ``precision:`` plans: a line per cell whose interval did not reach the plan's half-width.
@@ -201,7 +202,7 @@ class _Job:
 def preflight(plan: Plan) -> dict[str, Runtime]:
     """Everything that must hold before any server starts: runtimes exist, model folder exists, parallel
     sizes are integers, every engine-arg name is a ``vllm serve`` option of at least one of the plan's runtimes
-    (``tunelab.plan.unknown_engine_args``, through ``runtime_checks``: a check that raises is skipped, never fatal).
+    (``tunelab.core.plan.unknown_engine_args``, through ``runtime_checks``: a check that raises is skipped, never fatal).
 
     Raises:
         PlanError: with the field and the fix.
@@ -230,12 +231,12 @@ def preflight(plan: Plan) -> dict[str, Runtime]:
 def trial_tags(trial: Trial, runtime: Runtime) -> list[str]:
     """Tags of a trial's flow run, to filter runs by in the Prefect UI and API: ``config_key:<key>``,
     ``runtime:<name>``, ``vllm:<version>`` ('unknown' when the runtime did not record one); the trial adds
-    ``status:<status>`` (``records.Trial.status``) when it ends."""
+    ``status:<status>`` (``records.TrialRow.status``) when it ends."""
     return [f"config_key:{trial.config_key}", f"runtime:{runtime.name}",
             f"vllm:{runtime.versions.get('vllm') or 'unknown'}"]
 
 
-#: Final state names of a trial run by ``trials.status`` (``records.Trial.status``); their Prefect types are in
+#: Final state names of a trial run by ``trials.status`` (``records.TrialRow.status``); their Prefect types are in
 #: :func:`trial_state`. A failed trial ends Failed (red in the run list, header and timeline) under a name that
 #: says how; the sweep run that called it stays Completed.
 TRIAL_STATE_NAMES = {"ok": "Completed", "boot_failed": "BootFailed", "gpu_busy": "GpuBusy", "failed": "Failed",
@@ -469,7 +470,7 @@ def tuning_sweep(plan_path: str, db: str | None = None, results: str | None = No
     logger = get_run_logger()
     from prefect.context import FlowRunContext
 
-    from tunelab.run_records import record_run
+    from tunelab.host.run_records import record_run
 
     frc = FlowRunContext.get()
     # This process is the run's runner while it runs: `tunelab clean` marks the run Crashed once it is dead.
@@ -571,7 +572,7 @@ class _SweepTrials:
         names = [self.slot_names[d] for d in devs]
         try:
             # Prefect's slot, with this sweep recorded as its holder: a waiting sweep names it every few seconds
-            # and takes back the slot of a holder that is provably dead (tunelab/slot_holders.py).
+            # and takes back the slot of a holder that is provably dead (tunelab/host/slot_holders.py).
             def waiting(msg: str) -> None:  # the log line, and the live display says whom the trial waits for
                 logger.info(msg)
                 if msg.startswith("waiting for"):
@@ -765,8 +766,8 @@ def _validate_all(plan: Plan, bundles: list[Path | None], statuses: list[TrialSt
 def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] | None, plots: bool,
            logger: Any, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> SweepSummary:
     plan = load_plan(plan_path)
-    # precision: instead of counts: the design from the warehouse's noise model (tunelab.design_plan).
-    from tunelab.design_plan import resolve_precision
+    # precision: instead of counts: the design from the warehouse's noise model (tunelab.reports.design_plan).
+    from tunelab.reports.design_plan import resolve_precision
 
     plan, design = resolve_precision(plan, Path(db) if db else paths.db_path())
     runtimes = preflight(plan)
@@ -967,8 +968,8 @@ def _fixed_ab(plan: Plan, sweep_id: str, db_path: Path, summary: SweepSummary, d
     try:
         import duckdb
 
-        from tunelab.design_plan import ab_lines, busy_line, precision_warnings, sweep_ab_rows
-        from tunelab.plan_cost import load_note
+        from tunelab.reports.design_plan import ab_lines, busy_line, precision_warnings, sweep_ab_rows
+        from tunelab.core.plan_cost import load_note
 
         con = duckdb.connect(str(db_path), read_only=True)
         try:
@@ -992,11 +993,11 @@ def _fixed_ab(plan: Plan, sweep_id: str, db_path: Path, summary: SweepSummary, d
 
 def _announce(plan: Plan, runtimes: dict[str, Runtime], n_trials: int | None) -> None:
     """The live display's ``sweep`` event: trials (a search's budget of boots; None: not known, a search bound by
-    GPU-minutes only) and the plan's time estimate (``tunelab.plan_cost``; never fatal: the display is a view)."""
+    GPU-minutes only) and the plan's time estimate (``tunelab.core.plan_cost``; never fatal: the display is a view)."""
     if not progress.sinks():
         return
     try:
-        from tunelab.plan_cost import plan_cost
+        from tunelab.core.plan_cost import plan_cost
 
         est = plan_cost(plan, {n: r.device for n, r in runtimes.items()}).estimate_s
     except Exception:
@@ -1021,7 +1022,7 @@ def _report(plan: Plan, sweep_id: str, db_path: Path, results_dir: Path, run: _S
     try:
         comp = R.comparison_frame(report_db, sweep_id)
         quality = R.quality_summary(report_db, sweep_id)
-        findings = R.bottleneck_findings(report_db, sweep_id)  # bottlenecks per window (tunelab.diagnosis)
+        findings = R.bottleneck_findings(report_db, sweep_id)  # bottlenecks per window (tunelab.core.diagnosis)
         plot_paths: list[Path] = []
         if plots:
             try:

@@ -21,20 +21,20 @@ import pandas as pd
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from tunelab import progress
-from tunelab import records as R
+from tunelab.core import progress
+from tunelab.core import records as R
 from tunelab.flows.devices import Device, distributed_ports_env
 from tunelab.flows.run_states import cancelled_not_crashed_hook
 from tunelab.tasks import bootlog, compile_cache
-from tunelab.bundle import write_bundle
-from tunelab.markdown import shorten
+from tunelab.core.bundle import write_bundle
+from tunelab.core.markdown import shorten
 from tunelab.tasks.engine import BootFailed, EngineServer, group_members
 from tunelab.tasks.gpu import GpuSampler, check_clean, host_load_avg, placement_problem, server_placement
 from tunelab.tasks.diagnose import window_diagnoses
 from tunelab.tasks.flag_proof import prove_flags
 from tunelab.tasks.measure import measure_server, progress_logger
-from tunelab.plan import Plan, Trial, kv_block_tokens
-from tunelab.runtime import Runtime
+from tunelab.core.plan import Plan, Trial, kv_block_tokens
+from tunelab.host.runtime import Runtime
 
 __all__ = ["run_trial", "trial_row_base", "TrialContext", "SERVER_ENV_DEFAULTS", "trial_server_env"]
 
@@ -161,12 +161,12 @@ class TrialContext:
 
 
 def trial_row_base(trial: Trial, trial_id: str, sweep_id: str, runtime: Runtime,
-                   ctx: TrialContext | Mapping[str, Any]) -> R.Trial:
+                   ctx: TrialContext | Mapping[str, Any]) -> R.TrialRow:
     """The ``trials`` record with the fields known before boot (``status`` 'failed' until the trial says
     otherwise, ``quality_verdict`` 'unvalidated' until validated)."""
     ctx = TrialContext.of(ctx)
     v = runtime.versions
-    return R.Trial(
+    return R.TrialRow(
         trial_id=trial_id,
         sweep_id=sweep_id,
         config_key=trial.config_key,
@@ -333,7 +333,7 @@ def measure_task(server: EngineServer, plan: Plan, gpu_index: int | None, on_win
     ``on_window``: ``measure_server``'s, called with the windows so far after each window."""
     progress = progress_logger(get_run_logger(), min_interval_s=2.0)
 
-    # Each load profile gives its windows' time limit (tunelab.load_profiles); 300 s covers set-up and scrapes.
+    # Each load profile gives its windows' time limit (tunelab.core.load_profiles); 300 s covers set-up and scrapes.
     duration_s = plan.window.duration_s if plan.window else None
     per_level_s = sum(lp.window_deadline_s(plan.request_timeout_s, plan.repeats, duration_s)
                       for lp in plan.load_profiles())
@@ -416,7 +416,7 @@ def _phases_frame(report: Any) -> pd.DataFrame:
         {"phase": p.phase, "seconds": p.seconds, "gib": p.gib, "tokens": p.tokens, "detail": p.detail}
         for p in getattr(report, "phases", [])
     ]
-    df = pd.DataFrame(rows, columns=[c for c in R.columns(R.BootPhase) if c != "trial_id"])
+    df = pd.DataFrame(rows, columns=[c for c in R.columns(R.BootPhaseRow) if c != "trial_id"])
     # One row per phase (primary key): keep the first occurrence if a version prints one twice.
     return df.drop_duplicates("phase", keep="first")
 
@@ -525,10 +525,10 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: Tr
 
 # -- the trial's steps -------------------------------------------------------------------------------------------
 def _trial_record(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime,
-                  ctx: TrialContext) -> tuple[R.Trial, Path]:
+                  ctx: TrialContext) -> tuple[R.TrialRow, Path]:
     """The trial's ``trials`` record as known before boot (:func:`trial_row_base`, the workloads' records, the log
     path, the host's load) and the server log's path. Every later assignment to the record is validated against its
-    column (tunelab/records.py)."""
+    column (tunelab/core/records.py)."""
     row = trial_row_base(trial, trial_id, ctx.sweep.sweep_id, runtime, ctx)
     # type, parameters, sha256 of any file read, endpoint, shared prefix against this server's KV-cache block
     row.workloads = [w.record(kv_block_tokens(trial.engine_args, runtime.device)) for w in plan.workloads]
@@ -539,7 +539,7 @@ def _trial_record(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime,
     return row, log_path
 
 
-def _boot(boots: _Boots, row: R.Trial, runtime: Runtime, logger: Any) -> None:
+def _boot(boots: _Boots, row: R.TrialRow, runtime: Runtime, logger: Any) -> None:
     """Boot the server (the ``boot`` task, retried once after a transient failure) and record the boot's seconds and
     attempts. ``boots.server`` is then the attempt that booted, or that failed last (the one torn down).
 
@@ -557,7 +557,7 @@ def _boot(boots: _Boots, row: R.Trial, runtime: Runtime, logger: Any) -> None:
     logger.info("ready in %.1f s on port %s", boot["boot_s"], boot["port"])
 
 
-def _measure_into(tables: dict[str, pd.DataFrame], row: R.Trial, server: EngineServer, trial: Trial, plan: Plan,
+def _measure_into(tables: dict[str, pd.DataFrame], row: R.TrialRow, server: EngineServer, trial: Trial, plan: Plan,
                   gpu_index: int | None, keep_windows: Callable[[Any], None],
                   keep_search: Callable[[pd.DataFrame], None], logger: Any) -> None:
     """Measure the running server into ``tables`` (the ``measure`` task: warm-up and the plan's windows; then the
@@ -582,7 +582,7 @@ def _measure_into(tables: dict[str, pd.DataFrame], row: R.Trial, server: EngineS
         tables["sla_searches"] = pd.DataFrame(columns=list(R.columns(R.SlaSearch))[1:])
     tables.update(requests=res.requests, measurements=res.measurements,
                   server_metrics=res.server_metrics, gpu_samples=gpu)
-    # Which bottleneck holds each window back, from its evidence (tunelab.diagnosis). A diagnosis that
+    # Which bottleneck holds each window back, from its evidence (tunelab.core.diagnosis). A diagnosis that
     # fails costs its table, not the trial's measurements.
     try:
         tables["window_diagnoses"] = window_diagnoses(
@@ -604,7 +604,7 @@ def _measure_into(tables: dict[str, pd.DataFrame], row: R.Trial, server: EngineS
             logger.warning("measurement note (%d window(s)): %s", g.windows, g.example)
 
 
-def _record_pruned(row: R.Trial, tables: dict[str, pd.DataFrame], measured: dict[str, pd.DataFrame],
+def _record_pruned(row: R.TrialRow, tables: dict[str, pd.DataFrame], measured: dict[str, pd.DataFrame],
                    e: MeasurementStopped, logger: Any) -> None:
     """The window check stopped the measurement: ``failed`` / ``pruned``, the windows so far kept."""
     row.status = "failed"
@@ -614,7 +614,7 @@ def _record_pruned(row: R.Trial, tables: dict[str, pd.DataFrame], measured: dict
     logger.info("%s", e)
 
 
-def _record_wrong_device(row: R.Trial, e: _WrongDevice, logger: Any) -> None:
+def _record_wrong_device(row: R.TrialRow, e: _WrongDevice, logger: Any) -> None:
     """The server runs on other GPUs than it was given: ``boot_failed`` / ``wrong_device``, retryable."""
     row.status = "boot_failed"
     row.failure_class = "wrong_device"
@@ -623,7 +623,7 @@ def _record_wrong_device(row: R.Trial, e: _WrongDevice, logger: Any) -> None:
     logger.error("wrong device: %s", e)
 
 
-def _record_boot_failure(row: R.Trial, e: BootFailed, log_path: Path, trial: Trial, trial_id: str, plan: Plan,
+def _record_boot_failure(row: R.TrialRow, e: BootFailed, log_path: Path, trial: Trial, trial_id: str, plan: Plan,
                          runtime: Runtime, ctx: TrialContext, logger: Any) -> None:
     """A failed boot: ``boot_failed`` with the class from the server's log (``bootlog``), whether a retry could
     help, the reason; and, when the plan asks for it, the eager diagnosis (one more boot with --enforce-eager)."""
@@ -644,7 +644,7 @@ def _record_boot_failure(row: R.Trial, e: BootFailed, log_path: Path, trial: Tri
                                                  list(ctx.gpu_indices), ctx.cuda_visible_devices)
 
 
-def _record_measurement_error(row: R.Trial, tables: dict[str, pd.DataFrame], measured: dict[str, pd.DataFrame],
+def _record_measurement_error(row: R.TrialRow, tables: dict[str, pd.DataFrame], measured: dict[str, pd.DataFrame],
                               server: Any, e: Exception, logger: Any) -> None:
     """A measurement that raised: ``failed`` / ``measurement_error`` with what the server was doing."""
     row.status = "failed"
@@ -656,12 +656,12 @@ def _record_measurement_error(row: R.Trial, tables: dict[str, pd.DataFrame], mea
     logger.error("trial failed: %s\n%s", e, traceback.format_exc())
 
 
-def _record_cancelled(row: R.Trial, e: BaseException) -> None:
+def _record_cancelled(row: R.TrialRow, e: BaseException) -> None:
     row.status = "cancelled"
     row.failure_reason = cancel_reason(e)
 
 
-def _tear_down_and_write(row: R.Trial, tables: dict[str, pd.DataFrame], server: Any,
+def _tear_down_and_write(row: R.TrialRow, tables: dict[str, pd.DataFrame], server: Any,
                          interrupted: BaseException | None, log_path: Path, trial: Trial, trial_id: str,
                          ctx: TrialContext, logger: Any) -> tuple[Path, BaseException | None]:
     """Stop the server (the ``teardown`` task; after an interruption directly), record the teardown and what the
@@ -700,9 +700,9 @@ def _tear_down_and_write(row: R.Trial, tables: dict[str, pd.DataFrame], server: 
     return bundle, interrupted
 
 
-#: Typical boot seconds per device kind, for the live display's "typically ~N s" (tunelab.plan_cost.TYPICAL).
+#: Typical boot seconds per device kind, for the live display's "typically ~N s" (tunelab.core.plan_cost.TYPICAL).
 def _typical_boot_s() -> dict[str, float]:
-    from tunelab.plan_cost import TYPICAL
+    from tunelab.core.plan_cost import TYPICAL
 
     return {k: v.boot_s for k, v in TYPICAL.items()}
 
@@ -710,10 +710,10 @@ def _typical_boot_s() -> dict[str, float]:
 _TYPICAL_BOOT_S = _typical_boot_s()
 
 
-def _keep_windows(ctx: TrialContext, row: R.Trial, measured: dict[str, pd.DataFrame], n_windows: int,
+def _keep_windows(ctx: TrialContext, row: R.TrialRow, measured: dict[str, pd.DataFrame], n_windows: int,
                   trial_id: str, logger: Any) -> None:
     """Write the trial's bundle with the windows measured so far and ``status='incomplete'`` (atomically, as any
-    bundle: ``tunelab.bundle.write_bundle``). The trial's final bundle replaces it; only a trial that never got
+    bundle: ``tunelab.core.bundle.write_bundle``). The trial's final bundle replaces it; only a trial that never got
     there (killed with SIGKILL, the host lost) leaves it, and ``tunelab load`` then loads what it measured as
     ``incomplete``, which no comparison uses (they take ``status='ok'``). A write that fails is logged and the
     measurement goes on: the final bundle does not depend on it."""

@@ -6,7 +6,7 @@ import math
 
 import pandas as pd
 
-from tunelab.load_profiles import load_label
+from tunelab.core.load_profiles import load_label
 
 __all__ = ["anchored_markdown"]
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pandas as pd
 
-from tunelab.load_profiles import load_label
-from tunelab.markdown import markdown_table, shorten
+from tunelab.core.load_profiles import load_label
+from tunelab.core.markdown import markdown_table, shorten
 from tunelab.stats.intervals import mde_text
 
 __all__ = ["REASON_CHARS", "ab_artifact_markdown", "narrow_ab_tables"]

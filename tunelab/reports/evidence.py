@@ -14,7 +14,7 @@ from typing import Any
 
 import duckdb
 
-from tunelab.markdown import markdown_table
+from tunelab.core.markdown import markdown_table
 from tunelab.warehouse.migrate import connect
 
 __all__ = ["warehouse_from_parquet", "evidence_report"]

@@ -79,7 +79,7 @@ def sweep_html(db_path: Path, sweep_id: str, all_quality: bool = False) -> str:
         duckdb.IOException: the file is locked by a writing process.
     """
     from tunelab import __version__
-    from tunelab.markdown import markdown_table
+    from tunelab.core.markdown import markdown_table
     from tunelab.reports.plots import latency_throughput_plot, version_plot
     from tunelab.reports.report import (bottleneck_findings, comparison_frame, quality_summary, settings_text,
                                         sweep_markdown)

@@ -1,4 +1,4 @@
-"""The live display of ``tunelab run``: renders the sweep's progress events (``tunelab.progress``).
+"""The live display of ``tunelab run``: renders the sweep's progress events (``tunelab.core.progress``).
 
 On a terminal: a rich ``Live`` panel, redrawn 4 times a second: trial k of N with its config label and
 phase, the time in that phase (a boot counts up against its typical length), progress of the window's
@@ -7,7 +7,7 @@ pipe, a file): plain lines, one per phase change and at most one per ``plain_int
 window, so a log stays readable. The Prefect run logs are unaffected.
 
 Time left. In a window: its elapsed time x (total - done) / done, once a request is done. In the sweep: before
-the first trial ends, the plan's estimate (``tunelab.plan_cost``, sent with the ``sweep`` event) minus the
+the first trial ends, the plan's estimate (``tunelab.core.plan_cost``, sent with the ``sweep`` event) minus the
 time elapsed; then the mean duration of the trials ended so far x the trials not yet ended.
 """
 
@@ -18,8 +18,8 @@ import time
 from dataclasses import dataclass, field
 from typing import IO, Any, Callable
 
-from tunelab import progress as P
-from tunelab.plan_cost import load_note
+from tunelab.core import progress as P
+from tunelab.core.plan_cost import load_note
 
 __all__ = ["SweepDisplay", "fmt_s", "window_left_s"]
 
@@ -66,7 +66,7 @@ class _State:
 
 
 class SweepDisplay:
-    """A progress sink (``tunelab.progress``) that shows the sweep: a live panel on a terminal, plain lines
+    """A progress sink (``tunelab.core.progress``) that shows the sweep: a live panel on a terminal, plain lines
     elsewhere. Use as a context manager: it registers itself as a sink on entry and removes itself on exit.
 
     Args:

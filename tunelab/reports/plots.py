@@ -21,7 +21,7 @@ from typing import Any
 
 import duckdb
 
-from tunelab.load_profiles import load_label, profile_class
+from tunelab.core.load_profiles import load_label, profile_class
 
 __all__ = ["ab_interval_plot", "latency_throughput_plot", "version_plot", "write_plots"]
 

@@ -14,8 +14,8 @@ from typing import Any, Iterator
 import duckdb
 import pandas as pd
 
-from tunelab.load_profiles import load_label
-from tunelab.markdown import markdown_table, shorten
+from tunelab.core.load_profiles import load_label
+from tunelab.core.markdown import markdown_table, shorten
 from tunelab.stats.intervals import mde_text
 
 __all__ = [
@@ -356,7 +356,7 @@ def comparison_markdown(df: pd.DataFrame, sweep_id: str, statuses: list[dict] | 
 def settings_text(engine_args: dict | str | None, env: dict | str | None) -> str:
     """A config key's full settings on one line, e.g. ``--dtype bfloat16 --enforce-eager; env VLLM_X=1``:
     every engine arg launched (sorted, ``true`` flags without a value; ``false``/null ones are not launched and not
-    part of the key: ``tunelab.plan.config_key``) and every env var of
+    part of the key: ``tunelab.core.plan.config_key``) and every env var of
     the config (values of secret-looking names are already redacted in the warehouse). Accepts the dicts or
     their JSON text (``trials.engine_args`` / ``trials.env``). A label names only the axis that varies in its
     plan, so the same key can carry different labels in different sweeps: this text is what the key is."""
@@ -454,7 +454,7 @@ def trial_facts_markdown(tables: dict[str, pd.DataFrame]) -> str:
     """The facts of one trial as a short markdown text (the description of its table artifact): config label,
     config key with its full settings (:func:`settings_text`), runtime, vLLM version, device, status with the
     failure class and reason (shortened at a word boundary), boot seconds and compile cache. Input: the tables
-    of one result bundle (``tunelab.bundle.read_bundle``)."""
+    of one result bundle (``tunelab.core.bundle.read_bundle``)."""
     t = tables["trial"].iloc[0]
 
     def g(k: str) -> Any:
@@ -479,7 +479,7 @@ def trial_table(tables: dict[str, pd.DataFrame]) -> list[dict[str, str]]:
     level x repeat) with throughput and latency percentiles in ms; the trial's facts are in
     :func:`trial_facts_markdown` (the artifact's description), not repeated in every row. A trial without
     measurements gives one row with its status and failure class (its reason is in the description).
-    Input: the tables of one result bundle (``tunelab.bundle.read_bundle``)."""
+    Input: the tables of one result bundle (``tunelab.core.bundle.read_bundle``)."""
     t = tables["trial"].iloc[0]
 
     def g(k: str) -> Any:
@@ -562,7 +562,7 @@ def sweep_quality_markdown(q: dict[str, Any]) -> str:
     c = q["counts"]
     lines = ["## Quality", "", " | ".join(f"**{k}** {v}" for k, v in c.items()), ""]
     if q.get("rule_versions"):
-        from tunelab.quality_thresholds import rule_version_label
+        from tunelab.core.quality_thresholds import rule_version_label
 
         lines += ["Judged by quality rules " + ", ".join(rule_version_label(v) for v in q["rule_versions"])
                   + " (docs/quality.md, 'Rule versions'; `tunelab recheck` re-judges with today's)", ""]
@@ -587,7 +587,7 @@ def sweep_quality_markdown(q: dict[str, Any]) -> str:
 
 def bottleneck_findings(db_path: Path | duckdb.DuckDBPyConnection, sweep_id: str) -> pd.DataFrame:
     """The flagged bottleneck findings of a sweep's windows (view ``window_findings``, table ``window_diagnoses``;
-    checks in ``tunelab.diagnosis``): columns config_label, replicate, workload, load_kind, load_value, repeat,
+    checks in ``tunelab.core.diagnosis``): columns config_label, replicate, workload, load_kind, load_value, repeat,
     bottleneck, metric, value, threshold, summary, remedy; one row per window and finding. Empty for a warehouse
     older than schema version 16. Opens the DuckDB file read-only, or reads an open connection."""
     with _reader(db_path) as con:

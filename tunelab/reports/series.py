@@ -15,8 +15,8 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
-from tunelab.load_profiles import load_label
-from tunelab.markdown import markdown_table
+from tunelab.core.load_profiles import load_label
+from tunelab.core.markdown import markdown_table
 from tunelab.warehouse.series import SERIES_KEYS, release_series, series_alarms
 
 __all__ = ["CHANGE_MARK", "series_markdown", "series_report"]

@@ -36,9 +36,9 @@ import duckdb
 import pandas as pd
 import yaml
 
-from tunelab.load_profiles import load_label
-from tunelab.markdown import markdown_table
-from tunelab.search import SearchSpace, boots_phrase, default_in_space
+from tunelab.core.load_profiles import load_label
+from tunelab.core.markdown import markdown_table
+from tunelab.core.search.tpe import SearchSpace, boots_phrase, default_in_space
 
 __all__ = ["TuningReport", "auto_tune_boots", "boot_gpus", "frontier", "serve_command", "tuning_report"]
 

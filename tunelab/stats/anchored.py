@@ -33,7 +33,7 @@ Fit (``docs/statistics.md``, "Anchored comparisons"):
 Drift (``drift="auto"``): the term ``beta t`` enters whenever the rows give a boot order and the fit keeps
 >= MIN_DRIFT_DF residual df with it (decided by the design, not by the drift's own p-value: choosing the model
 on the data left undetected drifts in the difference, 7 % A/A false calls in simulation); ``True`` always (where
-an order is given), ``False`` never. In a balanced order (ABBA, ``tunelab.trial_order``)
+an order is given), ``False`` never. In a balanced order (ABBA, ``tunelab.core.trial_order``)
 drift is orthogonal to the configs and costs one df; in an unbalanced order it removes the bias of early vs
 late.
 

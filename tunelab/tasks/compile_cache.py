@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from tunelab import paths
+from tunelab.host import paths
 
 __all__ = ["CompileSlot", "cache_root", "first_compile", "is_warm", "mark_warm", "move_aside"]
 

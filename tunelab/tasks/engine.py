@@ -55,8 +55,8 @@ from typing import Any, Callable
 
 import httpx
 
-from tunelab import paths
-from tunelab.runtime import Runtime
+from tunelab.host import paths
+from tunelab.host.runtime import Runtime
 from tunelab.tasks.gpu import memory_used_mib
 # The process and state-file readers are shared with tasks.gpu; the private ones are used by EngineServer and
 # stop_leftovers below and stay reachable as engine attributes (tests write the state file through them).

@@ -35,7 +35,7 @@ they wait in the task. :func:`run_interruptible` re-raises them.
 
 Progress: ``progress(label, done, total)`` after each measured request; :func:`progress_reporter` gives a
 rich progress bar on a terminal and throttled log lines (the Prefect run logger inside a flow) otherwise.
-The live display of ``tunelab run`` gets events (``tunelab.progress``): ``prompts`` while a window's prompts
+The live display of ``tunelab run`` gets events (``tunelab.core.progress``): ``prompts`` while a window's prompts
 are built, ``warmup`` and ``window`` (k of n, requests done/total) per request.
 """
 
@@ -58,8 +58,8 @@ from typing import Any, Callable, Iterator
 import httpx
 import pandas as pd
 
-from tunelab import progress as progress_events
-from tunelab import records as R
+from tunelab.core import progress as progress_events
+from tunelab.core import records as R
 from tunelab.tasks import bootlog
 from tunelab.tasks import host_load
 from tunelab.tasks import metrics as M
@@ -67,9 +67,9 @@ from tunelab.tasks import server_metrics as SM
 from tunelab.tasks.diagnose import GaugePeaks
 from tunelab.tasks.loadgen import PromptBuilder, make_client, run_level, run_sessions
 from tunelab.tasks.loadgen.control import control_call, take_retries
-from tunelab.load_profiles import RATE_WARMUP_S, LoadProfile
-from tunelab.plan import Plan, Workload, requests_for_level
-from tunelab.workloads import fit_text_to_context
+from tunelab.core.load_profiles import RATE_WARMUP_S, LoadProfile
+from tunelab.core.plan import Plan, Workload, requests_for_level
+from tunelab.core.workloads import fit_text_to_context
 
 __all__ = ["MeasureResult", "measure_server", "run_interruptible", "window_prompts",
            "progress_logger", "progress_reporter", "warm_up", "warmup_requests_for", "ServerLogTail",
@@ -144,7 +144,7 @@ class ServerLogTail:
 @dataclass
 class MeasureResult:
     """DataFrames with the columns of the ``requests``, ``measurements`` and ``server_metrics`` records
-    (``tunelab/records.py``, in that order; without trial_id, which the caller adds)."""
+    (``tunelab/core/records.py``, in that order; without trial_id, which the caller adds)."""
 
     requests: pd.DataFrame
     measurements: pd.DataFrame
@@ -179,7 +179,7 @@ async def window_prompts(builder: PromptBuilder, w: Workload, n: int, seed: int)
         prefix = cache[key]
     # Built a chunk at a time (loadgen.PromptBuilder.iter_many), each chunk reported to the live display. The
     # window's prompts are all built before it starts: building them while it runs would put /tokenize calls on
-    # the server being measured; the plan's limits bound a window's size (tunelab.plan.MAX_WINDOW_*).
+    # the server being measured; the plan's limits bound a window's size (tunelab.core.plan.MAX_WINDOW_*).
     out: list[str] = []
     async for p in builder.iter_many(n, w.prompt_tokens, random.Random(seed), prefix=prefix):
         out.append(p)
@@ -202,7 +202,7 @@ class WindowRequests:
 async def window_requests(builder: PromptBuilder, w: Workload, n: int, seed: int,
                           context_tokens: int | None = None) -> WindowRequests:
     """The ``n`` requests of one window of ``w``, drawn from ``seed`` by the workload's type
-    (``tunelab.workloads``: ``w.profile.request_specs``): a prompt of each spec's exact length built with the
+    (``tunelab.core.workloads``: ``w.profile.request_specs``): a prompt of each spec's exact length built with the
     server's tokenizer (a workload of one prompt length: :func:`window_prompts`, the same prompts as before the
     workload types), or the spec's text (a dataset); ``max_tokens`` the spec's output length, or the token count
     of a dataset's reference answer (counted by the server's tokenizer) capped at it.
@@ -245,7 +245,7 @@ async def window_requests(builder: PromptBuilder, w: Workload, n: int, seed: int
 
 async def _run_sessions_window(client: httpx.AsyncClient, model: str, w: Workload, lv: Any, reqs: WindowRequests,
                                on_done: Callable[[], None], common: dict[str, Any]) -> Any:
-    """One window of a multi-turn workload (``tunelab.workloads.MultiTurnWorkload``): its requests' prompts
+    """One window of a multi-turn workload (``tunelab.core.workloads.MultiTurnWorkload``): its requests' prompts
     are the sessions' user messages in session order; ``loadgen.run_sessions`` runs them at the level's
     concurrency with the workload's think time. Each record carries its ``request_index`` (position in
     session order)."""
@@ -624,7 +624,7 @@ def _unique_prompts(w: Workload) -> bool:
 
 
 def _result(req_rows: list[dict], meas_rows: list[dict], sm_rows: list[dict], notes: list[str]) -> MeasureResult:
-    """The rows through their records (tunelab/records.py): every column, in table order, of the right type."""
+    """The rows through their records (tunelab/core/records.py): every column, in table order, of the right type."""
     no_id = ("trial_id",)  # the trial flow's bundle writer adds it
     return MeasureResult(R.frame(R.Request, pd.DataFrame(req_rows), without=no_id),
                          R.frame(R.Measurement, pd.DataFrame(meas_rows), without=no_id),
@@ -694,7 +694,7 @@ def _window_notes(label: str, df: pd.DataFrame, res: Any, lv: LoadProfile, one_p
     out = []
     conc = lv.target_concurrency
     pt = df.loc[df["ok"].astype(bool), "prompt_tokens"].dropna()
-    if one_prompt_length and pt.nunique() > 1:  # workloads of varying lengths (tunelab.workloads) vary on purpose
+    if one_prompt_length and pt.nunique() > 1:  # workloads of varying lengths (tunelab.core.workloads) vary on purpose
         out.append(f"{label}: server counted {pt.nunique()} different prompt lengths "
                    f"({int(pt.min())}..{int(pt.max())} tokens): prompts were not all of the exact length")
     kernel = res.rx_stamps == "kernel"
@@ -746,7 +746,7 @@ def measure_server(
             the :class:`MeasureResult` of the windows so far; the trial flow writes them to disk there. What it
             raises ends the measurement.
         server_pid: the server's root process (``vllm serve``): its tree's CPU by role is read around each
-            window (``measurements.server_process_cpu``, for ``tunelab.diagnosis``); None: not read.
+            window (``measurements.server_process_cpu``, for ``tunelab.core.diagnosis``); None: not read.
         first_repeat: repeat number of the first window at each level (the windows are ``first_repeat`` ..
             ``first_repeat + plan.repeats - 1``): the SLA search's later windows at a level already measured
             (``tasks.sla_search``).

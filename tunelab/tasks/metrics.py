@@ -51,9 +51,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tunelab import records as R
+from tunelab.core import records as R
 
-from tunelab.load_profiles import LOAD_KINDS, concurrency_target_kinds
+from tunelab.core.load_profiles import LOAD_KINDS, concurrency_target_kinds
 
 __all__ = [
     "PERCENTILES",
@@ -80,7 +80,7 @@ __all__ = [
 PERCENTILES: tuple[int, ...] = R.PERCENTILES
 
 _IDENT = tuple(c for c in R.columns(R.MeasurementKey) if c != "trial_id")
-_LOAD_KINDS = LOAD_KINDS  # one per load profile (tunelab.load_profiles)
+_LOAD_KINDS = LOAD_KINDS  # one per load profile (tunelab.core.load_profiles)
 
 #: Columns of :func:`derive_request`'s result: the ``requests`` record (``records.Request``) without
 #: ``trial_id`` (added by the caller, or passed through when the raw record has it).

@@ -15,7 +15,7 @@ import json
 import os
 from pathlib import Path
 
-from tunelab import paths
+from tunelab.host import paths
 
 __all__ = [
     "SERVER_ID_ENV",

@@ -1,4 +1,4 @@
-"""The SLA search on a running server: ``tunelab.sla_search.search`` with real measured windows.
+"""The SLA search on a running server: ``tunelab.core.search.sla.search`` with real measured windows.
 
 For each workload of the plan, the search (``sla_search:`` of the plan) calls ``measure(level)``, which runs one
 window at that level through ``tasks.measure.measure_server`` (the same warm-up, prompts, load generator,
@@ -20,10 +20,10 @@ from typing import Any, Callable, Mapping
 
 import pandas as pd
 
-from tunelab import records as R
-from tunelab import sla_search as S
-from tunelab.load_profiles import concurrency_target_kinds, load_label
-from tunelab.plan import Plan, Workload
+from tunelab.core import records as R
+from tunelab.core.search import sla as S
+from tunelab.core.load_profiles import concurrency_target_kinds, load_label
+from tunelab.core.plan import Plan, Workload
 from tunelab.tasks.measure import MeasureResult, measure_server
 
 __all__ = ["window_figures", "level_plan", "level_line", "result_row", "run_sla_search", "SEARCH_WINDOW_SLACK_S"]
@@ -138,7 +138,7 @@ def run_sla_search(base_url: str, api_key: str, model: str, plan: Plan, *, measu
         log: called with one line per level judged and per result.
         on_interrupted: called, before what cut the search short propagates (Ctrl-C, a cancel, an error of a
             window), with the ``sla_searches`` frame so far: the finished workloads' rows and an ``interrupted``
-            row for the one in progress (``tunelab.sla_search.SearchProgress``), so the trial's bundle keeps it.
+            row for the one in progress (``tunelab.core.search.sla.SearchProgress``), so the trial's bundle keeps it.
         base_url, api_key, model, progress, load_processes, server_log, server_pid: as ``measure_server``.
 
     Returns:

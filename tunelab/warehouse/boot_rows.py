@@ -2,7 +2,7 @@
 
 The boot's order position in its sweep is not a column of its own: ``trials.started_at`` is recorded for every
 trial, and its rank within the sweep (``boot_order``, 0-based, ties broken by trial id) is the order the sweep
-ran its boots in (``tunelab.trial_order`` decides it; several devices start boots in that order too).
+ran its boots in (``tunelab.core.trial_order`` decides it; several devices start boots in that order too).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import duckdb
 import pandas as pd
 
-from tunelab import records as R
+from tunelab.core import records as R
 
 __all__ = ["boot_rows"]
 

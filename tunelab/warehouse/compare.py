@@ -49,7 +49,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from tunelab import records as R
+from tunelab.core import records as R
 from tunelab.stats.bounds import POWER_Z80, welch_interval
 from tunelab.stats.family import family_adjust
 from tunelab.stats.verdict import ABRecord, cell_verdicts, token_change

@@ -1,6 +1,6 @@
 """Load result bundles into the DuckDB warehouse: transactional, idempotent, never deleting bundles.
 
-One bundle (one trial, see ``tunelab.bundle``) is loaded in one transaction:
+One bundle (one trial, see ``tunelab.core.bundle``) is loaded in one transaction:
 
 1. the bundle is verified first (manifest present, every file's sha256 matches);
 2. if ``loaded_bundles`` already holds this trial with the same manifest sha256, nothing is
@@ -32,8 +32,8 @@ import duckdb
 import pandas as pd
 import pyarrow.parquet as pq
 
-from tunelab import records
-from tunelab.bundle import BUNDLE_TABLES, TABLE_TO_WAREHOUSE, BundleError, list_bundles, verify_bundle
+from tunelab.core import records
+from tunelab.core.bundle import BUNDLE_TABLES, TABLE_TO_WAREHOUSE, BundleError, list_bundles, verify_bundle
 from tunelab.warehouse.migrate import connect
 from tunelab.warehouse.versions import version_columns
 
@@ -205,13 +205,13 @@ def _parquet_columns(path: Path) -> list[str]:
 
 
 def _check_columns(schema: dict[str, set[str]], table: str, cols, source: str) -> None:
-    """Refuse columns that the table's record (``tunelab/records.py``) or the warehouse does not have, naming
+    """Refuse columns that the table's record (``tunelab/core/records.py``) or the warehouse does not have, naming
     them: the record is the source of the columns, the SQL schema must agree with it (tests/test_records.py)."""
     record = records.record_for(table)
     unknown = sorted(set(cols) - set(record.model_fields))
     if unknown:
         raise BundleError(
-            f"{source}: columns {unknown} are not columns of {table!r} (tunelab/records.py {record.__name__}); "
+            f"{source}: columns {unknown} are not columns of {table!r} (tunelab/core/records.py {record.__name__}); "
             "fix the writer, or add them to the record and in a new tunelab/warehouse/schema migration"
         )
     missing = sorted(set(cols) - schema.get(table, set()))
@@ -463,7 +463,7 @@ def load_bundle(
 
     Args:
         db_path: DuckDB file (created and migrated if needed).
-        bundle_dir: the bundle folder (``tunelab.bundle.write_bundle``'s return value).
+        bundle_dir: the bundle folder (``tunelab.core.bundle.write_bundle``'s return value).
         lock_timeout_s: how long to wait for another process holding the file.
 
     Returns:

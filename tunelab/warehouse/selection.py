@@ -145,7 +145,7 @@ def primary_mask(rows: pd.DataFrame, primary: Mapping[str, Any] | None) -> list[
     ``metrics``, optional ``workloads`` and ``loads`` by label such as ``c=32``); None when none is named."""
     if not primary:
         return None
-    from tunelab.load_profiles import load_label
+    from tunelab.core.load_profiles import load_label
 
     metrics, wls, loads = (primary.get("metrics") or []), primary.get("workloads"), primary.get("loads")
     return [(r.metric in metrics) and (not wls or r.workload in wls)

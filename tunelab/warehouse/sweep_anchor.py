@@ -22,7 +22,7 @@ import duckdb
 import pandas as pd
 import yaml
 
-from tunelab.plan import Anchor, _env_str, config_key
+from tunelab.core.plan import Anchor, _env_str, config_key
 from tunelab.stats.anchored import sweep_variance
 from tunelab.warehouse.anchored_compare import anchored_cells
 from tunelab.warehouse.boot_rows import boot_rows

@@ -19,14 +19,14 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from tunelab import records
+from tunelab.core import records
 
 __all__ = ["SyntheticTrial", "synthetic_trial"]
 
 
 @dataclass
 class SyntheticTrial:
-    """``sweep`` and ``trial`` row dicts and ``tables`` (DataFrames), as ``tunelab.bundle.write_bundle`` takes them."""
+    """``sweep`` and ``trial`` row dicts and ``tables`` (DataFrames), as ``tunelab.core.bundle.write_bundle`` takes them."""
 
     sweep: dict
     trial: dict

@@ -31,8 +31,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tunelab import records as R
-from tunelab.bundle import BundleError
+from tunelab.core import records as R
+from tunelab.core.bundle import BundleError
 from tunelab.warehouse.loader import (
     DEFAULT_LOCK_TIMEOUT_S,
     BundleLoadError,
@@ -144,7 +144,7 @@ def vllm_bench_tables(
 
     Returns:
         (trial_id, {bundle table name: DataFrame}, sha256 of the file); each frame has its record's columns
-        (``tunelab.records``: ``Sweep``, ``Trial``, ``Measurement``, ``Request``) in the record's order.
+        (``tunelab.core.records``: ``Sweep``, ``Trial``, ``Measurement``, ``Request``) in the record's order.
 
     Raises:
         BundleError: not a ``vllm bench serve`` result file.
@@ -206,7 +206,7 @@ def vllm_bench_tables(
     # Through the records, as the trial flow's rows are: every column of the table in its order (None where
     # the file has no value), and a value of the wrong type is refused here, naming the column, before the
     # warehouse is opened.
-    tables = {"sweep": pd.DataFrame([R.to_row(R.Sweep, sweep)]), "trial": pd.DataFrame([R.to_row(R.Trial, trial)]),
+    tables = {"sweep": pd.DataFrame([R.to_row(R.Sweep, sweep)]), "trial": pd.DataFrame([R.to_row(R.TrialRow, trial)]),
               "measurements": R.frame(R.Measurement, pd.DataFrame(mrows))}
     if rrows:
         tables["requests"] = R.frame(R.Request, pd.DataFrame(rrows))

@@ -1,4 +1,4 @@
-"""The scheduler: sends one window's prompts on its :class:`~tunelab.load_profiles.Schedule` (concurrency
+"""The scheduler: sends one window's prompts on its :class:`~tunelab.core.load_profiles.Schedule` (concurrency
 slots or send offsets), in one event loop or split over several load processes, and reports the client's
 own health.
 
@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 
 import httpx
 
-from tunelab.load_profiles import Schedule, profile_for
+from tunelab.core.load_profiles import Schedule, profile_for
 from tunelab.tasks.loadgen.transport import (Clock, RawPool, make_client, prewarm_connections, send_streaming,
                                              send_streaming_raw)
 
@@ -402,14 +402,14 @@ async def run_level(
     Args:
         client: from :func:`~tunelab.tasks.loadgen.transport.make_client` (its base_url and auth header are
             reused by extra load processes).
-        schedule: a profile's :class:`~tunelab.load_profiles.Schedule` for these prompts (``profile.schedule``):
+        schedule: a profile's :class:`~tunelab.core.load_profiles.Schedule` for these prompts (``profile.schedule``):
             slots: exactly that many requests in flight while requests remain (as ``vllm bench serve
             --max-concurrency`` with ``--request-rate inf``); send offsets: request i is sent
             ``send_offsets_s[i]`` seconds after the start whatever the server does (open loop, as
             ``--request-rate``).
         load_kind, load_value, arrival_offsets_s: instead of ``schedule``, a warehouse load key
             (``'concurrency'``, c) or (``'rate'``, r/s with one offset per prompt, from
-            ``tunelab.load_profiles.arrival_offsets``), turned into that profile's schedule.
+            ``tunelab.core.load_profiles.arrival_offsets``), turned into that profile's schedule.
         max_tokens: ``max_tokens`` of every request, or one per prompt (a workload whose output lengths vary).
         on_done: called after each finished request (progress).
         processes: load processes; > 1 splits the slots (or the send offsets, round robin) over that many

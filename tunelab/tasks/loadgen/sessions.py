@@ -1,6 +1,6 @@
 """Multi-turn sessions: c conversations in flight at once, each turn sending the whole conversation so far.
 
-A session (``tunelab.workloads.MultiTurnWorkload``) is a list of user messages. Turn k sends every earlier
+A session (``tunelab.core.workloads.MultiTurnWorkload``) is a list of user messages. Turn k sends every earlier
 user message with the server's *actual* answer to it, then the new message, on ``/v1/chat/completions``; after
 an answer ends the session waits ``think_time_s`` and sends its next turn. ``concurrency`` sessions run at
 once (a session holds its slot through its think time, as a user at a keyboard does, so sessions interleave:

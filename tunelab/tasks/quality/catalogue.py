@@ -10,7 +10,7 @@ from typing import Literal
 import pandas as pd
 import pynvml
 
-from tunelab import records as R
+from tunelab.core import records as R
 from tunelab.tasks.measure import LOOP_LAG_NOTE_S, SAME_READ_NOTE_FRAC
 
 Verdict = Literal["pass", "warn", "fail", "unvalidated"]

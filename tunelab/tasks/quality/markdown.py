@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tunelab.markdown import markdown_cell, markdown_table
+from tunelab.core.markdown import markdown_cell, markdown_table
 from tunelab.tasks.quality.catalogue import QualityResult
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from tunelab.quality_thresholds import RULES_VERSION, QualityThresholds
+from tunelab.core.quality_thresholds import RULES_VERSION, QualityThresholds
 from tunelab.tasks.quality import conditions as _conditions
 from tunelab.tasks.quality import suites as _suites
 from tunelab.tasks.quality.catalogue import (

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from tunelab.bundle import read_bundle, update_bundle_table
-from tunelab.load_profiles import load_label
-from tunelab.quality_thresholds import RULES_VERSION
+from tunelab.core.bundle import read_bundle, update_bundle_table
+from tunelab.core.load_profiles import load_label
+from tunelab.core.quality_thresholds import RULES_VERSION
 from tunelab.tasks.quality.sweep_shape import anchor_drift, windows_multimodal
 
 __all__ = ["SHAPE_METRICS", "SHAPE_SUITE", "record_shape_checks", "shape_check_rows", "keep_shape_rows", "sweep_shape_step"]
@@ -101,7 +101,7 @@ def record_shape_checks(bundles: Sequence[Path | None], anchor: tuple[str, str] 
         The rows written (empty when no trial measured).
 
     Raises:
-        BundleError: a bundle that cannot be read or written (``tunelab.bundle``).
+        BundleError: a bundle that cannot be read or written (``tunelab.core.bundle``).
     """
     tables = {Path(b): read_bundle(Path(b)) for b in bundles if b is not None}
     tables = {b: t for b, t in tables.items() if "trial" in t}

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tunelab.load_profiles import concurrency_target_kinds
-from tunelab.quality_thresholds import QualityThresholds
+from tunelab.core.load_profiles import concurrency_target_kinds
+from tunelab.core.quality_thresholds import QualityThresholds
 from tunelab.tasks.measure import LOOP_LAG_NOTE_S, SAME_READ_NOTE_FRAC
 from tunelab.tasks.quality.catalogue import (
     _GPU_IDLE_BIT,
@@ -670,7 +670,7 @@ def _ok_requests(req: pd.DataFrame, cols: tuple[str, ...]) -> pd.DataFrame:
 def _suite_outliers(gxe: Any, req: pd.DataFrame, th: QualityThresholds, out: _Collector) -> None:
     """``no_outlier_cluster``: per window, count the ok requests whose E2EL or TPOT is above
     ``outlier_request_ratio`` x the window's median and allow max(1, floor(frac x n)). In a window whose
-    requests differ in length (prompt or output tokens: workloads of tunelab.workloads other than fixed), E2EL
+    requests differ in length (prompt or output tokens: workloads of tunelab.core.workloads other than fixed), E2EL
     differs by design, so only TPOT counts there."""
     m, frac = th.outlier_request_ratio, th.max_outlier_request_frac
     thr = f"<= max(1, floor({frac} x n)) requests > {m:g}x window median E2EL or TPOT"

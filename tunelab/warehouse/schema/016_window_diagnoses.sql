@@ -1,4 +1,4 @@
--- tunelab warehouse, schema version 16: bottleneck diagnosis per measured window (tunelab/diagnosis.py, issue
+-- tunelab warehouse, schema version 16: bottleneck diagnosis per measured window (tunelab/core/diagnosis.py, issue
 -- "Tuning: find the best config under an SLO, and say which bottleneck holds it back", item 3). One row per window
 -- and check (api_server, kv_cache, prefill_interference, client, gpu_floor), flagged or not, with the figures it
 -- rests on and the remedy to try. Thresholds and sources: docs/measurement.md, "Bottleneck diagnosis".

@@ -1,6 +1,6 @@
 -- tunelab warehouse, schema version 17: SLA search on one boot (issue "Tuning: find the best config under an SLO",
 -- item 1). Per trial and workload: the highest load (concurrency or request rate) at which the plan's slo: held,
--- found by growing the level geometrically and bisecting (tunelab/sla_search.py, docs/sla_search.md). The search's
+-- found by growing the level geometrically and bisecting (tunelab/core/search/sla.py, docs/sla_search.md). The search's
 -- windows are ordinary measurements rows at their load levels; this row is its verdict.
 CREATE TABLE IF NOT EXISTS sla_searches (
     trial_id                      VARCHAR NOT NULL,

@@ -1,4 +1,4 @@
--- tunelab warehouse, schema version 18: a plan's `search:` (tunelab.search, flows/search.py). Every boot of a search
+-- tunelab warehouse, schema version 18: a plan's `search:` (tunelab.core.search.tpe, flows/search.py). Every boot of a search
 -- is a normal trial; these columns say which search trial it was and what it gave. NULL for every other trial/sweep.
 ALTER TABLE trials ADD COLUMN IF NOT EXISTS search_role VARCHAR;         -- default | search | walk_down
 ALTER TABLE trials ADD COLUMN IF NOT EXISTS search_trial INTEGER;        -- optuna trial number (NULL for the default)

@@ -4,7 +4,7 @@ Why: a sweep killed with SIGKILL (``kill -9``, the OOM killer) never reports its
 the trial subflow it was in stay "Running" for ever. Prefect cannot tell: a run started by ``tunelab run`` has no
 worker or infrastructure that watches its process. So the sweep records itself while it runs, one small JSON file
 per flow run under ``<tunelab home>/state/runs/``: flow run id, PID, host name, the process's start time and
-the kernel's boot id (the same facts as a slot holder's, ``tunelab.slot_holders``, and judged the same way by
+the kernel's boot id (the same facts as a slot holder's, ``tunelab.host.slot_holders``, and judged the same way by
 ``slot_holders.holder_is_dead``: same host, and the PID gone, reused, a zombie, or the host rebooted since).
 The file is removed when the sweep ends in any way Python sees; one left behind whose process is dead names an
 orphaned run.
@@ -19,8 +19,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Iterator
 
-from tunelab import paths
-from tunelab.slot_holders import SlotHolder, holder_is_dead, this_process
+from tunelab.host import paths
+from tunelab.host.slot_holders import SlotHolder, holder_is_dead, this_process
 
 __all__ = ["orphaned_runs", "record_path", "record_run", "forget_run"]
 

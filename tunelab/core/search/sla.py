@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 __all__ = [
     "SlaSearchSpec",
     "MetricBound",
-    "LevelResult",
+    "SlaLevelResult",
     "SlaResult",
     "slo_limits",
     "judge_level",
@@ -185,7 +185,7 @@ class MetricBound:
 
 
 @dataclass
-class LevelResult:
+class SlaLevelResult:
     """One level tried: its windows' figures (in the order measured), its metrics' bounds and its verdict
     (``pass`` | ``fail`` | ``undecided``; undecided is decided by the point estimates in the search).
     ``load_note``: why the level failed although its SLO metrics did not fail it: its windows did not reach
@@ -285,7 +285,7 @@ class SlaResult:
     first_fail: float | None
     nearest_load: float | None
     knee_load: float | None
-    levels: list[LevelResult]
+    levels: list[SlaLevelResult]
     limits: dict[str, float]
     #: ``interrupted`` only: the level being measured when the search was cut short (listed last in ``levels``).
     unjudged_load: float | None = None
@@ -301,14 +301,14 @@ class SlaResult:
         top = self.at(self.max_load)
         return None if top is None else top.verdict == "pass"
 
-    def at(self, level: float | None) -> LevelResult | None:
+    def at(self, level: float | None) -> SlaLevelResult | None:
         return next((lv for lv in self.levels if lv.level == level), None)
 
     def summary(self, unit: Callable[[float], str] = lambda v: f"{v:g}") -> str:
         """One line: the max load (with goodput and throughput there), or why none, and the knee. A max load
         undecided at the window cap (accepted by its point estimate) says ``(by point estimate: ...)``, and a
         first fail that was undecided says so instead of ``fails``. The first fail names what bound the search
-        (:meth:`LevelResult.why`: the metric that failed it with its value and limit, or the load not
+        (:meth:`SlaLevelResult.why`: the metric that failed it with its value and limit, or the load not
         reached)."""
         knee_txt = f"; knee at {unit(self.knee_load)}" if self.knee_load is not None else ""
         if self.verdict == "interrupted":
@@ -471,7 +471,7 @@ def load_shortfall(windows: Sequence[Mapping[str, Any]], level: float, load: Lit
     return f"load not reached: {rate:.3g} of {level:g} req/s sent (under {ratio:g} x the level)"
 
 
-def knee(levels: Sequence[LevelResult]) -> float | None:
+def knee(levels: Sequence[SlaLevelResult]) -> float | None:
     """The knee of the latency-throughput curve of the levels measured (Kneedle, Satopaa et al. 2011): with
     x = the level's mean request throughput and y = its binding SLO ratio (largest latency centre / limit),
     both scaled to 0..1 over the levels, the knee is the level maximising ``x - y``: where throughput stopped
@@ -526,12 +526,12 @@ class SearchProgress:
     its levels 32-128 were judged, the record was lost). :meth:`result` gives that record."""
 
     limits: dict[str, float]
-    tried: list[LevelResult] = field(default_factory=list)
-    current: LevelResult | None = None
+    tried: list[SlaLevelResult] = field(default_factory=list)
+    current: SlaLevelResult | None = None
 
     def result(self) -> SlaResult:
         """The search so far as an ``interrupted`` :class:`SlaResult`: ``max_load`` the highest level counted as
-        passing (``LevelResult.passed``), ``first_fail`` the lowest level counted as failing above it, the knee of
+        passing (``SlaLevelResult.passed``), ``first_fail`` the lowest level counted as failing above it, the knee of
         the judged levels; the level in progress, if it had a window, is listed last with its verdict from its
         windows so far (judged by the same rule; it decides neither bound)."""
         passed = [lv.level for lv in self.tried if lv.passed]
@@ -546,7 +546,7 @@ class SearchProgress:
 
 
 def search(spec: SlaSearchSpec, limits: Mapping[str, float], measure: Callable[[float], Mapping[str, Any]],
-           on_level: Callable[[LevelResult], None] | None = None, *,
+           on_level: Callable[[SlaLevelResult], None] | None = None, *,
            min_load_ratio: float | None = None, progress: SearchProgress | None = None) -> SlaResult:
     """Grow, then bisect, the load level (module docstring).
 
@@ -566,10 +566,10 @@ def search(spec: SlaSearchSpec, limits: Mapping[str, float], measure: Callable[[
     Returns:
         :class:`SlaResult`.
     """
-    tried: list[LevelResult] = progress.tried if progress is not None else []
+    tried: list[SlaLevelResult] = progress.tried if progress is not None else []
 
-    def run(level: float) -> LevelResult:
-        lv = LevelResult(level=level)
+    def run(level: float) -> SlaLevelResult:
+        lv = SlaLevelResult(level=level)
         if progress is not None:
             progress.current = lv
         while True:

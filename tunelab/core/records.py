@@ -32,14 +32,14 @@ from typing import Annotated, Any, ClassVar, Mapping
 import pyarrow as pa
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model
 
-from tunelab.load_profiles import LOAD_KINDS
+from tunelab.core.load_profiles import LOAD_KINDS
 
 __all__ = [
     "LATENCIES",
     "LATENCY_COLUMNS",
     "PERCENTILES",
     "RECORDS",
-    "BootPhase",
+    "BootPhaseRow",
     "GpuSample",
     "Measurement",
     "MeasurementKey",
@@ -50,7 +50,7 @@ __all__ = [
     "ServerMetric",
     "SlaSearch",
     "Sweep",
-    "Trial",
+    "TrialRow",
     "WindowAggregate",
     "WindowDiagnosis",
     "arrow_schema",
@@ -117,7 +117,7 @@ class Record(BaseModel):
         """
         for key, value in {**(values or {}), **more}.items():
             if key not in type(self).model_fields:
-                raise RecordError(f"{key!r} is not a column of {self.TABLE} (tunelab/records.py {type(self).__name__})")
+                raise RecordError(f"{key!r} is not a column of {self.TABLE} (tunelab/core/records.py {type(self).__name__})")
             setattr(self, key, value)
 
 
@@ -152,7 +152,7 @@ class Sweep(Record):
     ab_verdicts: JsonText | None = _f("Per deciding cell: workload, load, metric, call, rel_change, ci_low, ci_high "
                                       "(always-valid interval), mde, n_pairs, alpha, method; JSON list (009).")
     search_objective: JsonText | None = _f("search: {metric, direction, workload, load, slo, slo_percentile} of the "
-                                           "plan's objective (tunelab.search; 018).")
+                                           "plan's objective (tunelab.core.search.tpe; 018).")
     search_space: JsonText | None = _f("search: the plan's search.space, JSON (018).")
     search_stop_reason: Text | None = _f("search: budget_boots | budget_gpu_minutes | space_exhausted (018).")
     search_boots: Int32 | None = _f("search: boots used, the default's and the memory walk-downs' included (018).")
@@ -162,7 +162,7 @@ class Sweep(Record):
 
 
 # -- trials --------------------------------------------------------------------------------------------------
-class Trial(Record):
+class TrialRow(Record):
     """One boot of one engine config on one runtime (``trials``): built by ``flows.trial`` (``trial_row_base``
     before boot, then boot/measure/teardown results); version columns are filled by the loader from
     ``vllm_version`` (``warehouse.versions.version_columns``) when None."""
@@ -233,10 +233,10 @@ class Trial(Record):
     failure_retryable: Bool | None = _f("The failure can pass on another boot (transient, timeout, unclean "
                                         "device): it says nothing about the config (012).")
     workloads: JsonText | None = _f("The plan's workloads as measured: JSON list of {name, type, parameters, "
-                                    "file_sha256} (tunelab.workloads; sha256 of a dataset or trace file read; 014).")
+                                    "file_sha256} (tunelab.core.workloads; sha256 of a dataset or trace file read; 014).")
     dataset_filters: JsonText | None = _f("Dataset workloads: JSON list of {name, path, file_sha256, rule, records, "
                                           "used, skipped: {reason: count}}: the records of the file the trial could "
-                                          "draw from and why the others were skipped (tunelab.workloads."
+                                          "draw from and why the others were skipped (tunelab.core.workloads."
                                           "DATASET_RULE; 022). None: no dataset workload.")
     search_role: Text | None = _f("search: default (the plan's base config) | search (a TPE suggestion) | "
                                   "walk_down (a smaller footprint after a memory failure) (flows.search; 018).")
@@ -256,7 +256,7 @@ class Trial(Record):
 
 
 # -- boot phases ---------------------------------------------------------------------------------------------
-class BootPhase(Record):
+class BootPhaseRow(Record):
     """One phase of a trial's boot (``boot_phases``), parsed from the server log by ``tasks.bootlog``."""
 
     TABLE: ClassVar[str] = "boot_phases"
@@ -484,7 +484,7 @@ class QualityCheck(Record):
 
 
 class WindowDiagnosis(Record):
-    """One bottleneck check of one measured window (``window_diagnoses``), from ``tunelab.diagnosis`` (checks,
+    """One bottleneck check of one measured window (``window_diagnoses``), from ``tunelab.core.diagnosis`` (checks,
     thresholds) via ``tasks.diagnose.window_diagnoses``: one row per window and bottleneck, flagged or not (016)."""
 
     TABLE: ClassVar[str] = "window_diagnoses"
@@ -511,7 +511,7 @@ class WindowDiagnosis(Record):
 
 class SlaSearch(Record):
     """The SLA search of one trial and workload (``sla_searches``): the highest load at which the plan's ``slo:``
-    held on this server, from ``tunelab.sla_search.search`` via ``tasks.sla_search`` (plan ``sla_search:``; 017).
+    held on this server, from ``tunelab.core.search.sla.search`` via ``tasks.sla_search`` (plan ``sla_search:``; 017).
     Its windows are ordinary ``measurements`` rows at their load levels."""
 
     TABLE: ClassVar[str] = "sla_searches"
@@ -548,7 +548,7 @@ class SlaSearch(Record):
 
 #: bundle table name -> record, in bundle order (``bundle.BUNDLE_TABLES``).
 RECORDS: dict[str, type[Record]] = {
-    r.BUNDLE: r for r in (Trial, Sweep, BootPhase, Measurement, Request, ServerMetric, GpuSample, QualityCheck,
+    r.BUNDLE: r for r in (TrialRow, Sweep, BootPhaseRow, Measurement, Request, ServerMetric, GpuSample, QualityCheck,
                           WindowDiagnosis, SlaSearch)
 }
 
@@ -580,7 +580,7 @@ def pick(record: type[Record], *names: str) -> tuple[str, ...]:
     """
     unknown = [n for n in names if n not in record.model_fields]
     if unknown:
-        raise RecordError(f"{unknown} are not columns of {record.TABLE} (tunelab/records.py {record.__name__})")
+        raise RecordError(f"{unknown} are not columns of {record.TABLE} (tunelab/core/records.py {record.__name__})")
     return tuple(names)
 
 
@@ -593,7 +593,7 @@ def _col(record: type[Record], name: str) -> _Col:
     for m in candidates:
         if isinstance(m, _Col):
             return m
-    raise RecordError(f"{record.__name__}.{name} has no column type (use one of the types of tunelab/records.py)")
+    raise RecordError(f"{record.__name__}.{name} has no column type (use one of the types of tunelab/core/records.py)")
 
 
 def sql_type(record: type[Record], name: str) -> str:
@@ -630,7 +630,7 @@ def to_row(record: type[Record], row: Mapping[str, Any] | Record, *, full: bool 
     except ValidationError as e:
         problems = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
         raise RecordError(
-            f"{record.TABLE} row does not fit tunelab/records.py {record.__name__}: {problems}. A new column needs "
+            f"{record.TABLE} row does not fit tunelab/core/records.py {record.__name__}: {problems}. A new column needs "
             "a field there and a new tunelab/warehouse/schema migration"
         ) from None
     return obj.model_dump(exclude_unset=not full)
@@ -657,7 +657,7 @@ def frame(record: type[Record], df: Any, *, without: tuple[str, ...] = ()) -> An
     wanted = [c for c in columns(record) if c not in without]
     unknown = [c for c in df.columns if c not in wanted]
     if unknown:
-        raise RecordError(f"{record.TABLE} rows have columns {unknown} that tunelab/records.py {record.__name__} "
+        raise RecordError(f"{record.TABLE} rows have columns {unknown} that tunelab/core/records.py {record.__name__} "
                           "does not have: add them there and in a new tunelab/warehouse/schema migration")
     df = df.reindex(columns=wanted)
     for col in wanted:

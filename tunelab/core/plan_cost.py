@@ -14,7 +14,7 @@ requests in flight, each lasting ``TTFT + output_tokens x TPOT`` with the device
 ``c / (ttft_s + output_tokens x tpot_s)`` requests/s.
 
 Limits (:data:`MAX_WINDOW_REQUESTS`, :data:`MAX_WINDOW_PROMPT_TOKENS`) are enforced by the plan's validation
-(``tunelab.plan``): a window's prompts are built before it starts (building them while it runs would put
+(``tunelab.core.plan``): a window's prompts are built before it starts (building them while it runs would put
 ``/tokenize`` calls on the server being measured) and held while it runs, so a window's size bounds memory.
 The warnings (:data:`WARN_SWEEP_S`, :data:`WARN_REQUESTS`, :func:`sla_reach_warnings`) are only printed: a long
 plan may be meant.
@@ -26,7 +26,7 @@ import os
 from dataclasses import dataclass, field
 
 # The limits live with the plan's validation, which enforces them; named here too, where they are explained.
-from tunelab.plan import MAX_WINDOW_PROMPT_TOKENS, MAX_WINDOW_REQUESTS, Plan, requests_for_level
+from tunelab.core.plan import MAX_WINDOW_PROMPT_TOKENS, MAX_WINDOW_REQUESTS, Plan, requests_for_level
 
 __all__ = ["MAX_WINDOW_PROMPT_TOKENS", "MAX_WINDOW_REQUESTS", "TYPICAL", "WARN_REQUESTS", "WARN_SWEEP_S",
            "DeviceFigures", "PlanCost", "cost_lines", "load_note", "plan_cost", "sla_reach_warnings"]
@@ -177,7 +177,7 @@ def sla_reach_warnings(plan: Plan) -> list[str]:
     (``sla_search.load_shortfall``). One line per workload, naming the window's size, the highest level its
     windows can reach and the fix; none for a rate search or a range every window of which is larger than its
     concurrency."""
-    from tunelab.load_profiles import ConcurrencyProfile
+    from tunelab.core.load_profiles import ConcurrencyProfile
 
     spec = getattr(plan, "sla_search", None)
     if spec is None or spec.load != "concurrency":

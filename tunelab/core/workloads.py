@@ -1,6 +1,6 @@
 """Workload profiles: what each request of a window asks for, as one type per kind of workload.
 
-A plan's workload (``tunelab.plan.Workload``) has common fields (``name``, ``num_requests``, ``endpoint``,
+A plan's workload (``tunelab.core.plan.Workload``) has common fields (``name``, ``num_requests``, ``endpoint``,
 ``ignore_eos``, ``shared_prefix_tokens``) and a *workload type*, told apart by ``type`` (a pydantic
 discriminated union, :data:`WorkloadType`):
 
@@ -13,7 +13,7 @@ discriminated union, :data:`WorkloadType`):
   ``{"conversations": [{"from": "human", "value": ...}, {"from": "gpt", "value": ...}]}``) or JSONL whose lines
   have ``conversations``, OpenAI ``messages``, or ``prompt_tokens`` / ``output_tokens`` lengths;
 * ``trace``: a CSV or JSONL trace of ``arrival_s, prompt_tokens, output_tokens``; its arrival offsets are
-  sent by the ``trace`` load profile (``tunelab.load_profiles.TraceProfile``, time-scaled by its speedup).
+  sent by the ``trace`` load profile (``tunelab.core.load_profiles.TraceProfile``, time-scaled by its speedup).
 
 Every type turns ``(n, seed)`` into ``n`` :class:`RequestSpec` (prompt length or text, output length, optional
 messages and arrival offset) deterministically: the same arguments always give the same specs. Every type also
@@ -1035,7 +1035,7 @@ def write_demo_files(directory: str | os.PathLike) -> list[Path]:
     return [sg, tr]
 
 
-if __name__ == "__main__":  # python -m tunelab.workloads DIR: regenerate the shipped demo files
+if __name__ == "__main__":  # python -m tunelab.core.workloads DIR: regenerate the shipped demo files
     import sys
 
     for written in write_demo_files(sys.argv[1] if len(sys.argv) > 1 else "experiments/data"):

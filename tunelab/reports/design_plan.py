@@ -32,8 +32,8 @@ from typing import Any
 
 import pandas as pd
 
-from tunelab.load_profiles import load_label
-from tunelab.plan import Plan
+from tunelab.core.load_profiles import load_label
+from tunelab.core.plan import Plan
 from tunelab.stats.design import Design, optimal_design, pilot_design
 from tunelab.stats.intervals import mde_text
 
@@ -285,7 +285,7 @@ def resolve_precision(plan: Plan, db_path: str | Path | None = None) -> tuple[Pl
     history (the design's line then says pilot)."""
     if plan.precision is None:
         return plan, None
-    from tunelab import paths
+    from tunelab.host import paths
 
     db = Path(db_path) if db_path is not None else paths.db_path()
     con = None

@@ -15,7 +15,7 @@ and renamed into place in one step, so a reader never sees a half-written bundle
 manifest with ``os.replace``; the manifest is the commit point and always names complete
 files whose hashes match.
 
-Columns and their types come from the table's record (``tunelab/records.py``): every Parquet file is
+Columns and their types come from the table's record (``tunelab/core/records.py``): every Parquet file is
 written with the record's Arrow types (``records.arrow_schema``), never with types inferred from the values.
 Seconds in ``*_s``, tokens as integers. In ``sweep``/``trial`` dicts, dict/list values (the JSON columns
 ``engine_args``, ``env``, ``env_not_applied``, ``effective_config``) are stored as JSON text.
@@ -36,7 +36,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tunelab import records
+from tunelab.core import records
 
 __all__ = [
     "BUNDLE_FORMAT",
@@ -56,7 +56,7 @@ __all__ = [
 
 BUNDLE_FORMAT = 1
 MANIFEST_NAME = "manifest.json"
-#: Bundle tables in order, one per record of ``tunelab/records.py`` (``trial``, ``sweep``, ``boot_phases``,
+#: Bundle tables in order, one per record of ``tunelab/core/records.py`` (``trial``, ``sweep``, ``boot_phases``,
 #: ``measurements``, ``requests``, ``server_metrics``, ``gpu_samples``, ``quality_checks``).
 BUNDLE_TABLES = tuple(records.RECORDS)
 # bundle table name -> warehouse table name
@@ -130,7 +130,7 @@ def _arrow_table(df: pd.DataFrame, name: str) -> pa.Table:
             except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
                 raise BundleError(
                     f"table {name!r}: column {col!r} cannot be stored as {field.type} "
-                    f"(tunelab/records.py {record.__name__}): {exc}"
+                    f"(tunelab/core/records.py {record.__name__}): {exc}"
                 ) from exc
         else:
             arr = pa.array(series, from_pandas=True)
@@ -198,14 +198,14 @@ def _check_unique(name: str, df: pd.DataFrame) -> None:
         raise BundleError(f"table {name!r}: duplicate rows for key {keys}, e.g. {dup}; each key must occur once")
 
 
-def write_bundle(results_dir: Path, sweep: dict | records.Sweep, trial: dict | records.Trial,
+def write_bundle(results_dir: Path, sweep: dict | records.Sweep, trial: dict | records.TrialRow,
                  tables: dict[str, pd.DataFrame]) -> Path:
     """Write one trial's results as a bundle, atomically.
 
     Args:
         results_dir: root of all bundles (created if missing).
         sweep: the ``sweeps`` row as a ``records.Sweep`` or a dict (needs ``sweep_id``).
-        trial: the ``trials`` row as a ``records.Trial`` or a dict (needs ``trial_id``, and ``sweep_id`` equal
+        trial: the ``trials`` row as a ``records.TrialRow`` or a dict (needs ``trial_id``, and ``sweep_id`` equal
             to the sweep's). A record is written with all its columns; a dict with the columns it has.
             JSON columns may be dicts/lists; they are stored as JSON text.
         tables: any of ``boot_phases``, ``measurements``, ``requests``, ``server_metrics``,
@@ -221,7 +221,7 @@ def write_bundle(results_dir: Path, sweep: dict | records.Sweep, trial: dict | r
     Raises:
         BundleError: on a missing id, mismatched ids, an unknown table name or a non-DataFrame.
     """
-    # Records (tunelab/records.py) are written with every column, None where not set.
+    # Records (tunelab/core/records.py) are written with every column, None where not set.
     sweep = sweep.model_dump() if isinstance(sweep, records.Record) else sweep
     trial = trial.model_dump() if isinstance(trial, records.Record) else trial
     sweep_id = sweep.get("sweep_id") if isinstance(sweep, dict) else None

@@ -403,7 +403,7 @@ class RateProfile(_Profile):
         if send_offsets_s is None:
             if seed is None:
                 raise ValueError("a request-rate window needs arrival_offsets_s: one send offset (seconds) per "
-                                 "prompt (tunelab.load_profiles.arrival_offsets), or a seed to draw them from")
+                                 "prompt (tunelab.core.load_profiles.arrival_offsets), or a seed to draw them from")
             send_offsets_s = arrival_offsets(n_requests, self.rate_per_s, self.burstiness, seed=seed)
         return Schedule(n_requests, send_offsets_s=tuple(float(x) for x in send_offsets_s))
 
@@ -424,7 +424,7 @@ class RateProfile(_Profile):
 class TraceProfile(_Profile):
     """Trace replay: request i is sent at the trace workload's arrival offset i divided by ``speedup``
     (``speedup`` 2 replays the trace twice as fast, 0.5 at half speed), whatever the server does (open loop;
-    as AIPerf's fixed-schedule replay). The offsets come from the workload (``tunelab.workloads.TraceWorkload``,
+    as AIPerf's fixed-schedule replay). The offsets come from the workload (``tunelab.core.workloads.TraceWorkload``,
     passed to :meth:`schedule` as ``workload_arrivals_s``); the plan checks that every workload measured at a
     trace level has them. Label ``trace x2``."""
 
@@ -470,7 +470,7 @@ class TraceProfile(_Profile):
         """
         if workload_arrivals_s is None:
             raise ValueError("a trace level needs the workload's arrival times: use a workload of type trace "
-                             "(tunelab.workloads.TraceWorkload), or measure this workload at concurrency/request_rates")
+                             "(tunelab.core.workloads.TraceWorkload), or measure this workload at concurrency/request_rates")
         return Schedule(n_requests, send_offsets_s=tuple(float(x) / self.speedup for x in workload_arrivals_s))
 
     def duration_schedule(self, duration_s: float, seed: int, requests_per_s: float | None = None) -> Schedule:

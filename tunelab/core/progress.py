@@ -46,7 +46,7 @@ class ProgressEvent:
             (workloads x load levels x repeats).
         done, total: requests done / to do in the window (``window``, ``warmup``), prompts (``prompts``).
         estimate_s: an estimate of the seconds the step (``sweep``: the whole sweep; ``boot``: the boot) takes,
-            None when unknown; ``tunelab.plan_cost`` says how it is made.
+            None when unknown; ``tunelab.core.plan_cost`` says how it is made.
         detail: a short free text (``boot``: the port, ``teardown``: clean or not).
         at: ``time.monotonic()`` when emitted, seconds.
     """

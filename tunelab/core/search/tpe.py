@@ -403,7 +403,7 @@ class ObjectiveValue:
 
 
 def _load_labels(m: pd.DataFrame) -> list[str]:
-    from tunelab.load_profiles import load_label
+    from tunelab.core.load_profiles import load_label
 
     return [load_label(k, v) for k, v in zip(m["load_kind"], m["load_value"])]
 

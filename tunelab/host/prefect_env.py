@@ -31,7 +31,7 @@ import subprocess
 import sys
 import types
 
-from tunelab import paths
+from tunelab.host import paths
 
 __all__ = ["PrefectUnavailable", "START_TIMEOUT_ENV", "configure", "start_bound_s", "start_ephemeral_server"]
 

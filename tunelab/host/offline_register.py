@@ -1,6 +1,6 @@
 """Register installed offline vLLM bundles (``tunelab.offline`` records) as tunelab runtimes.
 
-``python -m tunelab.offline_register DEST`` reads every ``DEST/vllm-*/runtime.json`` written by
+``python -m tunelab.host.offline_register DEST`` reads every ``DEST/vllm-*/runtime.json`` written by
 ``tunelab.offline.install_bundle`` and writes ``<tunelab home>/runtimes/gpu-<vLLM version>/runtime.json``
 (kind ``host-python``, device ``cuda``): the host's interpreter with the bundle on PYTHONPATH and the env the
 bundle needs (e.g. ``VLLM_USE_FLASHINFER_SAMPLER=0`` when FlashInfer was left out). Registering also reads the
@@ -15,8 +15,8 @@ import json
 import sys
 from pathlib import Path
 
-from tunelab import paths
-from tunelab.runtime import Runtime
+from tunelab.host import paths
+from tunelab.host.runtime import Runtime
 
 __all__ = ["register_offline"]
 

@@ -6,12 +6,12 @@ import json
 import subprocess
 from pathlib import Path
 
-from tunelab.runtime import Runtime, RuntimeError_
+from tunelab.host.runtime import Runtime, RuntimeError_
 
 __all__ = ["build_tiny_lora", "build_tiny_model", "has_chat_template", "is_model_dir"]
 
-_SCRIPT = Path(__file__).parent / "scripts" / "make_tiny_model.py"
-_LORA_SCRIPT = Path(__file__).parent / "scripts" / "make_tiny_lora.py"
+_SCRIPT = Path(__file__).parents[1] / "scripts" / "make_tiny_model.py"
+_LORA_SCRIPT = Path(__file__).parents[1] / "scripts" / "make_tiny_lora.py"
 
 
 def is_model_dir(path: Path) -> bool:

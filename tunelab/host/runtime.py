@@ -40,7 +40,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from tunelab import paths
+from tunelab.host import paths
 
 __all__ = [
     "RuntimeError_",
@@ -84,7 +84,7 @@ class RuntimeFacts:
         env_names: keys of ``vllm.envs.environment_variables`` (``VLLM_USE_FASTOKENS``), or None: not readable.
         serve_choices: option name without dashes -> its allowed values as strings (argparse ``choices``, e.g.
             ``dtype`` -> ``auto, bfloat16, ...``), for every option of ``vllm serve`` that has choices; None: not
-            read (a facts file written before tunelab read them; ``tunelab.engine_arg_values`` then uses its table).
+            read (a facts file written before tunelab read them; ``tunelab.core.engine_arg_values`` then uses its table).
     """
 
     serve_flags: frozenset[str] | None = None
@@ -158,7 +158,7 @@ class Runtime(BaseModel):
 
         The result is cached in the runtime's folder as ``runtime_facts.json``, keyed by the vLLM version, the
         interpreter and the PYTHONPATH, so later checks cost a file read; :func:`create_cpu_runtime` and
-        ``tunelab.offline_register.register_offline`` read it when they create or register the runtime. A
+        ``tunelab.host.offline_register.register_offline`` read it when they create or register the runtime. A
         probe that read no serve options (a crash, a timeout, a parser it does not recognise) is not written to
         the file and is tried again in the next process. Never raises for a probe failure: a fact that cannot
         be read is None, and the checks that use it skip that runtime.

@@ -1,7 +1,7 @@
 """Bottleneck diagnosis of a measured window, from measured evidence.
 
 For each measured window five bottlenecks are checked; each check gives one :class:`Finding` (a row of
-``window_diagnoses``, record :class:`tunelab.records.WindowDiagnosis`) with the figures it rests on, whether they
+``window_diagnoses``, record :class:`tunelab.core.records.WindowDiagnosis`) with the figures it rests on, whether they
 cross the named thresholds below (``flagged``), and the remedy to try. An unflagged row is evidence too: the
 figures were there and said no. ``flagged`` None: the evidence was missing (e.g. no GPU, /metrics not scraped).
 
@@ -349,7 +349,7 @@ def itl_prefill_overlap(requests: Iterable[Mapping[str, Any]]) -> dict[str, Any]
     """ITL gaps of a window against the prefills of the other requests.
 
     Args:
-        requests: rows of ``requests`` (``tunelab.records.Request``): ``ok``, ``send_ts``, ``first_token_ts``
+        requests: rows of ``requests`` (``tunelab.core.records.Request``): ``ok``, ``send_ts``, ``first_token_ts``
             (epoch s) and ``chunk_offsets_s`` (s after ``send_ts``, one per token chunk). Failed rows are skipped.
 
     Returns:

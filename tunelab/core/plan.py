@@ -26,13 +26,13 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator, model_validator
 
-from tunelab.load_profiles import (ConcurrencyProfile, LoadProfile, RateProfile, TraceProfile, WindowSpec,
+from tunelab.core.load_profiles import (ConcurrencyProfile, LoadProfile, RateProfile, TraceProfile, WindowSpec,
                                    profiles_from_levels)
-from tunelab.quality_thresholds import QualityThresholds
-from tunelab.search import SearchSpec
-from tunelab.sla_search import SlaSearchSpec
-from tunelab.trial_order import boot_order
-from tunelab.workloads import WORKLOAD_TYPES, WorkloadType
+from tunelab.core.quality_thresholds import QualityThresholds
+from tunelab.core.search.tpe import SearchSpec
+from tunelab.core.search.sla import SlaSearchSpec
+from tunelab.core.trial_order import boot_order
+from tunelab.core.workloads import WORKLOAD_TYPES, WorkloadType
 
 __all__ = [
     "MAX_WINDOW_PROMPT_TOKENS",
@@ -67,7 +67,7 @@ _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 Scalar = str | int | float | bool | None
 
 #: Most measured requests in one window (``num_requests``, raised by ``requests_per_concurrency`` x c). A window's
-#: prompts are built before it starts and held while it runs (``tunelab.plan_cost`` says why), so this bounds memory.
+#: prompts are built before it starts and held while it runs (``tunelab.core.plan_cost`` says why), so this bounds memory.
 MAX_WINDOW_REQUESTS = 100_000
 #: Most prompt tokens of one window (requests x ``prompt_tokens``): about 5 bytes of text per token, so about
 #: 0.25 GB of prompt text held while the window runs.
@@ -112,7 +112,7 @@ def _check_env(v: dict) -> dict:
 
 
 class Workload(BaseModel):
-    """One request pattern: the common fields below and a workload type (``tunelab.workloads``, told apart by
+    """One request pattern: the common fields below and a workload type (``tunelab.core.workloads``, told apart by
     ``type``; default ``fixed``: exact ``prompt_tokens``, fixed ``output_tokens``, as before the types). The
     YAML stays flat: every key that is not a common field (``type``, ``prompt_tokens``, ``output_tokens``,
     ``path``, ...) goes to the type (``profile``), e.g. ``{name: mix, type: distribution, prompt_tokens: {dist:
@@ -132,7 +132,7 @@ class Workload(BaseModel):
     shared_prefix_tokens: int = Field(
         0, ge=0, strict=True, description="Tokens of a prefix shared by every prompt (prefix-cache workloads); 0 = none."
     )
-    profile: WorkloadType = Field(description="The workload type and its parameters (tunelab.workloads); in YAML "
+    profile: WorkloadType = Field(description="The workload type and its parameters (tunelab.core.workloads); in YAML "
                                               "its keys sit next to the common fields.")
 
     @model_validator(mode="before")
@@ -181,7 +181,7 @@ class Workload(BaseModel):
 
     def dataset_filter_record(self) -> dict[str, Any] | None:
         """``{name, path, file_sha256, rule, records, used, skipped}`` of a dataset workload (``trials.dataset_filters``,
-        ``tunelab.workloads.DatasetWorkload.filter_record``); None for another type."""
+        ``tunelab.core.workloads.DatasetWorkload.filter_record``); None for another type."""
         fr = getattr(self.profile, "filter_record", None)
         return None if fr is None else {"name": self.name, **fr()}
 
@@ -472,7 +472,7 @@ class PrecisionSpec(BaseModel):
     """A precision instead of counts (``precision:`` in a plan; issue 14 item 3): tunelab reads each config's
     noise model from the warehouse (``warehouse.noise``) and chooses windows per boot (``repeats``) and boots per
     config (``replicates``) for the least GPU time (``stats.design.optimal_design``); a config with no history
-    starts with a pilot (``stats.design.pilot_design``). ``tunelab.design_plan`` does it; ``plan check`` and the
+    starts with a pilot (``stats.design.pilot_design``). ``tunelab.reports.design_plan`` does it; ``plan check`` and the
     sweep's opening lines print the design chosen."""
 
     model_config = ConfigDict(extra="forbid")
@@ -492,7 +492,7 @@ class PrecisionSpec(BaseModel):
 
 def _check_metric(m: str, field: str) -> str:
     """A throughput (``*_per_s``) or latency column of measurements, else ValueError naming ``field``."""
-    from tunelab import records as R
+    from tunelab.core import records as R
 
     allowed = [c for c in R.columns(R.WindowAggregate) if c.endswith("_per_s") or c in R.LATENCY_COLUMNS]
     if m not in allowed:
@@ -548,7 +548,7 @@ class ABPlan(BaseModel):
     @field_validator("metrics")
     @classmethod
     def _metrics_ok(cls, v: list[str]) -> list[str]:
-        from tunelab import records as R
+        from tunelab.core import records as R
 
         allowed = [c for c in R.columns(R.WindowAggregate) if c.endswith("_per_s") or c in R.LATENCY_COLUMNS]
         for i, m in enumerate(v):
@@ -598,7 +598,7 @@ class Plan(BaseModel):
     burstiness: float = Field(1.0, gt=0, allow_inf_nan=False, description="Gamma shape of inter-arrival gaps; 1.0 = Poisson (as vllm bench serve).")
     trace_speedups: list[float] = Field(default_factory=list, description="Trace replay levels: each replays the "
                                         "trace workloads' arrival times divided by it (1.0 = as recorded); empty = none.")
-    warmup_requests: int = Field(4, strict=True, ge=0, description="Warm-up requests per load level before its measured windows, excluded from numbers; a minimum: a concurrency level warms up with at least its concurrency, a rate level with at least one second of its arrivals (LoadProfile.warmup_requests in tunelab.load_profiles); 0 turns warm-up off.")
+    warmup_requests: int = Field(4, strict=True, ge=0, description="Warm-up requests per load level before its measured windows, excluded from numbers; a minimum: a concurrency level warms up with at least its concurrency, a rate level with at least one second of its arrivals (LoadProfile.warmup_requests in tunelab.core.load_profiles); 0 turns warm-up off.")
     repeats: int = Field(2, strict=True, ge=1, description="Measured repeats per load level on one server.")
     window: WindowSpec | None = Field(
         None, description="How long a measured window runs: absent = the workload's num_requests requests (the "
@@ -615,7 +615,7 @@ class Plan(BaseModel):
         None, description="The headline verdicts of the sweep's A/B (metrics, workloads, load levels; see "
                           "PrimarySpec); the rest of the A/B rows are labelled secondary.")
     interleave: Literal["balanced", "round_robin", "shuffle"] = Field(
-        "balanced", description="Order of boots (tunelab.trial_order): balanced = ABBA, rounds alternately in plan "
+        "balanced", description="Order of boots (tunelab.core.trial_order): balanced = ABBA, rounds alternately in plan "
                                 "order and reversed (A B | B A: a linear drift cancels); round_robin = A B A B; "
                                 "shuffle = a seeded permutation per round (randomised blocks)."
     )
@@ -640,7 +640,7 @@ class Plan(BaseModel):
     slo: SLO = Field(default_factory=SLO)
     quality: QualityThresholds = Field(default_factory=QualityThresholds)
     search: SearchSpec | None = Field(
-        None, description="Search over engine args and env with boots as the cost (tunelab.search, flows.search, "
+        None, description="Search over engine args and env with boots as the cost (tunelab.core.search.tpe, flows.search, "
                           "docs/tuning.md): space, objective under the plan's slo, budget.")
     price_per_gpu_hour: Annotated[float, Field(gt=0)] | None = Field(
         None, description="What one GPU-hour costs you (any currency, e.g. 3.5): the tuning report then gives the "
@@ -648,7 +648,7 @@ class Plan(BaseModel):
                           "`tunelab tuning-report --price-per-gpu-hour` overrides it.")
     sla_search: SlaSearchSpec | None = Field(
         None, description="On each booted server, after the plan's windows: search the highest load (concurrency "
-                          "or rate) at which the plan's slo holds (tunelab.sla_search, docs/sla_search.md), e.g. "
+                          "or rate) at which the plan's slo holds (tunelab.core.search.sla, docs/sla_search.md), e.g. "
                           "{load: concurrency, start: 1, max: 256, resolution: 0.1}.")
 
     @field_validator("runtime", mode="before")
@@ -681,7 +681,7 @@ class Plan(BaseModel):
             raise ValueError(f"space: {e}") from None
         return v.model_copy(update={"space": v.space.model_copy(update={"engine_args": args})})
 
-    # The level lists are checked by their profiles (tunelab.load_profiles): range, finiteness, distinct levels.
+    # The level lists are checked by their profiles (tunelab.core.load_profiles): range, finiteness, distinct levels.
     @field_validator("concurrency")
     @classmethod
     def _conc_ok(cls, v: list[int]) -> list[int]:
@@ -709,7 +709,7 @@ class Plan(BaseModel):
             mml = args.get("max-model-len")
             if isinstance(mml, int) and not isinstance(mml, bool):
                 for i, w in enumerate(self.workloads):
-                    # A dataset's requests are clipped to the context one by one when sent (tunelab.workloads
+                    # A dataset's requests are clipped to the context one by one when sent (tunelab.core.workloads
                     # DATASET_RULE): its longest record does not make every request fail.
                     if w.type != "dataset" and w.prompt_tokens + w.output_tokens > mml:
                         raise ValueError(
@@ -947,7 +947,7 @@ class Plan(BaseModel):
 
     # -- expansion ---------------------------------------------------------------------------
     def load_profiles(self) -> list[LoadProfile]:
-        """The plan's load levels as profiles (tunelab.load_profiles), in order: the ``concurrency`` levels,
+        """The plan's load levels as profiles (tunelab.core.load_profiles), in order: the ``concurrency`` levels,
         then the ``request_rates`` (each with the plan's ``burstiness``)."""
         return (profiles_from_levels(ConcurrencyProfile, self.concurrency)
                 + profiles_from_levels(RateProfile, self.request_rates, burstiness=self.burstiness)
@@ -1047,7 +1047,7 @@ class Plan(BaseModel):
                     rnd.append(at)
                 anchor_key = (at.runtime, at.config_key)
             rounds.append(rnd)
-        # Order positions by (runtime, config key): one anchor unit in every round (tunelab.trial_order).
+        # Order positions by (runtime, config key): one anchor unit in every round (tunelab.core.trial_order).
         keyed = [[(t.runtime, t.config_key, t.replicate) for t in rnd] for rnd in rounds]
         by_key = {(t.runtime, t.config_key, t.replicate): t for rnd in rounds for t in rnd}
         out_keys = boot_order([[k[:2] for k in rnd] for rnd in keyed], self.interleave, seed=self.seed,
@@ -1326,7 +1326,7 @@ def runtime_checks(plan: "Plan", runtimes: dict) -> tuple[list[str], list[str]]:
 
     Args:
         plan: the validated plan.
-        runtimes: runtime name -> ``tunelab.runtime.Runtime``.
+        runtimes: runtime name -> ``tunelab.host.runtime.Runtime``.
     """
     errors: list[str] = []
     warnings: list[str] = []
@@ -1402,7 +1402,7 @@ def unknown_env_warnings(plan: "Plan", runtimes: dict) -> list[str]:
 
     Args:
         plan: the validated plan.
-        runtimes: runtime name -> ``tunelab.runtime.Runtime``.
+        runtimes: runtime name -> ``tunelab.host.runtime.Runtime``.
     """
     known_by, out = _facts(runtimes, "vllm_env_names", "VLLM_* variable names")
     affected: dict[tuple[str, str], list[str]] = {}
@@ -1446,7 +1446,7 @@ def unknown_engine_args(plan: "Plan", runtimes: dict) -> tuple[list[str], list[s
 
     Args:
         plan: the validated plan.
-        runtimes: runtime name -> ``tunelab.runtime.Runtime``.
+        runtimes: runtime name -> ``tunelab.host.runtime.Runtime``.
     """
     known_by, read_warnings = _facts(runtimes, "serve_flags", "`vllm serve` option names")
     judged = {n: k for n, k in known_by.items() if k is not None}
@@ -1512,7 +1512,7 @@ def bad_engine_arg_values(plan: "Plan", runtimes: dict) -> tuple[list[str], list
 
     The allowed values of an option come from its runtime's facts (``Runtime.serve_choices``, read from vLLM's own
     parser) when they were read; else (a runtime not registered on this machine, or facts without choices) from
-    ``tunelab.engine_arg_values``' table of the common enumerated options and its numeric type/range rules.
+    ``tunelab.core.engine_arg_values``' table of the common enumerated options and its numeric type/range rules.
 
     Returns:
         (errors, warnings), one line each. An error is a value no runtime of the plan accepts; it names the field
@@ -1523,9 +1523,9 @@ def bad_engine_arg_values(plan: "Plan", runtimes: dict) -> tuple[list[str], list
 
     Args:
         plan: the validated plan.
-        runtimes: runtime name -> ``tunelab.runtime.Runtime`` (those found on this machine; may be empty).
+        runtimes: runtime name -> ``tunelab.host.runtime.Runtime`` (those found on this machine; may be empty).
     """
-    from tunelab.engine_arg_values import ENUM_SOURCE, value_problem
+    from tunelab.core.engine_arg_values import ENUM_SOURCE, value_problem
 
     # A runtime whose facts cannot be read is judged by the table; the name check already warns about it.
     facts, _ = _facts({n: r for n, r in runtimes.items() if hasattr(r, "serve_choices")}, "serve_choices",
@@ -1565,8 +1565,8 @@ def _bad_range_values(plan: "Plan", runtimes: dict, facts: dict) -> tuple[list[s
     gives 2.5), a step that skips the choices of an enumerated option, a continuous float range on an integer
     option. One line per range naming the field, the bad values and the fix; an error when no runtime accepts
     them, else a warning (as :func:`bad_engine_arg_values`)."""
-    from tunelab.engine_arg_values import ENUM_SOURCE, value_problem
-    from tunelab.search import SearchRange, range_values
+    from tunelab.core.engine_arg_values import ENUM_SOURCE, value_problem
+    from tunelab.core.search.tpe import SearchRange, range_values
 
     if plan.search is None:
         return [], []

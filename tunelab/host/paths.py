@@ -32,7 +32,7 @@ def _default_home() -> Path:
     for d in (cwd, *cwd.parents):
         if (d / ".tunelab").is_dir():
             return d / ".tunelab"
-    checkout = Path(__file__).resolve().parent.parent
+    checkout = Path(__file__).resolve().parents[2]  # tunelab/host/paths.py -> the checkout
     if (checkout / "pyproject.toml").exists():
         return checkout / ".tunelab"
     return cwd / ".tunelab"

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 from uuid import UUID
 
-from tunelab import paths
+from tunelab.host import paths
 
 __all__ = ["SlotHolder", "holder_is_dead", "hold_slots", "read_holder", "record_path", "this_process"]
 
