@@ -221,6 +221,8 @@ def test_the_sweep_end_says_what_it_could_detect_and_warns_when_the_precision_wa
     assert {(r["workload"], r["load_value"]) for r in rows} == {("chat", 4.0), ("chat", 32.0)}
     lines = ab_lines(rows)
     assert all(re.search(r"detectable at this design \(3 vs 3 boots\): -\d+\.\d%/\+\d+\.\d%", x) for x in lines)
+    # the plain Welch interval on boot means beside the product's (per cell, nothing borrowed)
+    assert all(re.search(r"; Welch on boot means \[[-+]\d+\.\d%, [-+]\d+\.\d%\]", x) for x in lines), lines
     assert any("worse" in x for x in lines)
     (w,) = precision_warnings(plan, rows)  # only c=32 is in the precision
     assert w.startswith("precision not reached: output_tokens_per_s at chat c=32")

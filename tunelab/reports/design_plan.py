@@ -397,9 +397,20 @@ def sweep_ab_rows(con: Any, plan: Plan, sweep_id: str, metrics: list[str] | None
     return report_family(pd.DataFrame(out), primary=primary).to_dict("records")
 
 
+def _welch_text(r: dict) -> str:
+    """``; Welch on boot means [-12.0%, +3.1%]``: the plain Welch t interval of the difference of boot means
+    (``stats.verdict.ABRecord.welch_ci_*``, per cell, nothing borrowed) relative to the baseline's mean, shown
+    beside the product's interval so a reader sees what the method adds; empty where there is none (< 2 boots)."""
+    lo, hi, base = r.get("welch_ci_low"), r.get("welch_ci_high"), r.get("baseline_mean")
+    if lo is None or hi is None or not base or not all(math.isfinite(x) for x in (lo, hi, base)):
+        return ""
+    return f"; Welch on boot means [{lo / base:+.1%}, {hi / base:+.1%}]"
+
+
 def ab_lines(rows: list[dict]) -> list[str]:
-    """The sweep's A/B as lines: per cell the verdict, the change with its 95 % interval and what this design could
-    detect (the MDE at 80 % power); a cell without an interval says why."""
+    """The sweep's A/B as lines: per cell the verdict, the change with its 95 % interval, what this design could
+    detect (the MDE at 80 % power) and the plain Welch interval on boot means beside it; a cell without an
+    interval says why."""
     out = []
     for r in rows:
         lab = load_label(r["load_kind"], r["load_value"])
@@ -415,6 +426,7 @@ def ab_lines(rows: list[dict]) -> list[str]:
             head += f" {r['rel_diff']:+.1%} [{lo:+.1%}, {hi:+.1%}]"
             head += (f"; detectable at this design ({r['baseline_boots']} vs {r['candidate_boots']} boots): "
                      f"{mde_text(mde)}" if mde is not None and math.isfinite(mde) else "")
+            head += _welch_text(r)
         else:
             head += f" ({r.get('reason', '')})"
         left = {side: int(r.get(f"{side}_trials_excluded") or 0) for side in ("baseline", "candidate")}
