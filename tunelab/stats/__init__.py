@@ -14,6 +14,8 @@ benchmarks share one implementation:
   adjacent boots and an always-valid confidence sequence.
 * :mod:`tunelab.stats.noise` - variance components per cell (between boots, between windows of a boot,
   within a window) by the method of moments (Kalibera and Jones 2013).
+* :mod:`tunelab.stats.regressions` - regressions along releases or sweeps: the noise band, the
+  consecutive-violation rule (PyTorch HUD) and the MDE of each point.
 * :mod:`tunelab.stats.design` - windows per boot and boots per config for a target half-width at least cost.
 
 The method, its assumptions and its measured error rates are in ``docs/statistics.md``.

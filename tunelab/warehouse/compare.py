@@ -31,7 +31,7 @@ A cell with a value <= 0 (a ratio is undefined, e.g. goodput 0) falls back to We
 difference in the metric's unit, and says so.
 
 ``regressions``: per series (config_key, gpu, workload, load level), points are vLLM
-versions in PEP 440 order (or sweeps in date order). A point *violates* when it is worse than
+versions in PEP 440 order (or sweeps in date order); the rule is ``tunelab.stats.regressions``. A point *violates* when it is worse than
 the baseline (boot-weighted mean of the last ``baseline_window`` non-violating points) by more than ``threshold_rel`` AND the difference is outside the noise band
 ``noise_k * sd_boot * sqrt(1/n_baseline + 1/n_point)`` (sd_boot pooled across the series'
 boots). A regression is confirmed when ``consecutive`` successive points violate against the
@@ -50,8 +50,9 @@ import numpy as np
 import pandas as pd
 
 from tunelab.core import records as R
-from tunelab.stats.bounds import POWER_Z80, welch_interval
+from tunelab.stats.bounds import welch_interval
 from tunelab.stats.family import family_adjust
+from tunelab.stats.regressions import regression_table
 from tunelab.stats.verdict import ABRecord, cell_verdicts, token_change
 
 __all__ = [
@@ -477,23 +478,6 @@ def _pair_up(con, gb: dict, gc: dict, cells: list, empty: pd.DataFrame) -> tuple
     return out_b, out_c, sorted(unpaired)
 
 
-def _series_noise_sd(points: pd.DataFrame, values_by_point: dict) -> float:
-    """Pooled boot-to-boot SD of a series; falls back to a robust successive-difference estimate."""
-    num, den = 0.0, 0
-    for vals in values_by_point.values():
-        if len(vals) >= 2:
-            num += float(np.var(vals, ddof=1)) * (len(vals) - 1)
-            den += len(vals) - 1
-    if den:
-        return math.sqrt(num / den)
-    means = points["value"].to_numpy(dtype=float)
-    if len(means) >= 3:
-        # median absolute successive difference / (0.6745 * sqrt(2)): SD of white noise,
-        # robust to a few level shifts.
-        return float(np.median(np.abs(np.diff(means))) / (0.6745 * math.sqrt(2)))
-    return math.nan
-
-
 def regressions(
     con: duckdb.DuckDBPyConnection,
     metric: str = "output_tokens_per_s",
@@ -564,89 +548,7 @@ def regressions(
         params,
     ).fetchdf()
     series_keys = ["config_key", "gpu_name", "workload", "load_kind", "load_value"]
-    out_rows = []
     if order_by == "version":
         df = df[df["vllm_version_key"].notna()]
-    for skey, g in df.groupby(series_keys, dropna=False, sort=True):
-        if order_by == "version":
-            # One point per release: builds that differ only in their local part (0.26.0, 0.26.0+empty) share
-            # the key; the point is named by the release and lists its builds.
-            pts = g.groupby("vllm_version_key", sort=True).agg(
-                point=("vllm_public_version", "first"),
-                vllm_version=("vllm_version", lambda s: ", ".join(sorted(set(s)))),
-                first_run_at=("run_at", "min"), boots=("boot_value", "size"),
-                value=("boot_value", "mean"), boot_sd=("boot_value", lambda s: s.std(ddof=1)),
-            ).reset_index()
-            vals = {k: v["boot_value"].to_numpy(float) for k, v in g.groupby("vllm_version_key")}
-        else:
-            pts = g.groupby("sweep_id", sort=False).agg(
-                vllm_version=("vllm_version", "first"), vllm_version_key=("vllm_version_key", "first"),
-                first_run_at=("run_at", "min"), boots=("boot_value", "size"),
-                value=("boot_value", "mean"), boot_sd=("boot_value", lambda s: s.std(ddof=1)),
-            ).reset_index()
-            pts = pts.sort_values(["first_run_at", "sweep_id"]).reset_index(drop=True)
-            pts["point"] = pts["sweep_id"]
-            vals = {k: v["boot_value"].to_numpy(float) for k, v in g.groupby("sweep_id")}
-        sd = _series_noise_sd(pts, vals)
-        accepted: list[int] = []
-        run: list[int] = []
-        statuses_out: list[str] = []
-        info: list[dict] = []
-        for i, p in pts.iterrows():
-            rec = {"baseline_point": None, "baseline_value": math.nan, "rel_change": math.nan, "mde_rel": math.nan,
-                   "worse_rel": math.nan, "noise_band": math.nan, "violation": False, "regression_start": False}
-            if not accepted:
-                accepted.append(i)
-                statuses_out.append("baseline")
-                info.append(rec)
-                continue
-            window = pts.loc[accepted[-baseline_window:]]
-            base_n = int(window["boots"].sum())
-            base_value = float((window["value"] * window["boots"]).sum() / base_n)
-            rel = (p["value"] - base_value) / base_value if base_value else math.nan
-            worse = -direction * rel
-            band = noise_k * sd * math.sqrt(1.0 / base_n + 1.0 / p["boots"]) if not math.isnan(sd) else math.nan
-            rec.update(baseline_point=", ".join(map(str, window["point"])), baseline_value=base_value,
-                       rel_change=rel, worse_rel=worse, noise_band=band)
-            if not math.isnan(band) and base_value:
-                # Resolution of this call: the true worsening flagged with 80 % power, i.e. the flag threshold
-                # (max of threshold_rel and the noise band) plus 0.84 SE of the difference.
-                se_rel = band / noise_k / abs(base_value)
-                rec["mde_rel"] = max(threshold_rel, noise_k * se_rel) + POWER_Z80 * se_rel
-            if math.isnan(band):
-                statuses_out.append("insufficient_data")
-                info.append(rec)
-                continue
-            violation = bool(worse > threshold_rel and abs(p["value"] - base_value) > band)
-            rec["violation"] = violation
-            info.append(rec)
-            if violation:
-                run.append(i)
-                if len(run) == consecutive:
-                    info[run[0]]["regression_start"] = True
-                statuses_out.append("regression" if len(run) >= consecutive else "violation_unconfirmed")
-                if len(run) == consecutive:
-                    for j in run[:-1]:
-                        statuses_out[j] = "regression"
-            else:
-                run = []
-                accepted.append(i)
-                statuses_out.append("ok")
-        for i, p in pts.iterrows():
-            out_rows.append({
-                **dict(zip(series_keys, skey)), "metric": metric, "point": p["point"],
-                "vllm_version": p["vllm_version"], "vllm_version_key": p["vllm_version_key"],
-                "first_run_at": p["first_run_at"], "boots": int(p["boots"]), "value": float(p["value"]),
-                "boot_sd": float(p["boot_sd"]) if pd.notna(p["boot_sd"]) else math.nan,
-                "noise_sd": sd, **info[i], "status": statuses_out[i],
-            })
-    cols = series_keys + ["metric", "point", "vllm_version", "vllm_version_key", "first_run_at", "boots", "value",
-                          "boot_sd", "noise_sd", "baseline_point", "baseline_value", "rel_change", "worse_rel",
-                          "noise_band", "mde_rel", "violation", "status", "regression_start"]
-    out = pd.DataFrame(out_rows, columns=cols)
-    out.attrs["method"] = (
-        f"boot means per point; baseline = last {baseline_window} non-violating points; violation = worse by > "
-        f"{threshold_rel:.1%} and outside {noise_k:g} x pooled boot SD band; {consecutive} consecutive violations "
-        "confirm a regression (PyTorch HUD rule)"
-    )
-    return out
+    return regression_table(df, series_keys, metric, direction, order_by=order_by, threshold_rel=threshold_rel,
+                            consecutive=consecutive, noise_k=noise_k, baseline_window=baseline_window)
