@@ -649,58 +649,21 @@ def aggregate(
     Raises:
         ValueError: empty frame, missing columns, mixed groups, or a bad SLO / argument.
     """
-    if not isinstance(derived, pd.DataFrame):
-        raise ValueError(f"aggregate: derived must be a pandas DataFrame of derive_request rows, got {type(derived).__name__}")
-    if len(derived) == 0:
-        raise ValueError("aggregate: derived has no requests; a measurement needs at least one request")
-    needed = [c for c in REQUEST_COLUMNS if c not in derived.columns]
-    if needed:
-        raise ValueError(f"aggregate: derived lacks column(s) {needed}; build it from derive_request rows")
-    slo_s = _check_slo(slo)
-    if client_cpu_frac is not None and (not _is_number(client_cpu_frac) or not client_cpu_frac >= 0):
-        raise ValueError(f"aggregate: client_cpu_frac must be a number >= 0 (CPU time / wall time), got {client_cpu_frac!r}")
-    if target is not None and (not _is_number(target) or not target > 0):
-        raise ValueError(f"aggregate: target must be a positive concurrency, got {target!r}")
-
-    out: dict[str, Any] = {}
-    if "trial_id" in derived.columns:
-        out["trial_id"] = _single(derived, "trial_id")
-    for col in _IDENT:
-        out[col] = _single(derived, col)
-    out["load_value"] = float(out["load_value"])
-    out["repeat"] = int(out["repeat"])
-
+    slo_s = _check_aggregate_inputs(derived, slo, client_cpu_frac, target)
+    out = _group_identity(derived)
     ok_mask = derived["ok"].astype(bool).to_numpy()
     ok = derived[ok_mask]
     n = int(len(derived))
     completed = int(ok_mask.sum())
-    out["num_requests"] = n
-    out["completed"] = completed
-    out["failed"] = n - completed
+    out.update(num_requests=n, completed=completed, failed=n - completed)
 
     send = pd.to_numeric(derived["send_ts"], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     end = pd.to_numeric(derived["end_ts"], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-    duration: float | None = None
-    if np.any(~np.isnan(send)) and np.any(~np.isnan(end)):
-        d = float(np.nanmax(end) - np.nanmin(send))
-        duration = d if d > 0 else None
+    duration = _window_seconds(send, end)
     out["duration_s"] = duration
-
     in_tokens = int(_num(ok["prompt_tokens"]).sum())
     out_tokens = int(_num(ok["output_tokens"]).sum())
-
-    good_mask = None
-    if slo_s:
-        good_mask = np.ones(len(ok), dtype=bool)
-        for key, limit in slo_s.items():
-            vals = pd.to_numeric(ok[key], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-            if key == "tpot_s":
-                vals = np.where(np.isnan(vals), 0.0, vals)  # vLLM: no TPOT (<=1 token) counts as 0
-            good_mask &= vals <= limit  # NaN compares False -> not good
-
-    both = ~np.isnan(send) & ~np.isnan(end)
-    in_flight_s = float(np.sum(end[both] - send[both]))
-    peak, while_sending = in_flight(send, end)
+    good_mask = _good_mask(ok, slo_s)
 
     closed = out["load_kind"] in concurrency_target_kinds()
     steady = _steady_part(derived, ok_mask, good_mask, send, end, target if closed else None) \
@@ -714,35 +677,106 @@ def aggregate(
         span, n_done, n_out, n_in = duration, completed, out_tokens, in_tokens
         n_good = None if good_mask is None else int(good_mask.sum())
         scope = derived
-    scope_ok = scope[scope["ok"].astype(bool).to_numpy()]
 
-    def rate(x: float | None, over: float | None = span) -> float | None:
-        return None if x is None or over is None else x / over
-
-    out["request_throughput_per_s"] = rate(n_done)
-    out["output_tokens_per_s"] = rate(n_out)
-    out["total_tokens_per_s"] = rate(n_in + n_out)
-    out["goodput_per_s"] = rate(n_good)
-    out["achieved_concurrency"] = rate(in_flight_s, duration)
-    out["peak_in_flight"] = peak
-    out["in_flight_while_sending"] = while_sending
-    out["total_input_tokens"] = in_tokens
-    out["total_output_tokens"] = out_tokens
-    out.update(_stats(_num(scope_ok["ttft_s"]), "ttft"))
-    out.update(_stats(_num(scope_ok["tpot_s"]), "tpot"))
-    out.update(_stats(itl_values(scope), "itl"))
-    out.update(_stats(_num(scope_ok["e2el_s"]), "e2el"))
+    peak, while_sending = in_flight(send, end)
+    out.update(_throughputs(span, n_done=n_done, n_out=n_out, n_in=n_in, n_good=n_good))
+    out.update(achieved_concurrency=_achieved_concurrency(send, end, duration), peak_in_flight=peak,
+               in_flight_while_sending=while_sending, total_input_tokens=in_tokens, total_output_tokens=out_tokens)
+    out.update(_latency_stats(scope))
     out["client_cpu_frac"] = None if client_cpu_frac is None else float(client_cpu_frac)
+    out["client_bound"] = _client_bound(client_cpu_frac, target, out["load_kind"], while_sending, n)
+    return out
 
+
+def _check_aggregate_inputs(derived: pd.DataFrame, slo: Mapping[str, float] | None, client_cpu_frac: float | None,
+                            target: float | None) -> dict[str, float]:
+    """Check :func:`aggregate`'s arguments and return its SLOs in seconds; ValueError naming the bad one."""
+    if not isinstance(derived, pd.DataFrame):
+        raise ValueError(f"aggregate: derived must be a pandas DataFrame of derive_request rows, got {type(derived).__name__}")
+    if len(derived) == 0:
+        raise ValueError("aggregate: derived has no requests; a measurement needs at least one request")
+    needed = [c for c in REQUEST_COLUMNS if c not in derived.columns]
+    if needed:
+        raise ValueError(f"aggregate: derived lacks column(s) {needed}; build it from derive_request rows")
+    slo_s = _check_slo(slo)
+    if client_cpu_frac is not None and (not _is_number(client_cpu_frac) or not client_cpu_frac >= 0):
+        raise ValueError(f"aggregate: client_cpu_frac must be a number >= 0 (CPU time / wall time), got {client_cpu_frac!r}")
+    if target is not None and (not _is_number(target) or not target > 0):
+        raise ValueError(f"aggregate: target must be a positive concurrency, got {target!r}")
+    return slo_s
+
+
+def _group_identity(derived: pd.DataFrame) -> dict[str, Any]:
+    """The group's key columns (trial_id if present, workload, load_kind, load_value, repeat); ValueError when
+    the frame mixes groups."""
+    out: dict[str, Any] = {}
+    if "trial_id" in derived.columns:
+        out["trial_id"] = _single(derived, "trial_id")
+    for col in _IDENT:
+        out[col] = _single(derived, col)
+    out["load_value"] = float(out["load_value"])
+    out["repeat"] = int(out["repeat"])
+    return out
+
+
+def _window_seconds(send: np.ndarray, end: np.ndarray) -> float | None:
+    """Seconds from the first send to the last end over all requests; None when unknown or not positive."""
+    if np.any(~np.isnan(send)) and np.any(~np.isnan(end)):
+        d = float(np.nanmax(end) - np.nanmin(send))
+        return d if d > 0 else None
+    return None
+
+
+def _good_mask(ok: pd.DataFrame, slo_s: Mapping[str, float]) -> np.ndarray | None:
+    """Per ok request, whether it meets every SLO (seconds) by vLLM's ``--goodput`` rule; None without SLOs."""
+    if not slo_s:
+        return None
+    good_mask = np.ones(len(ok), dtype=bool)
+    for key, limit in slo_s.items():
+        vals = pd.to_numeric(ok[key], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+        if key == "tpot_s":
+            vals = np.where(np.isnan(vals), 0.0, vals)  # vLLM: no TPOT (<=1 token) counts as 0
+        good_mask &= vals <= limit  # NaN compares False -> not good
+    return good_mask
+
+
+def _rate(x: float | None, over: float | None) -> float | None:
+    """``x`` per second over ``over`` seconds; None when either is unknown."""
+    return None if x is None or over is None else x / over
+
+
+def _throughputs(span: float | None, *, n_done: int, n_out: float, n_in: int, n_good: int | None) -> dict[str, Any]:
+    """Requests/s, output tokens/s, total tokens/s and goodput (good requests/s) over ``span`` seconds."""
+    return {"request_throughput_per_s": _rate(n_done, span), "output_tokens_per_s": _rate(n_out, span),
+            "total_tokens_per_s": _rate(n_in + n_out, span), "goodput_per_s": _rate(n_good, span)}
+
+
+def _achieved_concurrency(send: np.ndarray, end: np.ndarray, duration: float | None) -> float | None:
+    """Little's law over the whole window: requests' seconds in flight (end - send) / ``duration`` seconds."""
+    both = ~np.isnan(send) & ~np.isnan(end)
+    return _rate(float(np.sum(end[both] - send[both])), duration)
+
+
+def _latency_stats(scope: pd.DataFrame) -> dict[str, float | None]:
+    """Mean and percentiles (seconds) of TTFT, TPOT and E2EL over the ok requests of ``scope``, and of ITL over
+    their gaps pooled."""
+    scope_ok = scope[scope["ok"].astype(bool).to_numpy()]
+    return {**_stats(_num(scope_ok["ttft_s"]), "ttft"), **_stats(_num(scope_ok["tpot_s"]), "tpot"),
+            **_stats(itl_values(scope), "itl"), **_stats(_num(scope_ok["e2el_s"]), "e2el")}
+
+
+def _client_bound(client_cpu_frac: float | None, target: float | None, load_kind: str,
+                  while_sending: float | None, n: int) -> bool | None:
+    """Whether the load generator limited the window (its CPU fraction saturated, or it kept fewer than 0.9 x the
+    target's slots busy while sending); None when neither input was given."""
     bound: bool | None = None
     if client_cpu_frac is not None:
         bound = float(client_cpu_frac) >= CLIENT_BOUND_CPU_FRAC
-    if target is not None and out["load_kind"] in concurrency_target_kinds() and while_sending is not None:
+    if target is not None and load_kind in concurrency_target_kinds() and while_sending is not None:
         expected = min(float(target), float(n))
         low = while_sending < CLIENT_BOUND_CONCURRENCY_FRAC * expected
         bound = bool(bound) or low
-    out["client_bound"] = bound
-    return out
+    return bound
 
 
 _SPREAD_METRICS = ("ttft_p50_s", "tpot_p50_s", "output_tokens_per_s")
