@@ -839,27 +839,80 @@ def run_search(spec: SearchSpec, *, base_args: dict[str, Scalar], base_env: dict
         SystemExit, Prefect's TerminationSignal) first records the boot it ended as ``cancelled`` (counted in
         ``boots``) and sets ``stop_reason`` to ``interrupted`` in ``outcome``.
     """
-    import optuna
-    from optuna.trial import TrialState
+    loop = _SearchLoop(spec, base_args=base_args, base_env=base_env, seed=seed, workload=workload, load=load,
+                       slo=slo, boot=boot, min_model_len=min_model_len, key=key or _key, log=log,
+                       outcome=outcome if outcome is not None else SearchOutcome(),
+                       config_failure_as=config_failure_as)
+    out = loop.out
+    # The plan's default config first: the reference of the verdict and the first bar for pruning.
+    loop.boot_one(dict(base_args), dict(base_env), "default", None, None, None, None)
+    # Every config of the grid, to stop once each was booted (the default may be one of them).
+    loop.grid = grid_keys(spec.space, base_args, base_env, loop.key) if out.grid_size is not None else None
+    while True:
+        stop = loop.stop_reason()
+        if stop:
+            out.stop_reason = stop
+            break
+        ot = loop.study.ask(loop.dists)
+        args, env = config_of(ot.params, base_args, base_env)
+        k = loop.key(args, env)
+        if k in loop.seen:
+            if not loop.tell_repeat(ot, k):
+                out.stop_reason = "space_exhausted"
+                break
+            continue
+        loop.repeats = 0
+        rec = loop.boot_one(args, env, "search", ot.number, None, None, ot, ot.user_attrs.get("guide_reason"))
+        rec.told = _tell(loop.study, ot, rec, loop.TrialState, loop.direction, config_failure_as)
+        loop.walk_down_from(rec, env, ot.number)
+    return out
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    key = key or _key
-    obj, budget, direction = spec.objective, spec.budget, spec.objective.direction
-    dists = distributions(spec.space)
-    with warnings.catch_warnings():  # constraints_func is marked experimental in optuna 4
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(5, max(2, (budget.boots or 10) // 4)),
-                                             constraints_func=lambda ft: [ft.user_attrs.get("violation", 0.0)])
-    study = optuna.create_study(direction=direction, sampler=sampler)
-    out = outcome if outcome is not None else SearchOutcome()
-    out.grid_size, out.study = grid_size(spec.space), study
-    seen: dict[str, SearchRecord] = {}
-    best: list[float | None] = [None]
 
-    def better(a: float, b: float | None) -> bool:
-        return b is None or (a > b if direction == "maximize" else a < b)
+def _label(role: str, number: int | None) -> str:
+    """A boot's role and optuna trial number as the log writes them (``search #3``, ``default``)."""
+    return f"{role}{'' if number is None else f' #{number}'}"
 
-    def budget_left() -> str | None:
+
+class _SearchLoop:
+    """The state of one :func:`run_search` (its optuna study, the outcome so far, the configs booted by key, the
+    best objective value) and its steps: boot one config, the stop rule, a repeated suggestion, the walk-down."""
+
+    def __init__(self, spec: SearchSpec, *, base_args: dict[str, Scalar], base_env: dict[str, str], seed: int,
+                 workload: str, load: str, slo: dict[str, float | None], boot: Callable[[SearchBoot], BootOutcome],
+                 min_model_len: int, key: Callable[[dict, dict], str], log: Callable[[str], Any],
+                 outcome: SearchOutcome, config_failure_as: str) -> None:
+        import optuna
+        from optuna.trial import TrialState
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.spec, self.base_args, self.base_env, self.workload, self.load, self.slo = (
+            spec, base_args, base_env, workload, load, slo)
+        self.boot, self.min_model_len, self.key, self.log = boot, min_model_len, key, log
+        self.config_failure_as, self.TrialState = config_failure_as, TrialState
+        self.obj, self.budget, self.direction = spec.objective, spec.budget, spec.objective.direction
+        self.dists = distributions(spec.space)
+        with warnings.catch_warnings():  # constraints_func is marked experimental in optuna 4
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            sampler = optuna.samplers.TPESampler(
+                seed=seed, n_startup_trials=min(5, max(2, (self.budget.boots or 10) // 4)),
+                constraints_func=lambda ft: [ft.user_attrs.get("violation", 0.0)])
+        self.study = optuna.create_study(direction=self.direction, sampler=sampler)
+        self.out = outcome
+        self.out.grid_size, self.out.study = grid_size(spec.space), self.study
+        self.seen: dict[str, SearchRecord] = {}
+        self.best: float | None = None
+        self.grid: set[str] | None = None
+        self.repeats = 0
+        self.rng = random.Random(seed)  # the draw after repeated suggestions (seeded: the search stays reproducible)
+
+    def better(self, a: float, b: float | None) -> bool:
+        """Whether objective value ``a`` beats ``b`` (None: no value yet) in the objective's direction."""
+        return b is None or (a > b if self.direction == "maximize" else a < b)
+
+    def budget_stop(self) -> str | None:
+        """``budget_boots`` / ``budget_gpu_minutes`` when one more boot (of the mean GPU-minutes so far) would
+        exceed the budget, else None."""
+        budget, out = self.budget, self.out
         if budget.boots is not None and out.boots + 1 > budget.boots:
             return "budget_boots"
         if budget.gpu_minutes is not None and out.boots:
@@ -868,142 +921,163 @@ def run_search(spec: SearchSpec, *, base_args: dict[str, Scalar], base_env: dict
                 return "budget_gpu_minutes"
         return None
 
-    def guide(rec: SearchRecord, res: BootOutcome) -> None:
-        """Enqueue the neighbour the boot's diagnosis points to (at most one)."""
-        if not spec.guide or rec.state not in ("complete", "infeasible") or not res.bottlenecks:
-            return
-        label = f"boot {rec.boot} ({rec.role}{'' if rec.number is None else f' #{rec.number}'})"
-        move = guided_move(spec.space, rec.engine_args, rec.env, res.bottlenecks,
-                           len(cell_rows(res.measurements, workload, load)), label,
-                           lambda a: key(a, rec.env) in seen)
-        if move is None:
-            return
-        params, reason = move
-        waiting = len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
-        study.enqueue_trial(params, user_attrs={"guide_reason": reason}, skip_if_exists=True)
-        if len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,))) > waiting:
-            log(f"search: the next boot follows the {reason}")
+    def stop_reason(self) -> str | None:
+        """Why the search stops before its next suggestion (the budget, or ``space_exhausted`` once every config
+        of the grid was booted), or None to go on."""
+        stop = self.budget_stop()
+        if stop:
+            return stop
+        if self.grid is not None and self.grid <= self.seen.keys():
+            return "space_exhausted"
+        if self.grid is None and self.out.grid_size is not None and len(
+                {r.config_key for r in self.out.records if r.role != "walk_down"}) >= self.out.grid_size + 1:
+            return "space_exhausted"
+        return None
 
-    def one(args: dict, env: dict, role: str, number: int | None, walked: str | None, walked_from: str | None,
-            optuna_trial: Any, reason: str | None = None) -> SearchRecord:
+    def window_check(self, optuna_trial: Any) -> Callable[[pd.DataFrame], bool]:
+        """The pruning check of one boot: called with its measurements after each window, it reports the mean
+        objective value so far to optuna and returns True to stop measuring (:func:`prune_decision`)."""
         window_vals: list[float] = []
 
         def check(meas: pd.DataFrame) -> bool:
-            rows = cell_rows(meas, workload, load)
-            vals = pd.to_numeric(rows[obj.metric], errors="coerce").dropna().tolist() if not rows.empty else []
+            rows = cell_rows(meas, self.workload, self.load)
+            vals = pd.to_numeric(rows[self.obj.metric], errors="coerce").dropna().tolist() if not rows.empty else []
             if len(vals) > len(window_vals):
                 window_vals[:] = vals
                 if optuna_trial is not None:
                     optuna_trial.report(sum(vals) / len(vals), len(vals))
-                return prune_decision(vals, best[0], spec.prune, direction)
+                return prune_decision(vals, self.best, self.spec.prune, self.direction)
             return False
 
+        return check
+
+    def run_boot(self, args: dict, env: dict, role: str, number: int | None, walked: str | None,
+                 walked_from: str | None, optuna_trial: Any) -> BootOutcome:
+        """Boot one config; an interruption records it ``cancelled`` (counted in boots), sets ``interrupted`` and
+        is raised again."""
         try:
-            res = boot(SearchBoot(args, env, role, number, walked, check))
+            return self.boot(SearchBoot(args, env, role, number, walked, self.window_check(optuna_trial)))
         except BaseException as e:
             if isinstance(e, Exception):
                 raise
+            out = self.out
             out.boots += 1  # started, and what it measured is in its (cancelled) bundle
             out.records.append(SearchRecord(role=role, number=number, engine_args=args, env=env,
-                                            config_key=key(args, env), state="cancelled", walked=walked,
+                                            config_key=self.key(args, env), state="cancelled", walked=walked,
                                             walked_from=walked_from, boot=out.boots))
             out.stop_reason = "interrupted"
-            log(f"search boot {out.boots} ({role}{'' if number is None else f' #{number}'}): cancelled "
-                f"({type(e).__name__}); the search stops here")
+            self.log(f"search boot {out.boots} ({_label(role, number)}): cancelled "
+                     f"({type(e).__name__}); the search stops here")
             raise
-        out.boots += 1
-        out.gpu_minutes += res.gpu_minutes
-        rec = SearchRecord(role=role, number=number, engine_args=args, env=env, config_key=key(args, env),
-                           state="fail", failure_class=res.failure_class, walked=walked, walked_from=walked_from,
-                           gpu_minutes=res.gpu_minutes, trial_id=res.trial_id, reason=reason)
+
+    def score(self, rec: SearchRecord, res: BootOutcome) -> None:
+        """Set a boot's state, objective value and SLO violation from its outcome, and the best config when it is
+        feasible and better."""
+        obj = self.obj
         if res.failure_class == "pruned":
-            ov = objective_value(res.measurements, obj.metric, workload, load, slo, obj.slo_percentile)
+            ov = objective_value(res.measurements, obj.metric, self.workload, self.load, self.slo, obj.slo_percentile)
             rec.state, rec.value, rec.violation = "pruned", ov.value, ov.violation
         elif res.status == "ok" and res.usable:
-            ov = objective_value(res.measurements, obj.metric, workload, load, slo, obj.slo_percentile)
+            ov = objective_value(res.measurements, obj.metric, self.workload, self.load, self.slo, obj.slo_percentile)
             if ov.value is not None:
                 rec.value, rec.violation = ov.value, ov.violation
                 rec.state = "complete" if ov.feasible else "infeasible"
-                if ov.feasible and better(ov.value, best[0]):
-                    best[0] = ov.value
-                    out.best_key = rec.config_key
-        out.records.append(rec)
-        rec.boot = out.boots
-        seen[rec.config_key] = rec
+                if ov.feasible and self.better(ov.value, self.best):
+                    self.best = ov.value
+                    self.out.best_key = rec.config_key
+
+    def log_boot(self, rec: SearchRecord, res: BootOutcome) -> None:
+        """One log line of a recorded boot: its state, value, SLO excess, why it did not count, walk-down, why."""
+        obj = self.obj
         # Why a boot did not count, in the log line: its failure class, else its status, else the quality gate.
         why = res.failure_class or (None if rec.state != "fail" else
                                     f"status {res.status}" if res.status != "ok" else
                                     "left out by the quality gate (verdict not pass/warn)" if not res.usable else
-                                    f"no {obj.metric} at {workload} {load}")
-        log(f"search boot {out.boots} ({role}{'' if number is None else f' #{number}'}): {rec.state}"
-            f"{'' if rec.value is None else f' {obj.metric}={rec.value:.4g}'}"
-            f"{'' if rec.violation is None or rec.violation <= 0 else f' (SLO exceeded by {rec.violation:.0%})'}"
-            f"{'' if not why else f' [{why}]'}{'' if not walked else f' walk-down: {walked}'}"
-            f"{'' if not reason else f' (why: {reason})'}")
-        guide(rec, res)
+                                    f"no {obj.metric} at {self.workload} {self.load}")
+        self.log(f"search boot {self.out.boots} ({_label(rec.role, rec.number)}): {rec.state}"
+                 f"{'' if rec.value is None else f' {obj.metric}={rec.value:.4g}'}"
+                 f"{'' if rec.violation is None or rec.violation <= 0 else f' (SLO exceeded by {rec.violation:.0%})'}"
+                 f"{'' if not why else f' [{why}]'}{'' if not rec.walked else f' walk-down: {rec.walked}'}"
+                 f"{'' if not rec.reason else f' (why: {rec.reason})'}")
+
+    def guide(self, rec: SearchRecord, res: BootOutcome) -> None:
+        """Enqueue the neighbour the boot's diagnosis points to (at most one)."""
+        TrialState = self.TrialState
+        if not self.spec.guide or rec.state not in ("complete", "infeasible") or not res.bottlenecks:
+            return
+        label = f"boot {rec.boot} ({_label(rec.role, rec.number)})"
+        move = guided_move(self.spec.space, rec.engine_args, rec.env, res.bottlenecks,
+                           len(cell_rows(res.measurements, self.workload, self.load)), label,
+                           lambda a: self.key(a, rec.env) in self.seen)
+        if move is None:
+            return
+        params, reason = move
+        waiting = len(self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+        self.study.enqueue_trial(params, user_attrs={"guide_reason": reason}, skip_if_exists=True)
+        if len(self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))) > waiting:
+            self.log(f"search: the next boot follows the {reason}")
+
+    def boot_one(self, args: dict, env: dict, role: str, number: int | None, walked: str | None,
+                 walked_from: str | None, optuna_trial: Any, reason: str | None = None) -> SearchRecord:
+        """Boot one config under the pruning check, record, score and log it, and follow its diagnosis."""
+        res = self.run_boot(args, env, role, number, walked, walked_from, optuna_trial)
+        out = self.out
+        out.boots += 1
+        out.gpu_minutes += res.gpu_minutes
+        rec = SearchRecord(role=role, number=number, engine_args=args, env=env, config_key=self.key(args, env),
+                           state="fail", failure_class=res.failure_class, walked=walked, walked_from=walked_from,
+                           gpu_minutes=res.gpu_minutes, trial_id=res.trial_id, reason=reason)
+        self.score(rec, res)
+        out.records.append(rec)
+        rec.boot = out.boots
+        self.seen[rec.config_key] = rec
+        self.log_boot(rec, res)
+        self.guide(rec, res)
         return rec
 
-    # The plan's default config first: the reference of the verdict and the first bar for pruning.
-    one(dict(base_args), dict(base_env), "default", None, None, None, None)
-    # Every config of the grid, to stop once each was booted (the default may be one of them).
-    grid = grid_keys(spec.space, base_args, base_env, key) if out.grid_size is not None else None
-    repeats = 0
-    rng = random.Random(seed)  # the draw after repeated suggestions (seeded: the search stays reproducible)
-    while True:
-        stop = budget_left()
-        if stop:
-            out.stop_reason = stop
-            break
-        if grid is not None and grid <= seen.keys():
-            out.stop_reason = "space_exhausted"
-            break
-        if grid is None and out.grid_size is not None and len(
-                {r.config_key for r in out.records if r.role != "walk_down"}) >= out.grid_size + 1:
-            out.stop_reason = "space_exhausted"
-            break
-        ot = study.ask(dists)
-        args, env = config_of(ot.params, base_args, base_env)
-        k = key(args, env)
-        if k in seen:  # already booted: tell optuna what it gave, at no boot (and say so: no suggestion is silent)
-            repeats += 1
-            prev = seen[k]
-            told = _tell(study, ot, prev, TrialState, direction, config_failure_as)
-            log(f"search #{ot.number}: the config of search boot {prev.boot} ({prev.role}"
-                f"{'' if prev.number is None else f' #{prev.number}'}) again; told its result ({told}), "
-                "no boot")
-            if repeats >= MAX_REPEATS:
-                # The sampler keeps proposing booted configs (e.g. one that failed): that is not an exhausted
-                # space while configs are left. Boot an unbooted one drawn at random instead.
-                fresh = _unbooted(spec.space, dists, base_args, base_env, key, seen, rng)
-                if fresh is None:
-                    out.stop_reason = "space_exhausted"
-                    break
-                study.enqueue_trial(fresh, user_attrs={"guide_reason": f"{repeats} suggestions in a row repeated "
-                                                       "booted configs: an unbooted config drawn at random"})
-                log(f"search: {repeats} suggestions in a row repeated booted configs; the next boot is an unbooted "
-                    "config drawn at random")
-                repeats = 0
-            continue
-        repeats = 0
-        rec = one(args, env, "search", ot.number, None, None, ot, ot.user_attrs.get("guide_reason"))
-        rec.told = _tell(study, ot, rec, TrialState, direction, config_failure_as)
-        # A boot that failed for memory is information: walk its footprint down until it boots.
+    def tell_repeat(self, ot: Any, k: str) -> bool:
+        """A suggestion of a config already booted: tell optuna what it gave, at no boot (and say so: no
+        suggestion is silent); after :data:`MAX_REPEATS` in a row, enqueue an unbooted config drawn at random.
+        False when no unbooted config is left."""
+        self.repeats += 1
+        prev = self.seen[k]
+        told = _tell(self.study, ot, prev, self.TrialState, self.direction, self.config_failure_as)
+        self.log(f"search #{ot.number}: the config of search boot {prev.boot} ({_label(prev.role, prev.number)}) "
+                 f"again; told its result ({told}), no boot")
+        if self.repeats >= MAX_REPEATS:
+            # The sampler keeps proposing booted configs (e.g. one that failed): that is not an exhausted
+            # space while configs are left. Boot an unbooted one drawn at random instead.
+            fresh = _unbooted(self.spec.space, self.dists, self.base_args, self.base_env, self.key, self.seen,
+                              self.rng)
+            if fresh is None:
+                return False
+            self.study.enqueue_trial(fresh, user_attrs={"guide_reason": f"{self.repeats} suggestions in a row "
+                                                        "repeated booted configs: an unbooted config drawn at random"})
+            self.log(f"search: {self.repeats} suggestions in a row repeated booted configs; the next boot is an "
+                     "unbooted config drawn at random")
+            self.repeats = 0
+        return True
+
+    def walk_down_from(self, rec: SearchRecord, env: dict, number: int | None) -> None:
+        """A boot that failed for memory is information: walk its footprint down (:func:`walk_down`) until it
+        boots, the steps or the budget run out, or the next config was booted already."""
+        spec = self.spec
         cur, steps = rec, 0
         while (cur.state == "fail" and spec.walk_down.enabled and steps < spec.walk_down.max_steps
-               and budget_left() is None):
-            nxt = walk_down(cur.engine_args, cur.failure_class, min_model_len)
+               and self.budget_stop() is None):
+            nxt = walk_down(cur.engine_args, cur.failure_class, self.min_model_len)
             if nxt is None:
                 break
             wargs, what = nxt
-            if key(wargs, env) in seen:
+            if self.key(wargs, env) in self.seen:
                 break
             steps += 1
-            cur = one(wargs, env, "walk_down", ot.number, what, cur.config_key, None)
+            cur = self.boot_one(wargs, env, "walk_down", number, what, cur.config_key, None)
             # A walk-down boot is information about its own config: told when that config is a point of the space.
             params = space_params(spec.space, wargs, env)
             if params is not None:
-                cur.told = _add(study, dists, params, cur, TrialState, direction, config_failure_as)
-    return out
+                cur.told = _add(self.study, self.dists, params, cur, self.TrialState, self.direction,
+                                self.config_failure_as)
 
 
 def _unbooted(space: SearchSpace, dists: dict[str, Any], base_args: dict, base_env: dict,
