@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from tunelab.core.plan import MAX_WINDOW_PROMPT_TOKENS, MAX_WINDOW_REQUESTS, Plan, requests_for_level
 
 __all__ = ["MAX_WINDOW_PROMPT_TOKENS", "MAX_WINDOW_REQUESTS", "TYPICAL", "WARN_REQUESTS", "WARN_SWEEP_S",
-           "DeviceFigures", "PlanCost", "cost_lines", "load_note", "plan_cost", "sla_reach_warnings"]
+           "DeviceFigures", "PlanCost", "cost_lines", "load_note", "load_now", "plan_cost", "sla_reach_warnings"]
 
 #: A plan estimated to run longer than this many seconds gets a warning (a day).
 WARN_SWEEP_S = 24 * 3600.0
@@ -209,29 +209,49 @@ def _fmt_s(seconds: float) -> str:
     return f"{s // 3600} h {(s % 3600) // 60:02d} min"
 
 
-def load_note(load_1min: float | None = None, cores: int | None = None) -> str:
-    """The estimate's assumption in words, with the machine's load now: the typical figures are for an otherwise
-    idle machine, and on a busy one boots and windows take longer (a sweep of the README's demo took 3.5-4 min
-    idle and 62-74 min at a load average of 8-18 on 2 cores).
-
-    Args:
-        load_1min: the 1-minute load average (default: ``os.getloadavg()``; None where the OS has none).
-        cores: CPUs this process may use (default: ``len(os.sched_getaffinity(0))`` or ``os.cpu_count()``).
-    Returns: one phrase, e.g. ``"assumes an otherwise idle machine; load now 8.2 on 2 cores: expect longer"``.
-    """
+def _load_and_cores(load_1min: float | None, cores: int | None) -> tuple[float, int] | None:
+    """(1-minute load average, CPUs this process may use), defaults read from the OS; None without a load."""
     if load_1min is None:
         try:
             load_1min = os.getloadavg()[0]
         except (AttributeError, OSError):
-            return "assumes an otherwise idle machine"
+            return None
     if cores is None:
         try:
             cores = len(os.sched_getaffinity(0))
         except AttributeError:
             cores = os.cpu_count() or 1
-    text = f"assumes an otherwise idle machine; load now {load_1min:.1f} on {cores} core{'s' if cores != 1 else ''}"
+    return load_1min, cores
+
+
+def load_now(load_1min: float | None = None, cores: int | None = None) -> str | None:
+    """The machine's load now in words, e.g. ``"load now 8.2 on 2 cores"``; None where the OS gives no load.
+
+    Args:
+        load_1min: the 1-minute load average (default: ``os.getloadavg()``).
+        cores: CPUs this process may use (default: ``len(os.sched_getaffinity(0))`` or ``os.cpu_count()``).
+    """
+    got = _load_and_cores(load_1min, cores)
+    if got is None:
+        return None
+    load, n = got
+    return f"load now {load:.1f} on {n} core{'s' if n != 1 else ''}"
+
+
+def load_note(load_1min: float | None = None, cores: int | None = None) -> str:
+    """The estimate's assumption in words, with the machine's load now: the typical figures are for an otherwise
+    idle machine, and on a busy one boots and windows take longer (a sweep of the README's demo took 3.5-4 min
+    idle and 62-74 min at a load average of 8-18 on 2 cores).
+
+    Args: as :func:`load_now`.
+    Returns: one phrase, e.g. ``"assumes an otherwise idle machine; load now 8.2 on 2 cores: expect longer"``.
+    """
+    got = _load_and_cores(load_1min, cores)
+    if got is None:
+        return "assumes an otherwise idle machine"
     # A load above the cores means runnable work is queueing for CPU: boots and windows stretch with it.
-    return text + (": expect longer" if load_1min > cores else "")
+    return (f"assumes an otherwise idle machine; {load_now(*got)}"
+            + (": expect longer" if got[0] > got[1] else ""))
 
 
 def cost_lines(cost: PlanCost) -> list[str]:

@@ -969,12 +969,12 @@ def _fixed_ab(plan: Plan, sweep_id: str, db_path: Path, summary: SweepSummary, d
         import duckdb
 
         from tunelab.reports.design_plan import ab_lines, busy_line, precision_warnings, sweep_ab_rows
-        from tunelab.core.plan_cost import load_note
+        from tunelab.core.plan_cost import load_now
 
         con = duckdb.connect(str(db_path), read_only=True)
         try:
             rows = sweep_ab_rows(con, plan, sweep_id)
-            busy = busy_line(con, sweep_id, rows, load_note())
+            busy = busy_line(con, sweep_id, rows, load_now())
         finally:
             con.close()
         summary.ab_lines = ab_lines(rows) + ([busy] if busy else [])
