@@ -466,6 +466,11 @@ def test_the_progress_artifact_says_what_the_ended_trials_came_to():
     text = progress_description("s1", sts, 6, "eager ok")
     assert text == "s1: 4/6 trials ended: 3 ok, 1 boot_failed; last: eager ok"
     assert progress_description("s1", [], None, "x ok") == "s1: 0/? trials ended: none; last: x ok"
+
+
+def test_load_now_names_the_load_and_the_cores_alone():
+    """The A/B's busy line names the load it saw without the estimate's idle-machine assumption."""
     from tunelab.core.plan_cost import load_now
 
     assert load_now(4.7, 2) == "load now 4.7 on 2 cores"
+    assert load_now(0.5, 1) == "load now 0.5 on 1 core"
