@@ -39,10 +39,11 @@ def test_versions_evidence_report_is_recreated_from_parquet(tmp_path):
     # within 0.21.0 the setting was never applied: every cell is not_applied, none gets an effect verdict
     s = _section(report, "VLLM_USE_FASTOKENS=1 vs default on gpu-0.21.0")
     verdicts = re.findall(r"\*\*([a-z_]+)\*\*", s)
-    assert len(verdicts) == 12 and set(verdicts) == {"not_applied"}
+    # 12 rows, each with its per-cell verdict and its headline (the family-adjusted verdict, stats.family)
+    assert len(verdicts) == 2 * 12 and set(verdicts) == {"not_applied"}
     # on 0.25.1 it was applied: ordinary verdicts
     s = _section(report, "VLLM_USE_FASTOKENS=1 vs default on gpu-0.25.1")
-    assert "not_applied" not in s and len(re.findall(r"\*\*([a-z_]+)\*\*", s)) == 12
+    assert "not_applied" not in s and len(re.findall(r"\*\*([a-z_]+)\*\*", s)) == 2 * 12
     # across releases, the same config, 4 vs 4 boots; the long-prompt c=32 throughput row is 'better'
     s = _section(report, "default: gpu-0.25.1 vs gpu-0.21.0")
     row = next(line for line in s.splitlines() if line.startswith("| long_summary | c=32 ") and "4 vs 4" in line)
