@@ -209,6 +209,11 @@ class _FakeTokenizeClient:
         t = json["prompt"]
         return _Resp(len(fake_tokenize(t)) + (t.count("e t") if self.quirk else 0))
 
+    async def request(self, method: str, path: str, json: dict, **_: object) -> _Resp:
+        """What the control calls use (tasks.loadgen.control.control_call: httpx's ``request``)."""
+        assert (method, path) == ("POST", "/tokenize"), (method, path)
+        return await self.post(path, json)
+
 
 async def _prompt_sequence(chunk: int | None) -> tuple[list[str], dict]:
     c = _FakeTokenizeClient()
