@@ -103,7 +103,9 @@ def test_terminal_table_json_and_html_show_them(warehouse, tmp_path):
     r = CliRunner().invoke(app, ["report", "--sweep", SWEEP, "--db", str(warehouse)], terminal_width=200)
     assert r.exit_code == 0, r.output
     head = next(ln for ln in r.output.splitlines() if "TPOT" in ln)
-    assert head.index("TPOT") < head.index("spec accept") < head.index("ITL")
+    # A header may wrap over two lines (the table grew a failed % column); its columns stay aligned.
+    spec_head = next(ln for ln in r.output.splitlines() if "spec accept" in ln)
+    assert head.index("TPOT") < spec_head.index("spec accept") < head.index("ITL")
     spec_line = next(ln for ln in r.output.splitlines() if "cfg-spec" in ln)
     assert "65.0%" in spec_line and "2.95" in spec_line
 
