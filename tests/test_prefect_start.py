@@ -36,35 +36,48 @@ def test_a_short_prefect_start_timeout_is_outwaited(tmp_path):
     assert "HEALTH True True" in r.stdout
 
 
-def test_a_server_that_never_answers_is_one_line_and_exit_4(tmp_path, monkeypatch):
-    from prefect.server.api.server import SubprocessASGIServer
+_NEVER_ANSWERS = """
+import subprocess, sys
+from prefect.server.api.server import SubprocessASGIServer
+import tunelab.flows.sweep as sweep
+from tunelab.cli import app
 
-    import tunelab.flows.sweep as sweep
-    from tunelab.cli import EXIT_NO_PREFECT, app
+started = []
 
-    started: list[subprocess.Popen] = []
+def fake_server(self):  # a fake: a process that never listens on its port
+    p = subprocess.Popen(["sleep", "60"])
+    started.append(p)
+    return p
 
-    def fake_server(self):  # a fake: a process that never listens on its port
-        p = subprocess.Popen(["sleep", "60"])
-        started.append(p)
-        return p
+SubprocessASGIServer._run_uvicorn_command = fake_server
+sweep.preflight = lambda plan: None  # the plan's runtime is not what this is about
+try:
+    app(["run", sys.argv[1]], standalone_mode=True)
+finally:
+    for p in started:
+        p.kill()
+        p.wait()
+    print("FAKE_SERVERS_STOPPED", all(p.poll() is not None for p in started), len(started), flush=True)
+"""
 
-    monkeypatch.delenv("PREFECT_API_URL", raising=False)
-    monkeypatch.setenv("TUNELAB_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("TUNELAB_PREFECT_START_TIMEOUT_S", "1")
-    monkeypatch.setenv("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "1")
-    monkeypatch.setattr(SubprocessASGIServer, "_run_uvicorn_command", fake_server)
-    monkeypatch.setattr(sweep, "preflight", lambda plan: None)  # the plan's runtime is not what this is about
-    try:
-        r = CliRunner().invoke(app, ["run", str(PLAN)], env={"COLUMNS": "200"})
-    finally:
-        for p in started:
-            p.kill()
-            p.wait()
-    assert r.exit_code == EXIT_NO_PREFECT == 4, (r.output, r.exception)
-    assert "Traceback" not in r.output
-    err_lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+
+def test_a_server_that_never_answers_is_one_line_and_exit_4(tmp_path):
+    """In a process of its own: Prefect's ephemeral server is one per process, so one that an earlier test of the
+    session started would answer instead of the fake."""
+    from tunelab.cli import EXIT_NO_PREFECT
+
+    env = dict(os.environ, TUNELAB_HOME=str(tmp_path / "home"), PREFECT_HOME=str(tmp_path / "prefect"),
+               TUNELAB_PREFECT_START_TIMEOUT_S="1", PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="1",
+               COLUMNS="200")
+    env.pop("PREFECT_API_URL", None)
+    r = subprocess.run([sys.executable, "-c", _NEVER_ANSWERS, str(PLAN)], cwd=REPO, env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == EXIT_NO_PREFECT == 4, (r.stdout[-2000:], r.stderr[-3000:])
+    assert "Traceback" not in r.stdout + r.stderr
+    # Prefect's own INFO lines about starting and stopping its server go to stderr too; tunelab's word is one line.
+    err_lines = [ln for ln in r.stderr.splitlines() if ln.strip() and " | INFO " not in ln
+                 and not ln.startswith("See https://www.prefect.io")]
     assert len(err_lines) == 1 and err_lines[0].startswith("error: Prefect's temporary API server did not answer "
                                                            "within 1 s"), r.stderr
     assert "TUNELAB_PREFECT_START_TIMEOUT_S" in err_lines[0] and "PREFECT_API_URL" in err_lines[0]
-    assert all(p.poll() is not None for p in started)  # the fake server was stopped, not left behind
+    assert "FAKE_SERVERS_STOPPED True" in r.stdout, r.stdout  # the fake server was stopped, not left behind
