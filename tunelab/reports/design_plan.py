@@ -398,13 +398,15 @@ def sweep_ab_rows(con: Any, plan: Plan, sweep_id: str, metrics: list[str] | None
 
 
 def _welch_text(r: dict) -> str:
-    """``; Welch on boot means [-12.0%, +3.1%]``: the plain Welch t interval of the difference of boot means
-    (``stats.verdict.ABRecord.welch_ci_*``, per cell, nothing borrowed) relative to the baseline's mean, shown
-    beside the product's interval so a reader sees what the method adds; empty where there is none (< 2 boots)."""
-    lo, hi, base = r.get("welch_ci_low"), r.get("welch_ci_high"), r.get("baseline_mean")
-    if lo is None or hi is None or not base or not all(math.isfinite(x) for x in (lo, hi, base)):
+    """``; Welch on boot means: difference [-355.8, +412.1]``: the plain Welch t interval of the difference of
+    the boot means (``stats.verdict.ABRecord.welch_ci_*``, per cell, nothing borrowed), in the metric's unit,
+    shown beside the product's interval so a reader sees what the method adds. In the metric's unit, not as a
+    percentage: on 2-3 boots the plain interval of a difference reaches below minus the baseline's mean, which
+    reads as an impossible fall of more than 100 %. Empty where there is none (< 2 boots a side)."""
+    lo, hi = r.get("welch_ci_low"), r.get("welch_ci_high")
+    if lo is None or hi is None or not all(math.isfinite(x) for x in (lo, hi)):
         return ""
-    return f"; Welch on boot means [{lo / base:+.1%}, {hi / base:+.1%}]"
+    return f"; Welch on boot means: difference [{lo:+.4g}, {hi:+.4g}]"
 
 
 def ab_lines(rows: list[dict]) -> list[str]:
