@@ -22,7 +22,7 @@ def _bundles(tmp_path, *, drift, bimodal):
         for rt, key in (("synthetic", "A"), ("pinned", "ANC")):
             eff = drift * r if key == "ANC" else 0.0
             st = synthetic_trial(sweep_id="sw", config_key=key, runtime_name=rt, replicate=r, effect_rel=eff,
-                                 boot_sd_rel=0.002, repeat_sd_rel=0.002, repeats=4, rng=rng,
+                                 boot_sd_rel=0.002, repeat_sd_rel=0.002, repeats=8, rng=rng,
                                  started_at=t0 + dt.timedelta(minutes=10 * i))
             i += 1
             meas = st.tables["measurements"].copy()
@@ -78,8 +78,8 @@ def test_the_sweep_calls_the_shape_step_after_validation():
 def test_rule_version_4_lists_this_sessions_new_checks():
     from tunelab.core.quality_thresholds import RULE_VERSIONS, rule_version_label
 
-    v4 = RULE_VERSIONS[-1]
-    assert v4.version == 4 == RULES_VERSION and rule_version_label(RULES_VERSION) == "v4"
+    v4 = RULE_VERSIONS[-2]
+    assert v4.version == 4 and RULES_VERSION == 5 and rule_version_label(RULES_VERSION) == "v5"
     names = " ".join(v4.code_changes)
     for check in ("cache_not_cold", "overloaded", "anchor_drift", "windows_multimodal"):
         assert check in names
@@ -99,3 +99,22 @@ def test_recheck_keeps_the_stored_shape_rows_and_their_warn():
     assert res.verdict == "warn" and list(res.checks.expectation) == ["no_errors", "windows_multimodal"]
     same = keep_shape_rows(QualityResult("pass", own, "pass"), own)
     assert same.verdict == "pass" and len(same.checks) == 1
+
+
+def test_windows_multimodal_judges_each_boot_alone_so_boot_spread_is_not_two_modes(tmp_path):
+    """Rule v5: two boots of one config 30 % apart, each with 8 steady windows: pooled (v4) the windows fall
+    into modes by boot and were flagged; judged a boot at a time, neither is."""
+    import numpy as np
+
+    from tunelab.core.quality_thresholds import RULE_VERSIONS
+    from tunelab.tasks.quality.sweep_shape import windows_multimodal
+
+    rng = np.random.default_rng(3)
+    rows = [{"group": f"A chat c=4 boot r{b}", "metric": "output_tokens_per_s", "value": level * (1 + 0.01 * z)}
+            for b, level in enumerate((100.0, 130.0)) for z in rng.standard_normal(8)]
+    per_boot = windows_multimodal(pd.DataFrame(rows))
+    assert len(per_boot) == 2 and per_boot.success.all(), per_boot
+    pooled = windows_multimodal(pd.DataFrame(rows).assign(group="A chat c=4"))
+    assert not pooled.success.iloc[0]  # what v4 did: the boots' spread read as modes
+    assert "each boot" in RULE_VERSIONS[-1].code_changes[0]
+

@@ -2,12 +2,12 @@
 
 Run by the sweep after every bundle is validated and before loading (results on disk first): they judge several
 trials together, which the per-trial suites cannot. Rows go into the bundles of the trials they concern, suite
-``sweep_shape``, severity ``warn``, stamped with today's rule version (``quality_thresholds.RULE_VERSIONS`` v4):
+``sweep_shape``, severity ``warn``, stamped with today's rule version (``quality_thresholds.RULE_VERSIONS`` v4, v5):
 
 * ``anchor_drift``: one row per (cell, metric) in every boot of the plan's anchor (``Plan.anchor_trial``'s
   runtime and config key); the boot's value is the mean of its windows, its order the start order in the sweep.
-* ``windows_multimodal``: one row per (config, cell, metric) in every boot of that config; the windows of all the
-  config's ok boots in the cell together.
+* ``windows_multimodal``: one row per (config, cell, metric) and boot, on that boot's windows alone (rule v5; v4
+  pooled the config's boots, and boot-to-boot spread read as two modes).
 
 A failed check (a trend, or two modes) makes a ``pass`` trial ``warn``, as a failed warn check of the per-trial
 suites does; it never fails a trial. The metrics are those of the issue's A/A study (:data:`SHAPE_METRICS`).
@@ -82,7 +82,8 @@ def shape_check_rows(trials: pd.DataFrame, measurements: pd.DataFrame, anchor: t
             res = anchor_drift(boots)
             emit(res, "", {None: sorted(a.trial_id.unique())})
     if len(win):
-        per = win.assign(group=win.group + " " + win.cell)
+        # One boot's windows at a time (rule v5): pooled over boots, boot-to-boot spread reads as two modes.
+        per = win.assign(group=win.group + " " + win.cell + " boot " + win.trial_id.astype(str))
         res = windows_multimodal(per[["group", "metric", "value"]]).assign(
             grp=lambda d: [lbl.rsplit(" ", 1)[0] for lbl in d.label])
         emit(res, "grp", per.groupby("group")["trial_id"].apply(lambda s: sorted(s.unique())).to_dict())
