@@ -159,3 +159,25 @@ def test_across_sweeps_the_anchored_family_decides_the_regression_not_the_per_ce
     # The same per-cell rows without the cross-sweep rows would have confirmed it (the old behaviour).
     ab = pd.DataFrame(out["rows"])
     assert [c["kind"] for c in confirmed_regressions(ab, pd.DataFrame())] == ["ab_worse"] * len(per_cell)
+
+
+def test_each_side_keeps_to_its_own_selections_sweeps(tmp_path):
+    """Found by a fresh user: a baseline selected in sweep s1 whose config also ran in the candidate's sweep s2 had
+    its s2 boots pulled in, and the 'across sweeps' rows compared within s2. Each side's boots now come from its
+    own selection's sweeps only; the anchor links them."""
+    import datetime as dt
+
+    db = _warehouse(tmp_path / "w.duckdb", plan_yaml=ANCHOR_PLAN)
+    con = connect(db)
+    rng = np.random.default_rng(5)
+    for r in range(3):  # config A also in s2, 50 % slower there: it must not enter a baseline selected in s1
+        _add(con, sweep_id="s2", config_key="A", replicate=10 + r, effect_rel=-0.5, boot_sd_rel=0.01, rng=rng,
+             started_at=dt.datetime(2026, 1, 2, 5, r, tzinfo=dt.timezone.utc))
+    con.close()
+    from tunelab.flows.compare import compare
+
+    out = compare.fn({"config_key": "A", "sweep_id": "s1"}, {"config_key": "B"}, db=db, with_regressions=False)
+    xs = pd.DataFrame(out["anchored"])
+    assert len(xs) == 1 and bool(xs.anchored.iloc[0]) and xs.method.iloc[0] == "fixed sweep effects", xs.T
+    # the 20 % sweep shift cancels through the anchor; A's slow s2 boots did not make B look +100 % better
+    assert xs.verdict.iloc[0] == "no significant change" and xs.rel_high.iloc[0] < 0.5

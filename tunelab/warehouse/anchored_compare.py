@@ -27,7 +27,8 @@ def _name(u: Unit) -> str:
 def anchored_cells(con: duckdb.DuckDBPyConnection, metric: str, baseline: Unit, candidate: Unit,
                    anchor: Unit | None = None, *, sweep_ids: Sequence[str] | None = None,
                    confidence: float = 0.95, drift: bool | str = "auto",
-                   sweep_var: Mapping[tuple, tuple[float, float]] | None = None) -> pd.DataFrame:
+                   sweep_var: Mapping[tuple, tuple[float, float]] | None = None,
+                   side_sweeps: tuple[Sequence[str], Sequence[str]] | None = None) -> pd.DataFrame:
     """Per (workload, load_kind, load_value), the candidate against the baseline through the anchor.
 
     Args:
@@ -39,6 +40,9 @@ def anchored_cells(con: duckdb.DuckDBPyConnection, metric: str, baseline: Unit, 
         confidence, drift: as in :func:`tunelab.stats.anchored.anchored_difference`.
         sweep_var: per cell ``(workload, load_kind, load_value)``, ``(var_sweep, df)`` from a longer history
             (the warehouse's), used where the comparison is unanchored (``anchored_difference``'s ``sweep_var``).
+        side_sweeps: ``(baseline's sweeps, candidate's sweeps)``: each side's boots only from the sweeps its
+            selector chose (a config that also ran in the other side's sweeps is not pulled in from there); the
+            anchor's boots come from every sweep in ``sweep_ids``. None: every boot of a unit in ``sweep_ids``.
 
     Returns:
         One row per cell: ``workload, load_kind, load_value, metric`` and the fields of
@@ -53,6 +57,9 @@ def anchored_cells(con: duckdb.DuckDBPyConnection, metric: str, baseline: Unit, 
     v = boot_rows(con, metric, sweep_ids=sweep_ids)
     v = v.assign(config=v.runtime_name + "/" + v.config_key)
     v = v[v.config.isin([_name(u) for u in units])]
+    if side_sweeps is not None:
+        for u, own in zip((baseline, candidate), side_sweeps):
+            v = v[~((v.config == _name(u)) & ~v.sweep_id.isin(list(own)))]
     for role, u in (("baseline", baseline), ("candidate", candidate)):
         if not (v.config == _name(u)).any():
             raise ValueError(f"{role} {u} has no ok boots with {metric} in the chosen sweeps")

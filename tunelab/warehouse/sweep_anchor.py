@@ -190,8 +190,10 @@ def cross_sweep_compare(con: duckdb.DuckDBPyConnection, baseline: dict, candidat
         b_unit, c_unit = (rb, kb), (rc, kc or kb)
         if unit is not None and unit in (b_unit, c_unit):
             continue  # the anchor compared with itself links nothing
+        # Each side's boots from its own selection's sweeps only (a config that also ran in the other side's
+        # sweeps stays out of this side: found by a fresh user).
         df = anchored_cells(con, metric, b_unit, c_unit, unit, sweep_ids=sweeps, confidence=confidence,
-                            sweep_var=history)
+                            sweep_var=history, side_sweeps=(sb, sc))
         if not len(df):
             continue
         df.insert(0, "config_key", key)
