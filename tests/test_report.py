@@ -423,3 +423,21 @@ def test_the_sweep_report_artifact_shows_the_failure_cause_in_a_narrow_first_tab
     row = next(ln for ln in md.splitlines() if "cfg-c" in ln)
     assert "invalid_config: vllm serve exited with code 1 during boot: ValueError" in row and len(row) <= 150
     assert "| gpu0 |" in md and "| cold |" in md
+
+
+def test_the_terminal_table_never_cuts_the_config_names(warehouse, capsys):
+    """Found by a fresh user: with the SLO and failed-request columns the demo's two configs both read
+    'max-num-se...' and the rows could not be told apart. The names keep their width; numeric headers wrap."""
+    from tunelab.reports.report import comparison_frame, print_comparison
+
+    comp = comparison_frame(warehouse, SWEEP)
+    labels = sorted(set(comp["config"]))
+    long = {lab: f"max-num-batched-tokens=16384+{lab}" for lab in labels}
+    comp["config"] = comp["config"].map(long)
+    for col in ("goodput_per_s", "slo_attainment"):  # the wide table of a sweep with an slo:
+        comp[col] = 1.0
+    comp.attrs["slo"] = {"ttft_s": 0.5}
+    print_comparison(comp, title="t")
+    out = capsys.readouterr().out
+    assert all(name in out for name in long.values()), out
+    assert "…" not in "".join(ln for ln in out.splitlines() if "max-num-batched" in ln)

@@ -434,7 +434,11 @@ def print_comparison(df: pd.DataFrame, title: str = "comparison", left_out: list
             Console(width=200).print("no completed request met the slo: at any config and load: check its bounds "
                                      "against the latencies below", highlight=False, soft_wrap=True)
     for c in rows[0]:
-        t.add_column(c, justify="right" if c not in ("runtime", "config", "workload", "quality") else "left")
+        text = c in ("runtime", "config", "workload", "quality")
+        # The names say which row is which: never cut them ("max-num-se..." for both configs of the demo); the
+        # numeric columns' headers wrap instead. Capped so one long label cannot take the table.
+        width = min(40, max(len(str(r[c])) for r in rows)) if c in ("runtime", "config", "workload") else None
+        t.add_column(c, justify="left" if text else "right", min_width=width, overflow="fold")
     for r in rows:
         t.add_row(*r.values())
     Console(width=200).print(t)
