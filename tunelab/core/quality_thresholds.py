@@ -286,6 +286,15 @@ class RuleVersion:
     source: str = ""
 
 
+#: The defaults of ``QualityThresholds`` since version 3 (versions 4 and 5 changed checks, no threshold).
+_V3_DEFAULTS: dict[str, Any] = {
+    "attribute_frontend_lag": True, "forbid_throttling": True, "max_client_cpu_frac": 0.8, "max_cv_p50_tpot": 0.25,
+    "max_cv_p50_ttft": 0.25, "max_error_rate": 0.01, "max_gpu_baseline_excess_mib": 256.0,
+    "max_outlier_request_frac": 0.05, "max_preemptions": 0, "max_sm_clock_cv": 0.1, "min_concurrency_ratio": 0.9,
+    "outlier_request_ratio": 10.0, "server_client_itl_floor_s": 0.001, "server_client_itl_tolerance": 0.5,
+    "server_client_ttft_floor_s": 0.05, "server_client_ttft_tolerance": 0.5, "warmup_first_k": 3,
+    "warmup_slowdown_ratio": 2.0}
+
 #: The versions of the rules, oldest first; taken from the history of this file and of ``tasks/quality``.
 RULE_VERSIONS: tuple[RuleVersion, ...] = (
     RuleVersion(1, "2026-11-29", source="06aa940: the first quality gates",
@@ -302,13 +311,7 @@ RULE_VERSIONS: tuple[RuleVersion, ...] = (
                               "of failing server_client_*_agree",
                               "server_client_*_agree compare the engine's histograms with the client's mean over "
                               "every request of the window; achieved_concurrency judges in_flight_while_sending"),
-                defaults={"attribute_frontend_lag": True, "forbid_throttling": True, "max_client_cpu_frac": 0.8,
-                          "max_cv_p50_tpot": 0.25, "max_cv_p50_ttft": 0.25, "max_error_rate": 0.01,
-                          "max_gpu_baseline_excess_mib": 256.0, "max_outlier_request_frac": 0.05,
-                          "max_preemptions": 0, "max_sm_clock_cv": 0.1, "min_concurrency_ratio": 0.9,
-                          "outlier_request_ratio": 10.0, "server_client_itl_floor_s": 0.001,
-                          "server_client_itl_tolerance": 0.5, "server_client_ttft_floor_s": 0.05,
-                          "server_client_ttft_tolerance": 0.5, "warmup_first_k": 3, "warmup_slowdown_ratio": 2.0},
+                defaults=_V3_DEFAULTS,
                 source="2fe0b25, 16c9f9f; first version stamped on quality_checks rows"),
     RuleVersion(4, "2026-12-03",
                 code_changes=("cache_not_cold (warn, suite conditions): a unique-prompt window with prefix-cache hits "
@@ -319,13 +322,7 @@ RULE_VERSIONS: tuple[RuleVersion, ...] = (
                               "OLS slope on boot order per cell x metric, Holm over the sweep at 5 %",
                               "windows_multimodal (warn, suite sweep_shape): a config's windows of one cell in two "
                               "modes (Ashman's D above the 95th percentile of normal samples of that count)"),
-                defaults={"attribute_frontend_lag": True, "forbid_throttling": True, "max_client_cpu_frac": 0.8,
-                          "max_cv_p50_tpot": 0.25, "max_cv_p50_ttft": 0.25, "max_error_rate": 0.01,
-                          "max_gpu_baseline_excess_mib": 256.0, "max_outlier_request_frac": 0.05,
-                          "max_preemptions": 0, "max_sm_clock_cv": 0.1, "min_concurrency_ratio": 0.9,
-                          "outlier_request_ratio": 10.0, "server_client_itl_floor_s": 0.001,
-                          "server_client_itl_tolerance": 0.5, "server_client_ttft_floor_s": 0.05,
-                          "server_client_ttft_tolerance": 0.5, "warmup_first_k": 3, "warmup_slowdown_ratio": 2.0},
+                defaults=_V3_DEFAULTS,
                 source="measure's conditions suite, anchor's sweep_shape checks (run by the sweep after "
                        "validation); no threshold changed"),
     # Changed after the data were seen: on a fresh clone's demo v4's windows_multimodal marked every trial warn.
@@ -334,13 +331,7 @@ RULE_VERSIONS: tuple[RuleVersion, ...] = (
                               "all of a config's boots in a cell, so boot-to-boot spread read as two modes: by "
                               "simulation 3 boots x 2 windows flagged 10.6 % at a 10 % boot SD and 26.2 % at 20 %, "
                               "not the 5 % stated); a boot with fewer than 6 windows in a cell is not judged",),
-                defaults={"attribute_frontend_lag": True, "forbid_throttling": True, "max_client_cpu_frac": 0.8,
-                          "max_cv_p50_tpot": 0.25, "max_cv_p50_ttft": 0.25, "max_error_rate": 0.01,
-                          "max_gpu_baseline_excess_mib": 256.0, "max_outlier_request_frac": 0.05,
-                          "max_preemptions": 0, "max_sm_clock_cv": 0.1, "min_concurrency_ratio": 0.9,
-                          "outlier_request_ratio": 10.0, "server_client_itl_floor_s": 0.001,
-                          "server_client_itl_tolerance": 0.5, "server_client_ttft_floor_s": 0.05,
-                          "server_client_ttft_tolerance": 0.5, "warmup_first_k": 3, "warmup_slowdown_ratio": 2.0},
+                defaults=_V3_DEFAULTS,
                 source="a fresh user's demo run and simulation (2026-12-03); no threshold changed"),
 )
 #: The version today's code judges by (stamped on every new ``quality_checks`` row).

@@ -37,7 +37,7 @@ class FlagProbe:
     """Evidence of one flag: the shared object (a path fragment, e.g. ``fastokens/_native``) that the API-server
     processes map when the flag is on; ``source`` says where the rule comes from."""
 
-    library: str
+    shared_object: str
     source: str
 
     def is_on(self, value: str) -> bool:
@@ -52,7 +52,7 @@ class FlagProbe:
 #: Flags tunelab can prove, by env name.
 FLAG_PROBES: dict[str, FlagProbe] = {
     "VLLM_USE_FASTOKENS": FlagProbe(
-        library="fastokens/_native",
+        shared_object="fastokens/_native",
         source="vllm/tokenizers/fastokens.py apply_fastokens_patch: fastokens.patch_transformers() loads the "
                "native extension in the process that loads the tokenizer"),
 }
@@ -112,15 +112,15 @@ def prove_flags(env: Mapping[str, Any], server_pid: int | None) -> dict[str, dic
                 f"no API-server process of pid {server_pid} could be read"
             out[flag] = {"value": value, "status": "unprovable", "evidence": why}
             continue
-        hits = {p: sorted(x for x in m if probe.library in x) for p, m in readable.items()}
+        hits = {p: sorted(x for x in m if probe.shared_object in x) for p, m in readable.items()}
         loaded = [p for p, h in hits.items() if h]
         on = probe.is_on(value)
         if loaded:
             first = hits[loaded[0]][0]
-            evidence = (f"{probe.library} mapped in {len(loaded)} of {len(readable)} API-server process(es) "
+            evidence = (f"{probe.shared_object} mapped in {len(loaded)} of {len(readable)} API-server process(es) "
                         f"(pid {loaded[0]}: {first})")
         else:
-            evidence = f"{probe.library} mapped in none of {len(readable)} API-server process(es) {sorted(readable)}"
+            evidence = f"{probe.shared_object} mapped in none of {len(readable)} API-server process(es) {sorted(readable)}"
         proven = (len(loaded) == len(readable)) if on else not loaded
         out[flag] = {"value": value, "status": "proven" if proven else "contradicted", "evidence": evidence}
     return out
