@@ -181,3 +181,40 @@ def test_each_side_keeps_to_its_own_selections_sweeps(tmp_path):
     assert len(xs) == 1 and bool(xs.anchored.iloc[0]) and xs.method.iloc[0] == "fixed sweep effects", xs.T
     # the 20 % sweep shift cancels through the anchor; A's slow s2 boots did not make B look +100 % better
     assert xs.verdict.iloc[0] == "no significant change" and xs.rel_high.iloc[0] < 0.5
+
+
+def test_the_same_config_in_two_sweeps_is_compared_through_the_anchor(tmp_path):
+    """An A/A across sweeps (issue 28's two-sweep A/A): config A in sweep s1 and again in s2, everything in s2
+    shifted by +20 %. This was refused ("a and b are both ..."); now each side's boots are its own sweep's, the
+    anchor takes the shift out, and the plain Welch interval on boot means keeps it."""
+    import datetime as dt
+
+    db = _warehouse(tmp_path / "w.duckdb", plan_yaml=ANCHOR_PLAN)
+    con = connect(db)
+    rng = np.random.default_rng(9)
+    akey = plan_anchor(ANCHOR_PLAN)[1]
+    for r in range(3):  # A in s2 too, with s2's +20 % sweep effect and no config effect
+        _add(con, sweep_id="s2", config_key="A", replicate=10 + r, effect_rel=0.2, boot_sd_rel=0.01,
+             repeat_sd_rel=0.005, rng=rng, started_at=dt.datetime(2026, 1, 2, 6, r, tzinfo=dt.timezone.utc))
+    con.close()
+    from tunelab.flows.compare import compare
+
+    out = compare.fn({"config_key": "A", "sweep_id": "s1"}, {"config_key": "A", "sweep_id": "s2"}, db=db,
+                     with_regressions=False)
+    xs = pd.DataFrame(out["anchored"])
+    assert len(xs) == 1 and bool(xs.anchored.iloc[0]), xs.T
+    assert out["anchor"] == f"pinned/{akey}"
+    row = xs.iloc[0]
+    assert row.verdict == "no significant change" and row.rel_low < 0 < row.rel_high
+    assert row.welch_rel_low > 0.1  # the sweep shift, seen by the plain interval
+    assert out["confirmed"] == []
+    # Both sides in the same sweep is not a comparison across sweeps: refused with the fix named.
+    from tunelab.warehouse.anchored_compare import anchored_cells
+
+    con = connect(db, read_only=True)
+    try:
+        with pytest.raises(ValueError, match="give each side its own sweeps"):
+            anchored_cells(con, "output_tokens_per_s", ("synthetic", "A"), ("synthetic", "A"),
+                           side_sweeps=(["s1", "s2"], ["s2"]))
+    finally:
+        con.close()

@@ -43,6 +43,8 @@ def anchored_cells(con: duckdb.DuckDBPyConnection, metric: str, baseline: Unit, 
         side_sweeps: ``(baseline's sweeps, candidate's sweeps)``: each side's boots only from the sweeps its
             selector chose (a config that also ran in the other side's sweeps is not pulled in from there); the
             anchor's boots come from every sweep in ``sweep_ids``. None: every boot of a unit in ``sweep_ids``.
+            With ``baseline == candidate`` (one config in two sweeps: an A/A across sweeps, a pinned config
+            tonight against last week) the two lists must not overlap, and the config's boots are split by them.
 
     Returns:
         One row per cell: ``workload, load_kind, load_value, metric`` and the fields of
@@ -51,24 +53,39 @@ def anchored_cells(con: duckdb.DuckDBPyConnection, metric: str, baseline: Unit, 
         left out.
 
     Raises:
-        ValueError: a bad metric (from ``boot_rows``), a unit without boots (names it).
+        ValueError: a bad metric (from ``boot_rows``), a unit without boots (names it), the same unit on both sides
+            without two disjoint ``side_sweeps``.
     """
     units = [baseline, candidate] + ([anchor] if anchor is not None else [])
+    same = tuple(baseline) == tuple(candidate)
+    if same and (side_sweeps is None or set(side_sweeps[0]) & set(side_sweeps[1])):
+        raise ValueError(f"baseline and candidate are both {_name(baseline)}: the same config is compared with itself "
+                         "only across sweeps; give each side its own sweeps (sweep_id=... in each selector)")
     v = boot_rows(con, metric, sweep_ids=sweep_ids)
     v = v.assign(config=v.runtime_name + "/" + v.config_key)
-    v = v[v.config.isin([_name(u) for u in units])]
+    v = v[v.config.isin([_name(u) for u in units])].copy()
+    names = {"baseline": _name(baseline), "candidate": _name(candidate)}
     if side_sweeps is not None:
-        for u, own in zip((baseline, candidate), side_sweeps):
-            v = v[~((v.config == _name(u)) & ~v.sweep_id.isin(list(own)))]
-    for role, u in (("baseline", baseline), ("candidate", candidate)):
-        if not (v.config == _name(u)).any():
-            raise ValueError(f"{role} {u} has no ok boots with {metric} in the chosen sweeps")
+        if not same:
+            for u, own in zip((baseline, candidate), side_sweeps):
+                v = v[~((v.config == _name(u)) & ~v.sweep_id.isin(list(own)))]
+        else:
+            # One config in two sweeps (an A/A across sweeps, or tonight's run of a pinned config against last
+            # week's): its boots are told apart by the side whose sweeps they ran in.
+            names = {"baseline": _name(baseline) + " (baseline)", "candidate": _name(candidate) + " (candidate)"}
+            mine = v.config == _name(baseline)
+            v.loc[mine & v.sweep_id.isin(list(side_sweeps[0])), "config"] = names["baseline"]
+            v.loc[mine & v.sweep_id.isin(list(side_sweeps[1])), "config"] = names["candidate"]
+            v = v[v.config != _name(baseline)]
+    for role in ("baseline", "candidate"):
+        if not (v.config == names[role]).any():
+            raise ValueError(f"{role} {names[role]} has no ok boots with {metric} in the chosen sweeps")
     v = v.rename(columns={"sweep_id": "sweep", "boot_order": "order"})
     rows = []
     for (w, lk, lv), c in v.groupby(["workload", "load_kind", "load_value"], sort=True):
-        if not ((c.config == _name(baseline)).any() and (c.config == _name(candidate)).any()):
+        if not ((c.config == names["baseline"]).any() and (c.config == names["candidate"]).any()):
             continue
-        r = anchored_difference(c[["config", "sweep", "order", "value"]], _name(baseline), _name(candidate),
+        r = anchored_difference(c[["config", "sweep", "order", "value"]], names["baseline"], names["candidate"],
                                 _name(anchor) if anchor is not None else None, confidence=confidence, drift=drift,
                                 sweep_var=(sweep_var or {}).get((w, lk, float(lv))))
         rows.append({"workload": w, "load_kind": lk, "load_value": float(lv), "metric": metric, **asdict(r)})
