@@ -288,3 +288,34 @@ def test_request_asks_for_usage_on_every_chunk_and_records_the_first_chunks_toke
     _take_event({"choices": [{"text": "a b"}]}, 1.0, rec, False)
     _take_event({"choices": [], "usage": usage(2)}, 1.1, rec, False)
     assert rec["first_chunk_tokens"] is None and rec["output_tokens"] == 2
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_staggered_closed_loop_spreads_the_first_sends(fake, processes):
+    """Schedule.stagger_s (issue 28.2, lockstep waves): slot k of c takes its first request k x stagger / c after
+    the window's start, across load processes too (their slots continue the count). The lower bounds hold by
+    construction (each slot sleeps until its turn); without a stagger the same window sends its first c at once."""
+    from tunelab.core.load_profiles import Schedule
+
+    prompts = [f"stagger {processes} {i}" for i in range(8)]
+    spans = {}
+    for stagger in (0.0, 0.3):  # a request takes >= 0.05 + 40 x 0.01 s: every slot starts before one ends
+        res = _run(fake, prompts, max_tokens=40, schedule=Schedule(8, slots=4, stagger_s=stagger),
+                   processes=processes)
+        first = sorted(r["send_ts"] for r in res.records)[:4]
+        assert all(_derive(r, i, 40)["ok"] for i, r in enumerate(res.records))
+        gaps = np.diff(first)
+        spans[stagger] = (first[-1] - first[0], gaps)
+    span, gaps = spans[0.3]
+    assert span >= 0.3 * 3 / 4 - 0.01, spans  # slot 3 waits 3/4 of the stagger
+    assert (gaps >= 0.075 - 0.01).all(), gaps  # each slot a quarter of the stagger after the one before
+    assert spans[0.0][0] < span  # together without it
+
+
+def test_schedule_stagger_needs_a_closed_loop_and_a_finite_value():
+    from tunelab.core.load_profiles import Schedule
+
+    with pytest.raises(ValueError, match="stagger_s"):
+        Schedule(4, send_offsets_s=(0.0, 0.1, 0.2, 0.3), stagger_s=0.5)
+    with pytest.raises(ValueError, match="stagger_s"):
+        Schedule(4, slots=2, stagger_s=-1.0)

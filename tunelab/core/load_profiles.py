@@ -73,6 +73,13 @@ class Schedule:
     #: ``n_requests`` is then a capacity, the prompts prepared; open loop: the offsets already end before it).
     #: None: every request is sent.
     send_until_s: float | None = None
+    #: Closed loop: slot k of the ``slots`` takes its first request ``k x stagger_s / slots`` seconds after the
+    #: window's start (staggered starts). Equal-length requests started together finish together and run in
+    #: lockstep waves under a closed loop (every slot refills at once; a short window lands in one phase or the
+    #: other: the bimodal windows of the H200's first 8B A/A); spread over one request's duration, the slots stay
+    #: spread. The stagger lies in the ramp-up, which the window's figures exclude (``tasks.metrics.
+    #: steady_interval``: the steady part starts when all slots are busy). 0: every slot starts at once.
+    stagger_s: float = 0.0
 
     def __post_init__(self) -> None:
         if (self.slots is None) == (self.send_offsets_s is None):
@@ -86,6 +93,11 @@ class Schedule:
         if self.send_until_s is not None and not (math.isfinite(self.send_until_s) and self.send_until_s > 0):
             raise ValueError(f"Schedule.send_until_s (window duration) must be a finite number of seconds > 0, got "
                              f"{self.send_until_s!r}")
+        if not (math.isfinite(self.stagger_s) and self.stagger_s >= 0):
+            raise ValueError(f"Schedule.stagger_s must be a finite number of seconds >= 0, got {self.stagger_s!r}")
+        if self.stagger_s and self.slots is None:
+            raise ValueError("Schedule.stagger_s staggers the slots of a closed loop; an open loop's send offsets "
+                             "already set every send time")
 
     @property
     def closed_loop(self) -> bool:

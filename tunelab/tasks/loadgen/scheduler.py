@@ -135,6 +135,9 @@ class ShardSpec:
             every shard stamps on one scale; None: a fresh clock.
         send_until_s: closed loop: no slot takes a new request this many seconds or later after the window's
             start (a duration window, ``Schedule.send_until_s``); None: every prompt is sent.
+        stagger_s, slot_offset, slots_total: closed loop, staggered starts (``Schedule.stagger_s``): this shard's
+            slot k takes its first request ``(slot_offset + k) x stagger_s / slots_total`` seconds after the
+            window's start (``slot_offset``: the slots of the load processes before this one).
     """
 
     base_url: str
@@ -151,6 +154,9 @@ class ShardSpec:
     transport: str = "raw"
     clock_origin: tuple[float, float] | None = None
     send_until_s: float | None = None
+    stagger_s: float = 0.0
+    slot_offset: int = 0
+    slots_total: int | None = None
 
     @property
     def pool_size(self) -> int:
@@ -241,11 +247,16 @@ async def _run_shard_with(
                 shared_next.value = i + 1
                 return i
 
-        async def slot() -> None:
+        total = spec.slots_total or spec.slots
+
+        async def slot(k: int) -> None:
+            if spec.stagger_s > 0:  # staggered starts: slot k joins k/total of the stagger after the start
+                await asyncio.sleep(max(0.0, t_start_perf + (spec.slot_offset + k) * spec.stagger_s / total
+                                        - time.perf_counter()))
             while (i := claim()) is not None:
                 await go(i)
 
-        await asyncio.gather(*(slot() for _ in range(min(spec.slots, len(prompts)))))
+        await asyncio.gather(*(slot(k) for k in range(min(spec.slots, len(prompts)))))
     else:
         offsets = spec.offsets_s
         assert offsets is not None
@@ -331,6 +342,7 @@ async def _run_processes(
         parent, child = ctx.Pipe()
         mt = window.max_tokens
         spec = replace(window, prompts=tuple(prompts[i] for i in shares[w]), slots=slots[w], worker=w,
+                       slot_offset=sum(s or 0 for s in slots[:w]),
                        clock_origin=clock.origin, max_tokens=mt if isinstance(mt, int) else tuple(mt[i] for i in shares[w]),
                        offsets_s=None if offsets is None else tuple(offsets[i] for i in shares[w]))
         p = ctx.Process(target=_worker_main, args=(child, spec, shared_next), daemon=True)
@@ -444,7 +456,8 @@ async def run_level(
     window = ShardSpec(base_url=str(client.base_url).rstrip("/"), api_key=auth.removeprefix("Bearer "),
                        model=model, prompts=tuple(prompts), max_tokens=max_tokens, endpoint=endpoint,
                        ignore_eos=ignore_eos, timeout_s=timeout_s, slots=schedule.slots,
-                       offsets_s=schedule.send_offsets_s, transport=transport, send_until_s=schedule.send_until_s)
+                       offsets_s=schedule.send_offsets_s, transport=transport, send_until_s=schedule.send_until_s,
+                       stagger_s=schedule.stagger_s, slots_total=schedule.slots)
     if processes > 1 and len(prompts) > 1:
         return await _run_processes(window, schedule, on_done, min(processes, len(prompts)))
     clock = Clock()
