@@ -600,6 +600,13 @@ class Plan(BaseModel):
                                         "trace workloads' arrival times divided by it (1.0 = as recorded); empty = none.")
     warmup_requests: int = Field(4, strict=True, ge=0, description="Warm-up requests per load level before its measured windows, excluded from numbers; a minimum: a concurrency level warms up with at least its concurrency, a rate level with at least one second of its arrivals (LoadProfile.warmup_requests in tunelab.core.load_profiles); 0 turns warm-up off.")
     repeats: int = Field(2, strict=True, ge=1, description="Measured repeats per load level on one server.")
+    closed_loop_start: Literal["staggered", "together"] = Field(
+        "staggered", description="How a concurrency level's slots start a window: 'staggered' (default) spreads the "
+                                 "c slots' first requests over one request's duration as the warm-up measured it (c / "
+                                 "the warm-up's requests per second; at most half a duration window), so equal-length "
+                                 "requests do not run in lockstep waves that a short window catches in one phase; "
+                                 "'together' sends the first c at once (waves on purpose; what every window "
+                                 "did before this field). Either way the ramp-up is outside the window's figures.")
     window: WindowSpec | None = Field(
         None, description="How long a measured window runs: absent = the workload's num_requests requests (the "
                           "default); {duration_s: 10} = sending for 10 s. Either way its figures count only the "

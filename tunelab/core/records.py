@@ -357,6 +357,10 @@ class Measurement(WindowAggregate):
     compile_log_lines: Text | None = _f("Those log lines, one per line, at most 20 (005).")
     window_duration_s: Float | None = _f("The plan's window duration, seconds (sends stop then); None: a window of "
                                          "a number of requests (008).")
+    stagger_s: Float | None = _f("Closed loop: the slots' first requests were spread over this many seconds (slot k "
+                                 "of c at k/c of it; plan.closed_loop_start 'staggered': one warm-up request's "
+                                 "duration, so equal-length requests do not run in lockstep waves); 0: all at once; "
+                                 "None: an open loop or rows before 024 (024).")
     host_other_cpu_frac: Float | None = _f("CPU time of processes not tunelab's / the host's CPU time in the window "
                                            "(0..1; tasks.host_load.covariates; 011).")
     host_steal_frac: Float | None = _f("CPU time stolen by the hypervisor / the host's CPU time in the window (011).")

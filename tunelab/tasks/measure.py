@@ -51,7 +51,7 @@ import random
 import sys
 import time
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -67,7 +67,7 @@ from tunelab.tasks import server_metrics as SM
 from tunelab.tasks.diagnose import GaugePeaks
 from tunelab.tasks.loadgen import PromptBuilder, make_client, run_level, run_sessions
 from tunelab.tasks.loadgen.control import control_call, take_retries
-from tunelab.core.load_profiles import RATE_WARMUP_S, LoadProfile
+from tunelab.core.load_profiles import RATE_WARMUP_S, LoadProfile, Schedule
 from tunelab.core.plan import Plan, Workload, requests_for_level
 from tunelab.core.workloads import fit_text_to_context
 
@@ -466,6 +466,20 @@ async def warm_up(client: Any, builder: PromptBuilder, model: str, plan: Plan, w
     return warm, pace_per_s
 
 
+def stagger_schedule(sched: Schedule, plan: Plan, pace_per_s: float | None, duration_s: float | None) -> Schedule:
+    """A closed-loop window's schedule with staggered starts (``plan.closed_loop_start`` 'staggered'): the c slots'
+    first requests spread over one request's duration, ``c / pace_per_s`` seconds (Little's law on the warm-up: c in
+    flight at ``pace_per_s`` requests per second), at most half a duration window. Unchanged for an open loop, for
+    'together', and without a pace (no warm-up). Why: equal-length requests sent together run in lockstep waves
+    (``core.load_profiles.Schedule.stagger_s``)."""
+    if not sched.closed_loop or plan.closed_loop_start != "staggered" or not pace_per_s or pace_per_s <= 0:
+        return sched
+    stagger = float(sched.slots or 1) / pace_per_s
+    if duration_s is not None:
+        stagger = min(stagger, duration_s / 2)
+    return replace(sched, stagger_s=stagger) if sched.slots and sched.slots > 1 and stagger > 0 else sched
+
+
 async def _measure(
     base_url: str,
     api_key: str,
@@ -522,6 +536,7 @@ async def _measure(
                         sched = lv.duration_schedule(duration_s, s, pace_per_s)
                         progress_events.emit("prompts", done=0, total=sched.n_requests, label=label, **wfields)
                         reqs = await window_requests(builder, w, sched.n_requests, s, context_tokens)
+                    sched = stagger_schedule(sched, plan, pace_per_s, duration_s)
                     prompts = reqs.prompts
                     done = [0]
 
@@ -584,6 +599,8 @@ async def _measure(
                                       "loop_lag_p99_s": res.loop_lag_p99_s,
                                       "same_read_itl_frac": res.same_read_itl_frac(),
                                       "load_processes": res.processes, **warm,
+                                      "stagger_s": (sched.stagger_s if sched.closed_loop and not
+                                                    getattr(w.profile, "has_sessions", False) else None),
                                       "server_process_cpu": json.dumps(proc_cpu, sort_keys=True) if proc_cpu else None,
                                       "compile_during_window": None if clines is None else bool(clines),
                                       "compile_log_lines": "\n".join(clines[:COMPILE_LINES_KEPT]) if clines else None,
