@@ -41,6 +41,7 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pandas as pd
+from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.proportion import proportion_confint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,7 +126,7 @@ def _folder_verdicts(con, folder: Path, metrics, max_boots: int) -> list[dict]:
                         out.append({"folder": folder.relative_to(ROOT).as_posix(), "unit": f"{rt}/{key}",
                                     "split": s_i, "split_type": kind, "metric": m,
                                     "cell": f"{r.workload} {r.load_kind}={r.load_value:g}", "path": "compare()",
-                                    "rel_low": lo, "rel_high": hi,
+                                    "rel_low": lo, "rel_high": hi, "p_value": r.p_value,
                                     "false_call": bool(np.isfinite(lo) and (lo > 0 or hi < 0))})
             finally:
                 con.execute("UPDATE trials SET config_key = replace(config_key, ?, '') WHERE trial_id IN "
@@ -143,7 +144,7 @@ def _folder_verdicts(con, folder: Path, metrics, max_boots: int) -> list[dict]:
                     out.append({"folder": folder.relative_to(ROOT).as_posix(), "unit": f"{rt}/{key}", "split": s_i,
                                 "split_type": kind, "metric": m, "cell": f"{cell[0]} {cell[1]}={cell[2]:g}",
                                 "path": "anchored", "rel_low": r.rel_low, "rel_high": r.rel_high,
-                                "false_call": bool(np.isfinite(r.rel_low) and (r.rel_low > 0 or r.rel_high < 0))})
+                                "p_value": r.p_value, "false_call": bool(np.isfinite(r.rel_low) and (r.rel_low > 0 or r.rel_high < 0))})
     return out
 
 
@@ -157,6 +158,16 @@ def _anchor_for(v: pd.DataFrame, rt: str, key: str, sweeps: set[str]) -> str | N
     return cands[0] if cands else None
 
 
+def _holm_false(g: pd.DataFrame, alpha: float = 0.05) -> bool:
+    """True when some false call of one report survives Holm's adjustment of the report's p-values (statsmodels
+    ``multipletests``, the method ``stats.family.family_adjust`` uses); rows without a p-value are not tested."""
+    ok = g.p_value.notna().to_numpy() & np.isfinite(g.p_value.to_numpy(dtype=float))
+    if not ok.any():
+        return False
+    reject = multipletests(g.p_value.to_numpy(dtype=float)[ok], alpha=alpha, method="holm")[0]
+    return bool((reject & g.false_call.to_numpy()[ok]).any())
+
+
 def summarise(verdicts: pd.DataFrame) -> pd.DataFrame:
     """Per (path, split type, and 'all'): verdicts, false calls, the rate and its 95 % Clopper-Pearson interval,
     reports (splits), the share of reports with any false call and its interval."""
@@ -168,9 +179,15 @@ def summarise(verdicts: pd.DataFrame) -> pd.DataFrame:
             lo, hi = proportion_confint(k, n, alpha=0.05, method="beta")
             rep = g.groupby("report").false_call.any()
             rlo, rhi = proportion_confint(int(rep.sum()), len(rep), alpha=0.05, method="beta")
+            # The headline a report shows: its verdicts Holm-adjusted as one family (stats.family, as `tunelab
+            # compare` adjusts one report's cells x metrics); a false headline is a false call that survives it.
+            held = g.groupby("report")[["p_value", "false_call"]].apply(_holm_false)
+            hlo, hhi = proportion_confint(int(held.sum()), len(held), alpha=0.05, method="beta")
             rows.append({"path": path, "split_type": kind, "verdicts": n, "false_calls": k, "rate": k / n,
                          "rate_low": lo, "rate_high": hi, "reports": len(rep), "reports_with_false": int(rep.sum()),
-                         "report_rate": float(rep.mean()), "report_low": rlo, "report_high": rhi})
+                         "report_rate": float(rep.mean()), "report_low": rlo, "report_high": rhi,
+                         "reports_with_false_holm": int(held.sum()), "holm_rate": float(held.mean()),
+                         "holm_low": hlo, "holm_high": hhi})
     return pd.DataFrame(rows)
 
 
@@ -206,15 +223,16 @@ def _table(df: pd.DataFrame, report: bool) -> str:
     head = "| path | split | verdicts | false calls | per-cell rate [95 % CI] |"
     sep = "|---|---|---|---|---|"
     if report:
-        head += " A/A reports | with any false call [95 % CI] |"
-        sep += "---|---|"
+        head += " A/A reports | with any false call, per cell [95 % CI] | with a false headline, Holm [95 % CI] |"
+        sep += "---|---|---|"
     lines = [head, sep]
     for r in df.itertuples(index=False):
         line = (f"| {r.path} | {r.split_type} | {r.verdicts} | {r.false_calls} | {r.rate:.1%} "
                 f"[{r.rate_low:.1%}, {r.rate_high:.1%}] |")
         if report:
             line += (f" {r.reports} | {r.reports_with_false} = {r.report_rate:.0%} [{r.report_low:.0%}, "
-                     f"{r.report_high:.0%}] |")
+                     f"{r.report_high:.0%}] | {r.reports_with_false_holm} = {r.holm_rate:.0%} [{r.holm_low:.0%}, "
+                     f"{r.holm_high:.0%}] |")
         lines.append(line)
     return "\n".join(lines)
 

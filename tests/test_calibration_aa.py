@@ -58,3 +58,18 @@ def test_simulation_anchored_within_bound_and_naive_fails(bench):
     # both split types together (600 comparisons): the upper end of the 95 % interval under 8 %
     k = int(sum(sim.loc[("anchored", kind), "false_calls"] for kind in kinds))
     assert proportion_confint(k, 2 * n, alpha=0.05, method="beta")[1] < 0.08, k
+
+
+def test_report_headline_is_holm_adjusted_per_report(bench, evidence):
+    """The report-level column the issue's goal names ("A/A reports with any false headline verdict"): a report's
+    verdicts Holm-adjusted as one family. It never exceeds the per-cell count, and on a synthetic report of 16
+    null p-values with one false call at p = 0.04 the call does not survive (0.04 x 16 > 0.05)."""
+    import pandas as pd
+
+    for key in [("anchored", "all"), ("compare()", "all")]:
+        row = evidence.loc[key]
+        assert row["reports_with_false_holm"] <= row["reports_with_false"], row
+    g = pd.DataFrame({"p_value": [0.04] + [0.5] * 15, "false_call": [True] + [False] * 15})
+    assert not bench._holm_false(g)
+    g.loc[0, "p_value"] = 0.001
+    assert bench._holm_false(g)
