@@ -42,3 +42,29 @@ def test_together_keeps_the_old_start_and_a_bad_value_names_the_field(tmp_path):
     assert stagger_schedule(Schedule(8, slots=4), plan, 8.0, None).stagger_s == 0
     with pytest.raises(ValueError, match="closed_loop_start"):
         _plan(tmp_path, "closed_loop_start: later\n")
+
+
+def test_a_staggered_ramp_is_not_read_as_a_client_that_fell_behind():
+    """c=4, slots joining 0.75 s apart (staggered starts), then every slot busy until the last send: over the
+    whole sending time the client would average 3.4 in flight (below the 0.9 x c the achieved_concurrency check
+    needs); from the steady part's start, when all 4 were busy, it kept 4."""
+    import numpy as np
+    import pandas as pd
+
+    from tunelab.tasks import metrics as M
+
+    send, end = [], []
+    for k in range(4):  # slot k: first request at 0.75 k, then back to back 2 s requests until t = 8
+        t = 0.75 * k
+        while t < 8.0:
+            send.append(1000.0 + t)
+            end.append(1000.0 + t + 2.0)
+            t += 2.0
+    _, whole = M.in_flight(send, end)
+    iv = M.steady_interval(send, end, 4)
+    _, steady = M.in_flight(send, end, from_ts=iv.start_ts)
+    assert whole < 0.9 * 4 <= steady, (whole, steady)
+    assert steady == pytest.approx(4.0, abs=0.05)
+    # without a from_ts (or one outside the sends) nothing changes
+    assert M.in_flight(send, end, from_ts=None)[1] == whole == M.in_flight(send, end, from_ts=0.0)[1]
+    assert np.isfinite(whole) and isinstance(pd.Series(send).size, int)

@@ -536,7 +536,8 @@ async def _measure(
                         sched = lv.duration_schedule(duration_s, s, pace_per_s)
                         progress_events.emit("prompts", done=0, total=sched.n_requests, label=label, **wfields)
                         reqs = await window_requests(builder, w, sched.n_requests, s, context_tokens)
-                    sched = stagger_schedule(sched, plan, pace_per_s, duration_s)
+                    if not getattr(w.profile, "has_sessions", False):  # chat sessions keep their own pacing
+                        sched = stagger_schedule(sched, plan, pace_per_s, duration_s)
                     prompts = reqs.prompts
                     done = [0]
 
@@ -584,6 +585,7 @@ async def _measure(
                         for line in turn_summary(df):
                             logging.getLogger("tunelab.measure").info("%s: %s", label, line)
                     agg = M.aggregate(df, slo or None, client_cpu_frac=res.client_cpu_frac,
+                                      staggered=sched.stagger_s > 0,
                                       target=lv.target_concurrency)
                     # Open loop only: a closed loop cannot outrun the server (it sends when a slot frees).
                     over = M.overload(df) if lv.target_concurrency is None else None

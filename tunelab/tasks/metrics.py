@@ -361,7 +361,7 @@ def itl_values(derived_rows: pd.DataFrame | Iterable[Mapping[str, Any]]) -> np.n
 # --------------------------------------------------------------------------- per measurement
 
 
-def in_flight(send_ts: Any, end_ts: Any) -> tuple[int | None, float | None]:
+def in_flight(send_ts: Any, end_ts: Any, from_ts: float | None = None) -> tuple[int | None, float | None]:
     """How many requests were in flight, from their send and end stamps (the client's own record).
 
     Args:
@@ -382,6 +382,10 @@ def in_flight(send_ts: Any, end_ts: Any) -> tuple[int | None, float | None]:
           requests were sent at the same instant: the number in flight right after that instant.
 
         ``(None, None)`` when no request was sent.
+
+        ``from_ts`` (epoch seconds): ``while_sending`` averages from ``max(first send, from_ts)`` instead; a closed
+        loop with staggered starts (``Schedule.stagger_s``) passes its steady part's start, so the slots joining
+        one by one on purpose are not read as a client that could not keep them busy.
     """
     s = pd.to_numeric(pd.Series(send_ts, dtype="object"), errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     e = pd.to_numeric(pd.Series(end_ts, dtype="object"), errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
@@ -397,9 +401,11 @@ def in_flight(send_ts: Any, end_ts: Any) -> tuple[int | None, float | None]:
     order = np.lexsort((steps, times))  # at equal times ends (-1) before sends (+1)
     peak = int(np.max(np.cumsum(steps[order])))
     t0, t1 = float(s.min()), float(s.max())
+    if from_ts is not None and math.isfinite(from_ts) and t0 < from_ts < t1:
+        t0 = float(from_ts)
     if t1 <= t0:
         return peak, float(np.sum(e > t1))
-    busy = np.clip(np.minimum(e, t1) - s, 0.0, None)
+    busy = np.clip(np.minimum(e, t1) - np.maximum(s, t0), 0.0, None)
     return peak, float(busy.sum() / (t1 - t0))
 
 
@@ -575,7 +581,7 @@ def _steady_part(derived: pd.DataFrame, ok_mask: np.ndarray, good_mask: np.ndarr
         "columns": {"steady_state": True, "steady_s": t1 - t0, "ramp_s": t0 - first_send,
                     "drain_s": max(0.0, window_end - t1), "steady_requests": int(lat_rows.sum()),
                     "ramp_requests": int(np.sum(sent & (send < t0))), "drain_requests": int(np.sum(sent & (send > t1)))},
-        "seconds": t1 - t0, "latency_rows": lat_rows, "completed": n_done, "output_tokens": n_out,
+        "seconds": t1 - t0, "start_ts": t0, "latency_rows": lat_rows, "completed": n_done, "output_tokens": n_out,
         "input_tokens": n_in, "good": None if good_mask is None else n_good,
     }
 
@@ -586,6 +592,7 @@ def aggregate(
     client_cpu_frac: float | None = None,
     target: float | None = None,
     steady_state: bool = True,
+    staggered: bool = False,
 ) -> dict[str, Any]:
     """Aggregate one (workload, load level, repeat) group of requests into a ``measurements`` row.
 
@@ -597,6 +604,9 @@ def aggregate(
         client_cpu_frac: load-generator CPU time / wall time during the measurement.
         target: the target concurrency (``LoadProfile.target_concurrency``; used only for load kinds that have
             one, ``load_profiles.concurrency_target_kinds()``).
+        staggered: the window's closed-loop slots started staggered (``Schedule.stagger_s`` > 0):
+            ``in_flight_while_sending`` (and so ``client_bound``) is then taken from the steady part's start, when
+            every slot had joined (:func:`in_flight`'s ``from_ts``).
         steady_state: count throughputs and latencies over the window's steady part only
             (:func:`steady_interval`); needs ``target`` for a load kind with a concurrency target (without it
             the whole window counts and ``steady_state`` is None). False: the whole window, as before 2026-12
@@ -678,7 +688,10 @@ def aggregate(
         n_good = None if good_mask is None else int(good_mask.sum())
         scope = derived
 
-    peak, while_sending = in_flight(send, end)
+    # A closed loop's slots may join one by one on purpose (staggered starts): the client is judged from the
+    # moment all of them were busy (the steady part's start), not over the stagger.
+    staggered_from = steady.get("start_ts") if closed and steady is not None and staggered else None
+    peak, while_sending = in_flight(send, end, from_ts=staggered_from)
     out.update(_throughputs(span, n_done=n_done, n_out=n_out, n_in=n_in, n_good=n_good))
     out.update(achieved_concurrency=_achieved_concurrency(send, end, duration), peak_in_flight=peak,
                in_flight_while_sending=while_sending, total_input_tokens=in_tokens, total_output_tokens=out_tokens)
