@@ -40,6 +40,7 @@ __all__ = [
     "print_comparison",
     "settings_text",
     "sweep_quality_markdown",
+    "quality_check_lines",
     "quality_summary",
     "regressions_markdown",
     "sweep_markdown",
@@ -516,7 +517,8 @@ def quality_summary(db_path: Path | duckdb.DuckDBPyConnection, sweep_id: str) ->
     """How many trials of a sweep pass / warn / fail / are unvalidated, and why.
 
     Returns a dict: ``counts`` ({verdict: trials}, every verdict of :data:`VERDICT_ORDER` present, 0 if none),
-    ``reasons`` (DataFrame: severity, suite, expectation, trials, which (its trials as ``config rN (verdict)``),
+    ``reasons`` (DataFrame: severity, suite, expectation, trials, which (its trials as ``config rN``; the check's
+    outcome there is its severity, not the trial's verdict: :func:`quality_check_lines` words it),
     example observed / threshold / detail: one row per quality check that failed in at least one trial, from
     ``quality_checks``),
     ``unvalidated`` (DataFrame: trial_id, config, status, failure_class, failure_reason: why a trial was
@@ -532,10 +534,10 @@ def quality_summary(db_path: Path | duckdb.DuckDBPyConnection, sweep_id: str) ->
         reasons = con.execute(
             """SELECT q.severity, q.suite, q.expectation,
                       count(DISTINCT q.trial_id) AS trials,
-                      string_agg(DISTINCT t.config_label || ' r' || t.replicate || ' (' ||
-                                 coalesce(t.quality_verdict, 'unvalidated') || ')', ', '
-                                 ORDER BY t.config_label || ' r' || t.replicate || ' (' ||
-                                          coalesce(t.quality_verdict, 'unvalidated') || ')') AS which,
+                      -- the trials only: the trial's own verdict beside a check that only warned read as if
+                      -- the check had failed it (a warn check in a trial that another check failed)
+                      string_agg(DISTINCT t.config_label || ' r' || t.replicate, ', '
+                                 ORDER BY t.config_label || ' r' || t.replicate) AS which,
                       any_value(q.observed) AS observed, any_value(q.threshold) AS threshold,
                       any_value(q.detail) AS detail
                FROM quality_checks q JOIN trials t USING (trial_id)
@@ -554,6 +556,21 @@ def quality_summary(db_path: Path | duckdb.DuckDBPyConnection, sweep_id: str) ->
     full = {v: int(counts.pop(v, 0)) for v in VERDICT_ORDER}
     full.update({k: int(v) for k, v in counts.items()})
     return {"counts": full, "reasons": reasons, "unvalidated": unval, "rule_versions": versions}
+
+
+#: How a check that did not pass reads, by its severity: a warn check warned (the trial's verdict is at most
+#: ``warn`` by it), a fail check failed the trial.
+_OUTCOME = {"warn": "warned", "fail": "failed"}
+
+
+def quality_check_lines(q: dict[str, Any]) -> list[str]:
+    """One line per check of :func:`quality_summary`'s ``reasons`` that did not pass: the check, what it did by
+    its own severity (``warned`` / ``failed``; never the trial's overall verdict, which another check may have
+    decided), in how many trials and which (``config rN``), and an example observed value and threshold.
+    Shown by ``tunelab report`` and logged by the sweep."""
+    return [f"quality check {r.suite}/{r.expectation} {_OUTCOME.get(r.severity, 'did not pass')} "
+            f"(severity {r.severity}) in {int(r.trials)} trial(s): {r.which}; e.g. observed {r.observed}, "
+            f"threshold {r.threshold}" for r in q["reasons"].itertuples(index=False)]
 
 
 def sweep_quality_markdown(q: dict[str, Any]) -> str:
