@@ -255,6 +255,13 @@ def plan_check(
         console.print(line, highlight=False, soft_wrap=True)
     for msg in cost.warnings:
         err.print(f"[yellow]warning:[/] {msg}", highlight=False)
+    if p.anchor is not None and p.replicates != "auto":  # too few anchor boots: anchor_drift would be skipped
+        from tunelab.tasks.quality.shape_checks import anchor_boot_warning
+
+        at = p.anchor_trial(0)
+        msg = anchor_boot_warning(sum((t.runtime, t.config_key) == (at.runtime, at.config_key) for t in p.trials()))
+        if msg:
+            err.print(f"[yellow]warning:[/] {msg}", highlight=False, soft_wrap=True)
     if p.replicates == "auto":  # a budget too small to decide without this warehouse's history of both configs
         from tunelab.flows.ab_auto import ab_priors, budget_warnings
 

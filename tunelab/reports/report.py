@@ -523,7 +523,9 @@ def quality_summary(db_path: Path | duckdb.DuckDBPyConnection, sweep_id: str) ->
     ``quality_checks``),
     ``unvalidated`` (DataFrame: trial_id, config, status, failure_class, failure_reason: why a trial was
     not validated: it did not measure, or validation itself could not run), ``rule_versions`` (the quality rule
-    versions stamped on the sweep's ``quality_checks`` rows, None for unversioned rows).
+    versions stamped on the sweep's ``quality_checks`` rows, None for unversioned rows), ``shape_checks`` (lines
+    saying which of the sweep's shape checks ran, which were skipped and why: ``shape_checks.shape_check_lines``;
+    empty for a sweep without shape rows).
     Opens the DuckDB file read-only, or reads an open connection as :func:`comparison_frame` does."""
     with _reader(db_path) as con:
         counts = dict(con.execute(
@@ -549,13 +551,25 @@ def quality_summary(db_path: Path | duckdb.DuckDBPyConnection, sweep_id: str) ->
         versions = [r[0] for r in con.execute(
             "SELECT DISTINCT q.rule_version FROM quality_checks q JOIN trials t USING (trial_id) WHERE t.sweep_id = ? "
             "ORDER BY 1 NULLS FIRST", [sweep_id]).fetchall()] if has_version else [None]
+        # The sweep's shape checks (tasks.quality.shape_checks): which ran, which were skipped and why.
+        shape = con.execute(
+            """SELECT DISTINCT q.expectation, q.success, q.detail FROM quality_checks q JOIN trials t USING (trial_id)
+               WHERE t.sweep_id = ? AND q.suite = 'sweep_shape'""", [sweep_id]).fetchdf()
+        plan_yaml = con.execute("SELECT plan_yaml FROM sweeps WHERE sweep_id = ?", [sweep_id]).fetchone()
         unval = con.execute(
             """SELECT trial_id, config_label AS config, status, failure_class, failure_reason
                FROM trials WHERE sweep_id = ? AND coalesce(quality_verdict, 'unvalidated') = 'unvalidated'
                ORDER BY trial_id""", [sweep_id]).fetchdf()
     full = {v: int(counts.pop(v, 0)) for v in VERDICT_ORDER}
     full.update({k: int(v) for k, v in counts.items()})
-    return {"counts": full, "reasons": reasons, "unvalidated": unval, "rule_versions": versions}
+    from tunelab.tasks.quality.shape_checks import shape_check_lines
+    from tunelab.warehouse.sweep_anchor import plan_anchor
+
+    # No shape rows at all: a sweep judged before rule v4 (or nothing measured): no lines rather than "not run".
+    shape_lines = shape_check_lines(shape, plan_anchor(plan_yaml[0] if plan_yaml else None) is not None) \
+        if len(shape) else []
+    return {"counts": full, "reasons": reasons, "unvalidated": unval, "rule_versions": versions,
+            "shape_checks": shape_lines}
 
 
 #: How a check that did not pass reads, by its severity: a warn check warned (the trial's verdict is at most
@@ -587,6 +601,8 @@ def sweep_quality_markdown(q: dict[str, Any]) -> str:
 
         lines += ["Judged by quality rules " + ", ".join(rule_version_label(v) for v in q["rule_versions"])
                   + " (docs/quality.md, 'Rule versions'; `tunelab recheck` re-judges with today's)", ""]
+    if q.get("shape_checks"):
+        lines += [f"- {x}" for x in q["shape_checks"]] + [""]
     if len(q["reasons"]):
         lines += ["Checks that did not pass (severity fail decides `fail`, warn decides `warn`; see docs/quality.md):", ""]
         lines += markdown_table([{
