@@ -313,6 +313,34 @@ def test_plan_cost_counts_and_estimate_from_typical_figures(tmp_path):
     assert gpu.boot_s == 2 * TYPICAL["cuda"].boot_s
 
 
+def test_a_dataset_workloads_estimate_uses_the_files_output_lengths_not_the_cap(tmp_path):
+    """ShareGPT-style records carry reference answers, not lengths: the estimate assumed every request asked for
+    max_output_tokens (1024 here, the answers ~60 words), so raising the cap lengthened the estimate. Now the
+    mean of the answers sets it, the cap changes nothing the answers stay under, and the how line says so."""
+    import json
+
+    from tunelab.core.plan_cost import CHARS_PER_TOKEN, TYPICAL, plan_cost
+    from tunelab.core.workloads import read_dataset, synthetic_sharegpt
+
+    data = tmp_path / "sharegpt.json"
+    data.write_text(json.dumps(synthetic_sharegpt(16, seed=1)))
+    answers = [min(max(1, len(e.output_text) // CHARS_PER_TOKEN), 1024) for e in read_dataset(data)]
+    mean = sum(answers) / len(answers)
+    assert mean < 300  # far below the cap the estimate assumed
+
+    def cost(cap):
+        wl = [dict(name="sg", type="dataset", path=str(data), num_requests=10, max_output_tokens=cap)]
+        return plan_cost(load_plan(_plan_file(tmp_path, workloads=wl, concurrency=[1], repeats=1,
+                                              warmup_requests=0)), {"cpu": "cpu"})
+
+    c, big = cost(1024), cost(4096)
+    fig = TYPICAL["cpu"]
+    assert c.requests_s == pytest.approx(10 * (fig.ttft_s + mean * fig.tpot_s))
+    assert big.requests_s == pytest.approx(c.requests_s)
+    assert f"output_tokens of dataset workload sg: ~{mean:.0f}, the mean of the file's output lengths" in c.how
+    assert f"{len(answers)} reference answers at ~4 characters a token; capped at 1024" in c.how
+
+
 def test_plan_check_prints_the_cost_and_warns_on_a_plan_of_days(tmp_path):
     from typer.testing import CliRunner
 
