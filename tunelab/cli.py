@@ -659,7 +659,14 @@ def recheck_cmd(
             err.print(f"{r.sweep_id} {r.config_label} r{r.replicate}: bundle {r.bundle}", highlight=False,
                       soft_wrap=True, markup=False)
     rewritten = sum(r.bundle in ("updated", "absent") for r in rows)
-    console.print(f"{len(rows)} measured trial(s) rechecked: {len(changed)} changed"
+    from tunelab.core.quality_thresholds import RULES_VERSION
+
+    # Always the versions and counts, also when nothing changed (docs/quality.md promises "under rules vN").
+    console.print(f"{len(rows)} measured trial(s) re-judged under today's quality rules "
+                  f"{rule_version_label(RULES_VERSION)}: {sum(bool(r.changed) for r in rows)} changed"
+                  + ("" if rules is None else
+                     f"; under rules v{rules}: {sum(r.rules_verdict != r.new_verdict for r in rows)} verdict(s) "
+                     "differ from today's")
                   + ("" if dry_run else f"; rows rewritten for {rewritten} (today's figures and texts)")
                   + (f"; {len(failed)} left as they were (bundle not writable, above)" if failed else "")
                   + (" (dry run: nothing written)" if dry_run else ""), highlight=False, soft_wrap=True)
