@@ -93,6 +93,21 @@ def test_sweep_report_names_the_rule_version(tmp_path):
     assert f"Judged by quality rules v{RULES_VERSION}" in sweep_quality_markdown(q)
 
 
+def test_the_terminal_report_names_the_rule_version(tmp_path):
+    """docs/quality.md: a report names the version that judged it; `tunelab report` on a terminal did not."""
+    from typer.testing import CliRunner
+
+    from tunelab.cli import app
+
+    db, _, _ = _load(tmp_path, _trial("sw1"))
+    recheck(db)
+    r = CliRunner().invoke(app, ["report", "--db", str(db), "--sweep", "sw1"])
+    assert r.exit_code == 0, r.output
+    out = " ".join(r.output.split())
+    assert f"judged by quality rules v{RULES_VERSION} (docs/quality.md, 'Rule versions'" in out
+    assert "quality: pass " in out
+
+
 def test_validate_trial_stamps_the_version(tmp_path):
     from tunelab.core.bundle import read_bundle
     from tunelab.tasks.quality import validate_trial

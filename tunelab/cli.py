@@ -895,6 +895,10 @@ def report(
         f"nothing to compare: no trial ended ok ({', '.join(f'{n} {s}' for s, n in sorted(by_status.items()))}); "
         f"the {uncompared} window(s) they measured are stored, not compared: `tunelab export --sweep {sweep}`"
         if uncompared and not comp.attrs.get("left_out") else None))
+    from tunelab.reports.report import quality_summary, quality_terminal_lines
+
+    for line in quality_terminal_lines(quality_summary(Path(dbp), sweep)):  # counts, rule version, checks
+        console.print(line, highlight=False, soft_wrap=True, markup=False)
     _print_failed(failed, sweep)
     _print_notes(notes)
     from tunelab.reports.report import bottleneck_findings, bottlenecks_markdown

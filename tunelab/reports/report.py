@@ -41,6 +41,7 @@ __all__ = [
     "settings_text",
     "sweep_quality_markdown",
     "quality_check_lines",
+    "quality_terminal_lines",
     "quality_summary",
     "regressions_markdown",
     "sweep_markdown",
@@ -585,6 +586,19 @@ def quality_check_lines(q: dict[str, Any]) -> list[str]:
     return [f"quality check {r.suite}/{r.expectation} {_OUTCOME.get(r.severity, 'did not pass')} "
             f"(severity {r.severity}) in {int(r.trials)} trial(s): {r.which}; e.g. observed {r.observed}, "
             f"threshold {r.threshold}" for r in q["reasons"].itertuples(index=False)]
+
+
+def quality_terminal_lines(q: dict[str, Any]) -> list[str]:
+    """What ``tunelab report`` prints of :func:`quality_summary` under the comparison: the counts and the quality
+    rule version(s) that judged the sweep (as the markdown's Quality section names them), then
+    :func:`quality_check_lines` and the shape-check lines."""
+    from tunelab.core.quality_thresholds import rule_version_label
+
+    head = "quality: " + ", ".join(f"{k} {v}" for k, v in q["counts"].items())
+    if q.get("rule_versions"):
+        head += ("; judged by quality rules " + ", ".join(rule_version_label(v) for v in q["rule_versions"])
+                 + " (docs/quality.md, 'Rule versions'; `tunelab recheck` re-judges with today's)")
+    return [head, *quality_check_lines(q), *q.get("shape_checks", [])]
 
 
 def sweep_quality_markdown(q: dict[str, Any]) -> str:
