@@ -90,6 +90,24 @@ def test_display_prints_plain_lines_per_phase_and_throttles_window_progress():
     assert not P.sinks()  # removed on exit
 
 
+def test_the_next_levels_warm_up_prompts_are_labelled_warm_up_not_the_last_window():
+    """After window 1/2, the next level's warm-up builds its prompts (label 'w c=4 warm-up', no window): the line
+    read 'building prompts (4 for window 1/2)', the window just measured; then the window's own build."""
+    clock, out = _Clock(), io.StringIO()
+    with SweepDisplay(out=out, terminal=False, plain_interval_s=10.0, clock=clock):
+        for dt_, phase, fields in _events(clock)[:8] + [
+                (1, "prompts", dict(done=0, total=4, label="w c=4 warm-up")),
+                (1, "prompts", dict(done=4, total=4)),  # a chunk of the same build: no label, no window
+                (1, "warmup", dict(done=0, total=4, label="w c=4 warm-up")),
+                (1, "prompts", dict(done=0, total=4, label="w c=4 repeat 1/1", window_index=2, windows_total=2))]:
+            clock.t += dt_
+            P.emit(phase, **fields)
+    lines = [ln for ln in out.getvalue().splitlines() if "prompts" in ln]
+    assert lines == ["trial 1/2 eager: building prompts (4 for window 1/2)",
+                     "trial 1/2 eager: building warm-up prompts (4 for w c=4)",
+                     "trial 1/2 eager: building prompts (4 for window 2/2)"], lines
+
+
 def test_display_on_a_terminal_draws_the_trial_the_phase_and_a_bar():
     from rich.console import Console
 
