@@ -195,6 +195,31 @@ def test_ab_markdown_from_compare(warehouse):
     assert rows and all(re.fullmatch(r"-\d+\.\d%/\+\d+\.\d%", [c.strip() for c in r.split("|")][col]) for r in rows)
 
 
+def test_the_compare_table_shows_the_plain_welch_interval_beside_the_products(warehouse):
+    """`tunelab compare` prints ab_markdown: a column 'Welch on boot means' (the ABRecord's welch_ci_low/high, in
+    the metric's unit) beside CI, as the A/B lines give it."""
+    from tunelab.reports.report import ab_markdown
+    from tunelab.warehouse.compare import compare
+    from tunelab.warehouse.migrate import connect
+
+    con = connect(warehouse, read_only=True)
+    try:
+        df = compare(con, {"config_key": "a", "sweep_id": SWEEP}, {"config_key": "b", "sweep_id": SWEEP},
+                     quality=("pass", "warn", "fail"))
+    finally:
+        con.close()
+    md = ab_markdown(df, {"config_key": "a"}, {"config_key": "b"})
+    header = next(line for line in md.splitlines() if "verdict" in line and "CI" in line)
+    cols = [c.strip() for c in header.split("|")]
+    assert cols.index("Welch on boot means") == cols.index("CI") + 1, cols
+    table = [line for line in md.splitlines() if line.startswith("|")]
+    rows = [[c.strip() for c in r.split("|")] for r in table[table.index(header) + 2:]]
+    assert len(rows) == len(df)
+    for r, rec in zip(rows, df.itertuples(index=False)):
+        assert r[cols.index("Welch on boot means")] == f"[{rec.welch_ci_low:+.4g}, {rec.welch_ci_high:+.4g}]"
+    assert "Welch on boot means: the plain Welch t interval of candidate - baseline" in md
+
+
 def test_plots_are_pngs(warehouse, tmp_path):
     from tunelab.reports.plots import latency_throughput_plot, version_plot
 

@@ -743,7 +743,15 @@ def ab_markdown(df: pd.DataFrame, baseline: dict, candidate: dict, title: str | 
         def pct(x: Any) -> str:
             return "-" if pd.isna(x) else f"{x * 100:+.1f}%"
 
+        def welch(r: Any) -> str:
+            lo, hi = getattr(r, "welch_ci_low", None), getattr(r, "welch_ci_high", None)
+            return "-" if lo is None or hi is None or pd.isna(lo) or pd.isna(hi) else f"[{lo:+.4g}, {hi:+.4g}]"
+
         by_config = "config_key" in df.columns and (df["config_key"].astype(str) != "").any()
+        # The plain Welch interval on boot means beside the product's (what the method adds is then visible), in
+        # the metric's unit as the A/B lines give it (reports.design_plan._welch_text): as a percentage it fell
+        # below -100 % on 2-3 boots.
+        has_welch = "welch_ci_low" in df.columns and df["welch_ci_low"].notna().any()
         lines += markdown_table([{
             **({"config": f"{r.config_label} `{r.config_key}`"} if by_config else {}),
             "workload": r.workload,
@@ -751,6 +759,7 @@ def ab_markdown(df: pd.DataFrame, baseline: dict, candidate: dict, title: str | 
             "baseline": "-" if pd.isna(r.baseline_mean) else f"{r.baseline_mean:.4g}",
             "candidate": "-" if pd.isna(r.candidate_mean) else f"{r.candidate_mean:.4g}",
             "change": pct(r.rel_diff), "CI": f"[{pct(r.rel_ci_low)}, {pct(r.rel_ci_high)}]",
+            **({"Welch on boot means": welch(r)} if has_welch else {}),
             "boots": f"{r.baseline_boots} vs {r.candidate_boots}",
             # The resolution of the verdict: effects smaller than this could not have been seen (80 % power).
             "MDE": "-" if pd.isna(getattr(r, "mde_rel", None)) else mde_text(r.mde_rel),
@@ -761,6 +770,10 @@ def ab_markdown(df: pd.DataFrame, baseline: dict, candidate: dict, title: str | 
             **({"tokens": r.token_change} if "token_change" in df.columns and (df["token_change"] != "").any() else {}),
         } for r in df.itertuples(index=False)])
     lines += ["", f"Method: {df.attrs.get('method', '')}"]
+    if "welch_ci_low" in df.columns and df["welch_ci_low"].notna().any():
+        lines += ["", f"Welch on boot means: the plain Welch t interval of candidate - baseline on the boots' means, "
+                      f"per cell, in the unit of `{metric}` (nothing borrowed across cells or history), beside CI, "
+                      "the product's interval of the change"]
     if df.attrs.get("family"):
         lines += ["", f"Verdicts: {df.attrs['family']}"]
     if "token_change" in df.columns and (df["token_change"] != "").any():
