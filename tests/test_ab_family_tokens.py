@@ -1,7 +1,6 @@
 """The A/B report as a family (warehouse.selection.report_family, flows.compare.confirmed_regressions, a plan's
 ``primary:``) and the token-count check across runtimes (issue 29 item 3), on synthetic warehouse rows."""
 
-import json
 import math
 import textwrap
 
@@ -14,28 +13,8 @@ from tunelab.core.plan import PlanError, load_plan
 from tunelab.reports.report import ab_markdown
 from tunelab.stats.verdict import ABRecord
 from tunelab.warehouse.compare import compare
-from tunelab.warehouse.loader import insert_trial_tables
-from tunelab.warehouse.migrate import connect
 from tunelab.warehouse.selection import compare_frames
-from tunelab.warehouse.synthetic import synthetic_trial
-
-
-@pytest.fixture
-def con():
-    c = connect(":memory:")
-    yield c
-    c.close()
-
-
-def add(con, **kw):
-    kw.setdefault("sweep_id", "sw")
-    st = synthetic_trial(**kw)
-    trial = {k: json.dumps(v) if isinstance(v, dict) else v for k, v in st.trial.items()}
-    con.execute("BEGIN")
-    insert_trial_tables(con, st.trial["trial_id"], {"sweep": pd.DataFrame([st.sweep]), "trial": pd.DataFrame([trial]),
-                                                    **st.tables}, source="test")
-    con.execute("COMMIT")
-    return st
+from warehouse_rows import add, con  # noqa: F401 - the shared in-memory warehouse fixture and its loader
 
 
 def two_runtimes(con, boots=3, **kw):

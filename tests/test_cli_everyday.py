@@ -440,6 +440,16 @@ def test_compare_rejects_an_unknown_metric_before_its_flow_starts(warehouse):
     assert "flow run" not in r.output.lower() and "Traceback" not in r.output
 
 
+def test_compare_names_the_closest_metrics_for_a_typo(warehouse):
+    db, _ = warehouse
+    r = cli("compare", "--db", str(db), "--baseline", "config=cfg-a", "--candidate", "config=cfg-b",
+            "--metric", "output_token_per_s")
+    assert r.exit_code == 2, r.output
+    out = " ".join(r.output.split())
+    assert "--metric: metric 'output_token_per_s' is not comparable (did you mean 'output_tokens_per_s'" in out
+    assert "flow run" not in r.output.lower() and "Traceback" not in r.output
+
+
 def test_plan_check_names_the_resolved_model_path_of_a_copied_plan(tmp_path):
     """experiments/demo.yaml copied elsewhere: its relative model path is read from the new folder, and the message
     shows where that is and the rule (found by a fresh user who copied the demo plan to another folder)."""

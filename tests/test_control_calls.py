@@ -91,3 +91,34 @@ def test_prefix_cache_reset_reads_the_answer_not_only_the_status(route, outcome)
 
         got = asyncio.run(go())
     assert got.split(":")[0] == outcome
+
+
+def test_the_gauge_sampler_survives_a_dropped_connection():
+    """GaugePeaks read /metrics with a plain get: a dropped keep-alive connection lost the sample (a window's KV
+    peak could be missing for it). Now a control call: retried on a fresh connection and recorded."""
+    from tunelab.tasks.diagnose import GaugePeaks
+
+    page = (b"# HELP vllm:kv_cache_usage_perc u\n# TYPE vllm:kv_cache_usage_perc gauge\n"
+            b'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.42\n')
+    with DroppingControlServer({"/metrics": (200, page, "text/plain")}, drop_first=1) as fake:
+        async def go():
+            async with httpx.AsyncClient(base_url=fake.base_url) as client:
+                g = GaugePeaks(client)
+                await g._read()
+                return g, take_retries(client)
+
+        g, retried = asyncio.run(go())
+    assert fake.dropped == 1 and g.samples == 1 and g.peaks["kv_cache_usage"][0] == pytest.approx(0.42)
+    assert len(retried) == 1 and retried[0].startswith("GET /metrics: RemoteProtocolError")
+
+
+def test_the_health_call_after_a_failed_measurement_survives_a_dropped_connection():
+    """A dropped connection on the post-failure /health read as 'alive but /health did not answer: hung or
+    stopped', a wrong cause in the trial's failure reason; it is retried as every control call."""
+    from types import SimpleNamespace
+
+    from tunelab.flows.trial import _server_state
+
+    with DroppingControlServer({"/health": (200, b"", "text/plain")}, drop_first=1) as fake:
+        state = _server_state(SimpleNamespace(proc=SimpleNamespace(poll=lambda: None), base_url=fake.base_url))
+    assert fake.dropped == 1 and state == "server alive, /health answered 200", state

@@ -81,3 +81,32 @@ def test_a_server_that_never_answers_is_one_line_and_exit_4(tmp_path):
                                                            "within 1 s"), r.stderr
     assert "TUNELAB_PREFECT_START_TIMEOUT_S" in err_lines[0] and "PREFECT_API_URL" in err_lines[0]
     assert "FAKE_SERVERS_STOPPED True" in r.stdout, r.stdout  # the fake server was stopped, not left behind
+
+
+def test_the_tunelab_bound_is_kept_below_prefects_own_90_s(tmp_path):
+    """TUNELAB_PREFECT_START_TIMEOUT_S=2 with Prefect's setting left alone (90 s by tunelab's default): the wait
+    ends at tunelab's bound and says so; Prefect's 90 s was a floor under it (the command waited 90 s and said
+    'within 90 s'). The subprocess limit (60 s) is below that floor, so a wait of 90 s fails the test."""
+    from tunelab.cli import EXIT_NO_PREFECT
+
+    env = dict(os.environ, TUNELAB_HOME=str(tmp_path / "home"), PREFECT_HOME=str(tmp_path / "prefect"),
+               TUNELAB_PREFECT_START_TIMEOUT_S="2", COLUMNS="200")
+    env.pop("PREFECT_API_URL", None)
+    env.pop("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", None)
+    r = subprocess.run([sys.executable, "-c", _NEVER_ANSWERS, str(PLAN)], cwd=REPO, env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == EXIT_NO_PREFECT, (r.stdout[-2000:], r.stderr[-3000:])
+    assert "error: Prefect's temporary API server did not answer within 2 s" in r.stderr, r.stderr
+    assert "FAKE_SERVERS_STOPPED True" in r.stdout, r.stdout
+
+
+def test_the_bound_is_tunelabs_when_set_else_the_longer_of_300_s_and_prefects(monkeypatch):
+    from tunelab.host.prefect_env import start_bound_s
+
+    monkeypatch.setenv("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+    monkeypatch.setenv("TUNELAB_PREFECT_START_TIMEOUT_S", "5")
+    assert start_bound_s() == 5.0
+    monkeypatch.delenv("TUNELAB_PREFECT_START_TIMEOUT_S")
+    assert start_bound_s() == 300.0
+    monkeypatch.setenv("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "900")
+    assert start_bound_s() == 900.0

@@ -65,6 +65,23 @@ def test_cli_recheck_names_both_versions(tmp_path):
     assert bad.returncode == 2 and "rule version 99" in bad.stdout + bad.stderr
 
 
+def test_cli_recheck_prints_a_summary_under_the_rules_also_when_nothing_changed(tmp_path):
+    """Judged by today's rules, and today's thresholds asked for: no verdict changes, and the command still says
+    how many trials it re-judged, how many changed, and under which versions (it printed no 'under rules vN')."""
+    from typer.testing import CliRunner
+
+    from tunelab.cli import app
+
+    db, _, _ = _load(tmp_path, _trial("sw1"))
+    recheck(db)  # stamped with today's rules: nothing left to change
+    r = CliRunner().invoke(app, ["recheck", "--db", str(db), "--dry-run", "--rules", str(RULES_VERSION)])
+    assert r.exit_code == 0, r.output
+    out = " ".join(r.output.split())
+    assert (f"1 measured trial(s) re-judged under today's quality rules v{RULES_VERSION}: 0 changed; "
+            f"under rules v{RULES_VERSION}: 0 verdict(s) differ from today's") in out
+    assert "verdict " not in out.replace("verdict(s)", "")  # no per-trial line: nothing changed
+
+
 def test_sweep_report_names_the_rule_version(tmp_path):
     from tunelab.reports.report import quality_summary, sweep_quality_markdown
 
@@ -74,6 +91,21 @@ def test_sweep_report_names_the_rule_version(tmp_path):
     q = quality_summary(db, "sw1")
     assert q["rule_versions"] == [RULES_VERSION]
     assert f"Judged by quality rules v{RULES_VERSION}" in sweep_quality_markdown(q)
+
+
+def test_the_terminal_report_names_the_rule_version(tmp_path):
+    """docs/quality.md: a report names the version that judged it; `tunelab report` on a terminal did not."""
+    from typer.testing import CliRunner
+
+    from tunelab.cli import app
+
+    db, _, _ = _load(tmp_path, _trial("sw1"))
+    recheck(db)
+    r = CliRunner().invoke(app, ["report", "--db", str(db), "--sweep", "sw1"])
+    assert r.exit_code == 0, r.output
+    out = " ".join(r.output.split())
+    assert f"judged by quality rules v{RULES_VERSION} (docs/quality.md, 'Rule versions'" in out
+    assert "quality: pass " in out
 
 
 def test_validate_trial_stamps_the_version(tmp_path):

@@ -69,12 +69,39 @@ def test_quality_summary_counts_and_reasons(warehouse):
     reasons = q["reasons"].set_index("expectation")
     assert set(reasons.index) == {"repeat_cv_small", "output_length_exact"}
     assert reasons.loc["output_length_exact", "severity"] == "fail" and reasons.loc["repeat_cv_small", "trials"] == 1
-    # each check once, naming its trials and their verdicts
-    assert reasons.loc["output_length_exact", "which"] == "cfg-b r0 (fail)"
-    assert reasons.loc["repeat_cv_small", "which"] == "cfg-a r1 (warn)"
+    # each check once, naming its trials (the check's outcome is its severity, worded by quality_check_lines)
+    assert reasons.loc["output_length_exact", "which"] == "cfg-b r0"
+    assert reasons.loc["repeat_cv_small", "which"] == "cfg-a r1"
     assert list(q["unvalidated"]["failure_class"]) == ["oom_kv_cache"]
     md = sweep_quality_markdown(q)
     assert "**fail** 1" in md and "output_length_exact" in md and "oom_kv_cache" in md
+
+
+def test_a_warn_check_in_a_failed_trial_reads_as_a_warning(tmp_path):
+    """A trial that one fail check failed and one warn check warned: the warn check's line says it warned and
+    carries no 'fail' (the trial's verdict beside it read as if the warn check had failed the trial)."""
+    from tunelab.core.bundle import write_bundle
+    from tunelab.reports.report import quality_check_lines, quality_summary
+    from tunelab.warehouse.loader import load_pending
+    from tunelab.warehouse.synthetic import synthetic_trial
+
+    res, db = tmp_path / "results", tmp_path / "wh.duckdb"
+    s = synthetic_trial(sweep_id=SWEEP, config_key="a", replicate=0, config_label="cfg-a", quality_verdict="fail",
+                        started_at=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc), rng=np.random.default_rng(5))
+    tid = s.trial["trial_id"]
+    s.tables["quality_checks"] = pd.DataFrame([
+        {"trial_id": tid, "suite": "measurements", "expectation": "repeat_cv_small", "success": False,
+         "severity": "warn", "observed": "0.31", "threshold": "<= 0.1"},
+        {"trial_id": tid, "suite": "requests", "expectation": "output_length_exact", "success": False,
+         "severity": "fail", "observed": "7", "threshold": "== 8"}])
+    write_bundle(res, s.sweep, s.trial, s.tables)
+    load_pending(db, res)
+    lines = quality_check_lines(quality_summary(db, SWEEP))
+    warn = [x for x in lines if "repeat_cv_small" in x]
+    hard = [x for x in lines if "output_length_exact" in x]
+    assert len(warn) == 1 and len(hard) == 1
+    assert " warned (severity warn) in 1 trial(s): cfg-a r0;" in warn[0] and "fail" not in warn[0]
+    assert " failed (severity fail) in 1 trial(s): cfg-a r0;" in hard[0]
 
 
 def test_sweep_markdown_has_trials_quality_comparison_and_plots(warehouse, tmp_path):
@@ -166,6 +193,31 @@ def test_ab_markdown_from_compare(warehouse):
     table = [line for line in md.splitlines() if line.startswith("|")]
     rows = table[table.index(header) + 2:]
     assert rows and all(re.fullmatch(r"-\d+\.\d%/\+\d+\.\d%", [c.strip() for c in r.split("|")][col]) for r in rows)
+
+
+def test_the_compare_table_shows_the_plain_welch_interval_beside_the_products(warehouse):
+    """`tunelab compare` prints ab_markdown: a column 'Welch on boot means' (the ABRecord's welch_ci_low/high, in
+    the metric's unit) beside CI, as the A/B lines give it."""
+    from tunelab.reports.report import ab_markdown
+    from tunelab.warehouse.compare import compare
+    from tunelab.warehouse.migrate import connect
+
+    con = connect(warehouse, read_only=True)
+    try:
+        df = compare(con, {"config_key": "a", "sweep_id": SWEEP}, {"config_key": "b", "sweep_id": SWEEP},
+                     quality=("pass", "warn", "fail"))
+    finally:
+        con.close()
+    md = ab_markdown(df, {"config_key": "a"}, {"config_key": "b"})
+    header = next(line for line in md.splitlines() if "verdict" in line and "CI" in line)
+    cols = [c.strip() for c in header.split("|")]
+    assert cols.index("Welch on boot means") == cols.index("CI") + 1, cols
+    table = [line for line in md.splitlines() if line.startswith("|")]
+    rows = [[c.strip() for c in r.split("|")] for r in table[table.index(header) + 2:]]
+    assert len(rows) == len(df)
+    for r, rec in zip(rows, df.itertuples(index=False)):
+        assert r[cols.index("Welch on boot means")] == f"[{rec.welch_ci_low:+.4g}, {rec.welch_ci_high:+.4g}]"
+    assert "Welch on boot means: the plain Welch t interval of candidate - baseline" in md
 
 
 def test_plots_are_pngs(warehouse, tmp_path):

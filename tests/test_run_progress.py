@@ -90,6 +90,24 @@ def test_display_prints_plain_lines_per_phase_and_throttles_window_progress():
     assert not P.sinks()  # removed on exit
 
 
+def test_the_next_levels_warm_up_prompts_are_labelled_warm_up_not_the_last_window():
+    """After window 1/2, the next level's warm-up builds its prompts (label 'w c=4 warm-up', no window): the line
+    read 'building prompts (4 for window 1/2)', the window just measured; then the window's own build."""
+    clock, out = _Clock(), io.StringIO()
+    with SweepDisplay(out=out, terminal=False, plain_interval_s=10.0, clock=clock):
+        for dt_, phase, fields in _events(clock)[:8] + [
+                (1, "prompts", dict(done=0, total=4, label="w c=4 warm-up")),
+                (1, "prompts", dict(done=4, total=4)),  # a chunk of the same build: no label, no window
+                (1, "warmup", dict(done=0, total=4, label="w c=4 warm-up")),
+                (1, "prompts", dict(done=0, total=4, label="w c=4 repeat 1/1", window_index=2, windows_total=2))]:
+            clock.t += dt_
+            P.emit(phase, **fields)
+    lines = [ln for ln in out.getvalue().splitlines() if "prompts" in ln]
+    assert lines == ["trial 1/2 eager: building prompts (4 for window 1/2)",
+                     "trial 1/2 eager: building warm-up prompts (4 for w c=4)",
+                     "trial 1/2 eager: building prompts (4 for window 2/2)"], lines
+
+
 def test_display_on_a_terminal_draws_the_trial_the_phase_and_a_bar():
     from rich.console import Console
 
@@ -311,6 +329,34 @@ def test_plan_cost_counts_and_estimate_from_typical_figures(tmp_path):
     assert c.largest_window_requests == 10 and c.largest_window_prompt_tokens == 640 and not c.warnings
     gpu = plan_cost(plan, {"cpu": "cuda"})
     assert gpu.boot_s == 2 * TYPICAL["cuda"].boot_s
+
+
+def test_a_dataset_workloads_estimate_uses_the_files_output_lengths_not_the_cap(tmp_path):
+    """ShareGPT-style records carry reference answers, not lengths: the estimate assumed every request asked for
+    max_output_tokens (1024 here, the answers ~60 words), so raising the cap lengthened the estimate. Now the
+    mean of the answers sets it, the cap changes nothing the answers stay under, and the how line says so."""
+    import json
+
+    from tunelab.core.plan_cost import CHARS_PER_TOKEN, TYPICAL, plan_cost
+    from tunelab.core.workloads import read_dataset, synthetic_sharegpt
+
+    data = tmp_path / "sharegpt.json"
+    data.write_text(json.dumps(synthetic_sharegpt(16, seed=1)))
+    answers = [min(max(1, len(e.output_text) // CHARS_PER_TOKEN), 1024) for e in read_dataset(data)]
+    mean = sum(answers) / len(answers)
+    assert mean < 300  # far below the cap the estimate assumed
+
+    def cost(cap):
+        wl = [dict(name="sg", type="dataset", path=str(data), num_requests=10, max_output_tokens=cap)]
+        return plan_cost(load_plan(_plan_file(tmp_path, workloads=wl, concurrency=[1], repeats=1,
+                                              warmup_requests=0)), {"cpu": "cpu"})
+
+    c, big = cost(1024), cost(4096)
+    fig = TYPICAL["cpu"]
+    assert c.requests_s == pytest.approx(10 * (fig.ttft_s + mean * fig.tpot_s))
+    assert big.requests_s == pytest.approx(c.requests_s)
+    assert f"output_tokens of dataset workload sg: ~{mean:.0f}, the mean of the file's output lengths" in c.how
+    assert f"{len(answers)} reference answers at ~4 characters a token; capped at 1024" in c.how
 
 
 def test_plan_check_prints_the_cost_and_warns_on_a_plan_of_days(tmp_path):

@@ -14,11 +14,11 @@ from tunelab.tasks.quality.shape_checks import SHAPE_SUITE, sweep_shape_step
 from tunelab.warehouse.synthetic import synthetic_trial
 
 
-def _bundles(tmp_path, *, drift, bimodal):
+def _bundles(tmp_path, *, drift, bimodal, rounds=5):
     rng = np.random.default_rng(3)
     t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
     out, statuses, i = [], [], 0
-    for r in range(5):
+    for r in range(rounds):
         for rt, key in (("synthetic", "A"), ("pinned", "ANC")):
             eff = drift * r if key == "ANC" else 0.0
             st = synthetic_trial(sweep_id="sw", config_key=key, runtime_name=rt, replicate=r, effect_rel=eff,
@@ -118,3 +118,64 @@ def test_windows_multimodal_judges_each_boot_alone_so_boot_spread_is_not_two_mod
     assert not pooled.success.iloc[0]  # what v4 did: the boots' spread read as modes
     assert "each boot" in RULE_VERSIONS[-1].code_changes[0]
 
+
+
+def test_the_run_says_which_shape_checks_ran_and_which_were_skipped_and_why(tmp_path, caplog):
+    """3 anchor boots: anchor_drift needs 4, so it is skipped; the sweep's log says so (it was silent), and says
+    windows_multimodal ran; without an anchor it says anchor_drift did not run and why."""
+    bundles, statuses = _bundles(tmp_path / "a", drift=0.0, bimodal=False, rounds=3)
+    with caplog.at_level(logging.INFO):
+        sweep_shape_step(bundles, statuses, ("pinned", "ANC"), logging.getLogger("t"))
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("shape check ")]
+    drift = [x for x in lines if x.startswith("shape check anchor_drift:")]
+    assert len(drift) == 1 and "ran on 0 cell x metric" in drift[0], lines
+    assert "skipped on 2: 3 anchor boot(s), a trend needs 4" in drift[0]  # 1 cell x 2 metrics the synthetic has
+    modes = [x for x in lines if x.startswith("shape check windows_multimodal:")]
+    assert len(modes) == 1 and "ran on 12 boot x cell x metric (0 flagged)" in modes[0], lines  # 6 boots x 1 x 2
+    caplog.clear()
+    bundles, statuses = _bundles(tmp_path / "b", drift=0.0, bimodal=False, rounds=3)
+    with caplog.at_level(logging.INFO):
+        sweep_shape_step(bundles, statuses, None, logging.getLogger("t"))
+    assert "shape check anchor_drift: not run (the plan has no anchor:)" in caplog.text
+
+
+def test_the_report_says_which_shape_checks_ran(tmp_path):
+    """The sweep report's Quality section carries the same lines, from the warehouse's rows."""
+    from tunelab.reports.report import quality_summary, sweep_quality_markdown
+    from tunelab.warehouse.loader import load_pending
+
+    bundles, statuses = _bundles(tmp_path, drift=0.0, bimodal=False, rounds=3)
+    sweep_shape_step(bundles, statuses, ("pinned", "ANC"), logging.getLogger("t"))
+    load_pending(tmp_path / "w.duckdb", tmp_path / "results")
+    q = quality_summary(tmp_path / "w.duckdb", "sw")
+    md = sweep_quality_markdown(q)
+    assert "shape check anchor_drift: ran on 0 cell x metric; skipped on 2: 3 anchor boot(s), a trend needs 4" in md
+    assert "shape check windows_multimodal: ran on 12 boot x cell x metric (0 flagged)" in md
+
+
+def test_plan_check_warns_when_the_anchor_gets_fewer_boots_than_anchor_drift_needs(tmp_path):
+    from typer.testing import CliRunner
+
+    from tunelab.cli import app
+
+    def check(replicates):
+        p = tmp_path / f"plan{replicates}.yaml"
+        p.write_text(f"""
+name: t
+model: /models/tiny
+runtimes: [cpu, new]
+engine_args: {{max-model-len: 2048}}
+workloads:
+  - {{name: short, prompt_tokens: 32, output_tokens: 8, num_requests: 4}}
+concurrency: [1]
+replicates: {replicates}
+anchor: {{runtime: cpu, name: pinned, engine_args: {{max-model-len: 2048, max-num-seqs: 8}}}}
+""")
+        r = CliRunner().invoke(app, ["plan", "check", str(p)])
+        assert r.exit_code == 0, r.output
+        return " ".join(r.output.split())
+
+    out = check(3)
+    assert "warning: anchor: the anchor gets 3 boot(s) in this sweep" in out
+    assert "anchor_drift quality check needs 4 and will be skipped" in out and "replicates: 4 or more" in out
+    assert "anchor_drift" not in check(4)

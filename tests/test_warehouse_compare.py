@@ -3,36 +3,13 @@
 Synthetic data come from warehouse.synthetic: each value = base * (1 + effect) * boot factor * repeat factor.
 """
 
-import json
-
 import numpy as np
-import pandas as pd
 import pytest
 from scipy import stats
 
 from tunelab.warehouse.compare import compare, regressions
-from tunelab.warehouse.loader import insert_trial_tables
-from tunelab.warehouse.migrate import connect
 from tunelab.warehouse.query import run_query
-from tunelab.warehouse.synthetic import synthetic_trial
-
-
-@pytest.fixture
-def con():
-    c = connect(":memory:")
-    yield c
-    c.close()
-
-
-def add(con, **kw):
-    kw.setdefault("sweep_id", "sw")
-    st = synthetic_trial(**kw)
-    trial = {k: json.dumps(v) if isinstance(v, dict) else v for k, v in st.trial.items()}
-    con.execute("BEGIN")
-    insert_trial_tables(con, st.trial["trial_id"], {"sweep": pd.DataFrame([st.sweep]), "trial": pd.DataFrame([trial]),
-                                                    **st.tables}, source="test")
-    con.execute("COMMIT")
-    return st
+from warehouse_rows import add, con  # noqa: F401 - the shared in-memory warehouse fixture and its loader
 
 
 def add_pair(con, effect, boots=3, boot_sd=0.01, repeat_sd=0.01, seed=0, **kw):

@@ -255,6 +255,13 @@ def plan_check(
         console.print(line, highlight=False, soft_wrap=True)
     for msg in cost.warnings:
         err.print(f"[yellow]warning:[/] {msg}", highlight=False)
+    if p.anchor is not None and p.replicates != "auto":  # too few anchor boots: anchor_drift would be skipped
+        from tunelab.tasks.quality.shape_checks import anchor_boot_warning
+
+        at = p.anchor_trial(0)
+        msg = anchor_boot_warning(sum((t.runtime, t.config_key) == (at.runtime, at.config_key) for t in p.trials()))
+        if msg:
+            err.print(f"[yellow]warning:[/] {msg}", highlight=False, soft_wrap=True)
     if p.replicates == "auto":  # a budget too small to decide without this warehouse's history of both configs
         from tunelab.flows.ab_auto import ab_priors, budget_warnings
 
@@ -652,7 +659,14 @@ def recheck_cmd(
             err.print(f"{r.sweep_id} {r.config_label} r{r.replicate}: bundle {r.bundle}", highlight=False,
                       soft_wrap=True, markup=False)
     rewritten = sum(r.bundle in ("updated", "absent") for r in rows)
-    console.print(f"{len(rows)} measured trial(s) rechecked: {len(changed)} changed"
+    from tunelab.core.quality_thresholds import RULES_VERSION
+
+    # Always the versions and counts, also when nothing changed (docs/quality.md promises "under rules vN").
+    console.print(f"{len(rows)} measured trial(s) re-judged under today's quality rules "
+                  f"{rule_version_label(RULES_VERSION)}: {sum(bool(r.changed) for r in rows)} changed"
+                  + ("" if rules is None else
+                     f"; under rules v{rules}: {sum(r.rules_verdict != r.new_verdict for r in rows)} verdict(s) "
+                     "differ from today's")
                   + ("" if dry_run else f"; rows rewritten for {rewritten} (today's figures and texts)")
                   + (f"; {len(failed)} left as they were (bundle not writable, above)" if failed else "")
                   + (" (dry run: nothing written)" if dry_run else ""), highlight=False, soft_wrap=True)
@@ -881,6 +895,10 @@ def report(
         f"nothing to compare: no trial ended ok ({', '.join(f'{n} {s}' for s, n in sorted(by_status.items()))}); "
         f"the {uncompared} window(s) they measured are stored, not compared: `tunelab export --sweep {sweep}`"
         if uncompared and not comp.attrs.get("left_out") else None))
+    from tunelab.reports.report import quality_summary, quality_terminal_lines
+
+    for line in quality_terminal_lines(quality_summary(Path(dbp), sweep)):  # counts, rule version, checks
+        console.print(line, highlight=False, soft_wrap=True, markup=False)
     _print_failed(failed, sweep)
     _print_notes(notes)
     from tunelab.reports.report import bottleneck_findings, bottlenecks_markdown

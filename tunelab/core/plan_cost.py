@@ -11,7 +11,11 @@ with the typical figures of :data:`TYPICAL`: boots of 15-40 s on a 2-core CPU ho
 middle is taken). Expected rate: a request-rate level sends its rate, a trace level its replay's mean rate
 (requests over the trace's span / speedup); a concurrency level ``c`` keeps ``c``
 requests in flight, each lasting ``TTFT + output_tokens x TPOT`` with the device's typical TTFT and TPOT, so
-``c / (ttft_s + output_tokens x tpot_s)`` requests/s.
+``c / (ttft_s + output_tokens x tpot_s)`` requests/s. ``output_tokens`` is the workload's longest output, except
+for a dataset workload (ShareGPT and the like), whose requests ask for their own lengths: there it is the mean
+of the file's output lengths (:func:`dataset_output_tokens`: a record's ``output_tokens``, else its reference
+answer at about :data:`CHARS_PER_TOKEN` characters a token, else ``max_output_tokens``; each capped at
+``max_output_tokens``), and the ``how`` line says which.
 
 Limits (:data:`MAX_WINDOW_REQUESTS`, :data:`MAX_WINDOW_PROMPT_TOKENS`) are enforced by the plan's validation
 (``tunelab.core.plan``): a window's prompts are built before it starts (building them while it runs would put
@@ -28,8 +32,9 @@ from dataclasses import dataclass, field
 # The limits live with the plan's validation, which enforces them; named here too, where they are explained.
 from tunelab.core.plan import MAX_WINDOW_PROMPT_TOKENS, MAX_WINDOW_REQUESTS, Plan, requests_for_level
 
-__all__ = ["MAX_WINDOW_PROMPT_TOKENS", "MAX_WINDOW_REQUESTS", "TYPICAL", "WARN_REQUESTS", "WARN_SWEEP_S",
-           "DeviceFigures", "PlanCost", "cost_lines", "load_note", "load_now", "plan_cost", "sla_reach_warnings"]
+__all__ = ["CHARS_PER_TOKEN", "MAX_WINDOW_PROMPT_TOKENS", "MAX_WINDOW_REQUESTS", "TYPICAL", "WARN_REQUESTS",
+           "WARN_SWEEP_S", "DeviceFigures", "PlanCost", "cost_lines", "dataset_output_tokens", "load_note", "load_now",
+           "plan_cost", "sla_reach_warnings"]
 
 #: A plan estimated to run longer than this many seconds gets a warning (a day).
 WARN_SWEEP_S = 24 * 3600.0
@@ -81,6 +86,47 @@ class PlanCost:
         return self.boot_s + self.requests_s
 
 
+#: Characters a token, to estimate a reference answer's length before the runtime's tokenizer counts it (the
+#: measurement counts it exactly; English text under a BPE tokenizer runs about 4).
+CHARS_PER_TOKEN = 4
+
+
+def dataset_output_tokens(profile) -> tuple[float, str] | None:
+    """The mean output length a dataset workload asks for, tokens, and where it came from in words.
+
+    Args:
+        profile: a workload's type (``Workload.profile``); anything but a dataset gives None.
+
+    Returns:
+        ``(mean tokens, source)``: per usable record, its ``output_tokens``, else its reference answer's length at
+        :data:`CHARS_PER_TOKEN` characters a token, else ``max_output_tokens`` (the request asks for the cap), each
+        capped at ``max_output_tokens`` as the requests are (``workloads.DatasetWorkload``); the source names
+        how many records gave each. None for a workload that is not a dataset or has no records.
+    """
+    if getattr(profile, "type", None) != "dataset":
+        return None
+    cap = profile.max_output_tokens
+    lengths, known, answers, capped = [], 0, 0, 0
+    for e in profile.entries():
+        if e.output_tokens is not None:
+            lengths.append(min(e.output_tokens, cap))
+            known += 1
+        elif e.output_text:
+            lengths.append(min(max(1, len(e.output_text) // CHARS_PER_TOKEN), cap))
+            answers += 1
+        else:
+            lengths.append(cap)
+            capped += 1
+    if not lengths:
+        return None
+    parts = [f"{known} records' output_tokens"] if known else []
+    parts += [f"{answers} reference answers at ~{CHARS_PER_TOKEN} characters a token"] if answers else []
+    parts += [f"{capped} records without a length at max_output_tokens"] if capped else []
+    source = (f"mean of the file's output lengths ({', '.join(parts)}; capped at {cap})" if known or answers
+              else f"max_output_tokens {cap} (the file gives no output lengths)")
+    return sum(lengths) / len(lengths), source
+
+
 def _rate_per_s(profile, output_tokens: int, fig: DeviceFigures, arrivals_s: list[float] | None = None) -> float:
     """Expected requests/s of a window at ``profile`` (module docstring); ``arrivals_s``: the workload's own
     arrival offsets (a trace), which a trace level replays."""
@@ -111,6 +157,8 @@ def plan_cost(plan: Plan, devices: dict[str, str] | None = None) -> PlanCost:
     biggest_n = biggest_tok = 0
     boot_s = req_s = 0.0
     used: dict[str, str] = {}
+    # A dataset's requests ask for their own output lengths: its mean, not its longest, sets a request's time.
+    ds_out = {w.name: d for w in plan.workloads if (d := dataset_output_tokens(w.profile)) is not None}
     for t in trials:
         dev = devices.get(t.runtime) or ("cpu" if t.runtime.startswith("cpu") else "cuda")
         used[t.runtime] = dev
@@ -122,7 +170,7 @@ def plan_cost(plan: Plan, devices: dict[str, str] | None = None) -> PlanCost:
                 n_warm = lv.warmup_requests(plan.warmup_requests)
                 arrivals = ([sp.arrival_offset_s for sp in w.profile.request_specs(n, plan.seed)]
                             if w.profile.has_arrivals else None)
-                rate = _rate_per_s(lv, w.output_tokens, fig, arrivals)
+                rate = _rate_per_s(lv, ds_out[w.name][0] if w.name in ds_out else w.output_tokens, fig, arrivals)
                 warm += n_warm
                 req_s += n_warm / rate
                 if duration_s is not None:
@@ -138,6 +186,8 @@ def plan_cost(plan: Plan, devices: dict[str, str] | None = None) -> PlanCost:
     how = (f"boots x typical boot + each window's requests / expected rate (concurrency c: c / (TTFT + "
            f"output_tokens x TPOT); a rate level: its rate){'; duration windows: their duration' if duration_s else ''}"
            f"; typical figures, not measured here: {figs}")
+    for name, (mean, source) in ds_out.items():
+        how += f"; output_tokens of dataset workload {name}: ~{mean:.0f}, the {source}"
     if getattr(plan, "replicates", None) == "auto":
         how += ("; replicates: auto: every boot the A/B's budget allows, an upper bound (the sweep stops when the "
                 "A/B is decided)")

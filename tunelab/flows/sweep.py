@@ -1049,9 +1049,8 @@ def _report(plan: Plan, sweep_id: str, db_path: Path, results_dir: Path, run: _S
         logger.warning("could not create artifacts: %s", e)
     counts = quality["counts"]
     logger.info("quality: %s", ", ".join(f"{k} {v}" for k, v in counts.items()))
-    for r in quality["reasons"].itertuples(index=False):  # why a trial warns or fails, without a query
-        logger.info("quality check %s/%s (severity %s) did not pass in %d trial(s): %s; e.g. observed %s, "
-                    "threshold %s", r.suite, r.expectation, r.severity, r.trials, r.which, r.observed, r.threshold)
+    for line in R.quality_check_lines(quality):  # why a trial warns or fails, without a query
+        logger.info("%s", line)
     return SweepSummary(sweep_id=sweep_id, db=str(db_path), results=str(results_dir), trials=statuses_,
                         comparison=comp.to_dict("records"), left_out=comp.attrs.get("left_out", []),
                         quality=counts, report_markdown=md,

@@ -758,9 +758,10 @@ def _server_state(server: Any) -> str:
         how = f"killed by signal {-rc}" if rc < 0 else f"exit status {rc}"
         return f"server process exited during the measurement ({how})"
     try:
-        import httpx
+        from tunelab.tasks.loadgen.control import control_call_sync
 
-        r = httpx.get(f"{server.base_url}/health", timeout=2.0)
+        # Retried on a fresh connection after a dropped one, as every control call (a drop is not a hang).
+        r = control_call_sync(server.base_url, "GET", "/health", timeout=2.0)
         return f"server alive, /health answered {r.status_code}"
     except Exception as e:
         return f"server process alive but /health did not answer within 2 s ({type(e).__name__}): hung or stopped"

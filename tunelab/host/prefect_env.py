@@ -4,10 +4,14 @@
 - No telemetry: ``DO_NOT_TRACK=1`` and ``PREFECT_SERVER_ANALYTICS_ENABLED=false`` (the latter also removed
   an intermittent "database is locked" error of the ephemeral server).
 - The ephemeral server gets 90 s to start by Prefect's own setting: it took 5.7-10 s on a loaded 2-core box
-  against a 20 s default. :func:`start_ephemeral_server` waits longer still (``TUNELAB_PREFECT_START_TIMEOUT_S``,
-  default 300 s, or Prefect's setting when that is longer): on a host at load 8-18 it took over 100 s, and a
-  user's ``PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS=1`` made every start fail with a traceback. When even
-  that bound passes it raises :class:`PrefectUnavailable`, one line the command line prints before it exits 4.
+  against a 20 s default. :func:`start_ephemeral_server` waits longer still (default 300 s, or Prefect's setting
+  when that is longer): on a host at load 8-18 it took over 100 s, and a user's
+  ``PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS=1`` made every start fail with a traceback. A user's
+  ``TUNELAB_PREFECT_START_TIMEOUT_S`` is the bound, shorter or longer than Prefect's setting (that setting, 90 s
+  by :func:`configure`'s default, used to be a floor under it), and it is wall-clock time: Prefect's own wait
+  counts only its 0.1 s sleeps, not the time its health requests take, so on a loaded host it waited longer than
+  its timeout; tunelab waits with a deadline of its own. When the bound passes it raises
+  :class:`PrefectUnavailable`, one line the command line prints before it exits 4.
 Without ``PREFECT_API_URL`` Prefect runs ephemeral. With it, runs go to that server.
 
 The ephemeral server (:func:`start_ephemeral_server`). Prefect starts it as a plain child process
@@ -46,8 +50,9 @@ class PrefectUnavailable(RuntimeError):
 
 
 def start_bound_s() -> float:
-    """How long :func:`start_ephemeral_server` waits for the server, seconds: ``TUNELAB_PREFECT_START_TIMEOUT_S``
-    (default 300) or Prefect's ``PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS`` if that is longer.
+    """How long :func:`start_ephemeral_server` waits for the server, wall-clock seconds:
+    ``TUNELAB_PREFECT_START_TIMEOUT_S`` when set (whatever Prefect's setting; the user's word for tunelab), else
+    300 or Prefect's ``PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS`` if that is longer.
 
     Raises:
         PrefectUnavailable: ``TUNELAB_PREFECT_START_TIMEOUT_S`` is not a positive number.
@@ -60,6 +65,8 @@ def start_bound_s() -> float:
     except ValueError:
         raise PrefectUnavailable(f"{START_TIMEOUT_ENV}={raw!r}: not a positive number of seconds; unset it (300 s) "
                                  "or give e.g. 600") from None
+    if raw:
+        return ours
     try:
         theirs = float(os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS") or 0)
     except ValueError:
@@ -123,6 +130,51 @@ def _subprocess_with_own_session() -> types.ModuleType:
     return mod
 
 
+def _start_within(srv, bound_s: float) -> None:
+    """``SubprocessASGIServer.start`` with a wall-clock deadline of ``bound_s`` (Prefect's loop counts its sleeps
+    only): start the uvicorn process, poll ``/health`` until it answers 200. Its port taken (exit code 3): a new
+    port, as Prefect does. Marks the server running (Prefect's later ``start`` calls are then no-ops) and stops it
+    at exit as Prefect does.
+
+    Raises:
+        RuntimeError: the server exited while starting (its code), or did not answer within ``bound_s``.
+    """
+    import atexit
+    import time
+
+    import httpx
+
+    if srv.running:
+        return
+    srv.port = srv.port or srv.find_available_port()
+    deadline = time.monotonic() + bound_s
+    srv.running = True
+    try:
+        srv.server_process = srv._run_uvicorn_command()
+        atexit.register(srv.stop)
+        with httpx.Client() as client:
+            while True:
+                code = srv.server_process.poll()
+                if code == 3:  # port taken between the check and the bind (Prefect retries the same way)
+                    srv.port = srv.find_available_port()
+                    srv.server_process = srv._run_uvicorn_command()
+                    continue
+                if code is not None:
+                    raise RuntimeError(f"the ephemeral Prefect API server exited with code {code}")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"the ephemeral Prefect API server did not answer within {bound_s:g} s")
+                try:
+                    if client.get(f"{srv.api_url}/health", timeout=min(left, 5.0)).status_code == 200:
+                        return
+                except httpx.HTTPError:
+                    pass
+                time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+    except BaseException:
+        srv.running = False
+        raise
+
+
 def start_ephemeral_server() -> int | None:
     """Start Prefect's ephemeral API server now, in its own session and guarded so that it dies with this
     process (see the module notes); returns its PID. Does nothing (None) when ``PREFECT_API_URL`` names a
@@ -142,7 +194,7 @@ def start_ephemeral_server() -> int | None:
     srv = server_mod.SubprocessASGIServer()
     bound = start_bound_s()
     try:
-        srv.start(timeout=bound)  # Prefect's loop, with our bound instead of its setting
+        _start_within(srv, bound)
     except Exception as e:
         exited = srv.server_process.poll() if srv.server_process is not None else None
         try:

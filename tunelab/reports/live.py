@@ -63,6 +63,8 @@ class _State:
     total: int | None = None
     wait_started: float | None = None  # when the trial began to wait for its device (phase ``wait``)
     wait_detail: str = ""
+    # The prompts being built are a level's warm-up (its label, e.g. "w c=4"), not the window shown last.
+    prompts_warmup: str | None = None
 
 
 class SweepDisplay:
@@ -141,6 +143,9 @@ class SweepDisplay:
             st.trials_ended += 1
             st.trial_seconds += now - st.trial_started
             st.trial_started = None
+        if ev.phase == "prompts" and (ev.label or ev.window_index is not None):  # a build starts (chunks carry neither)
+            # A warm-up's prompts come with its label and no window: "for window k/n" named the last window.
+            st.prompts_warmup = None if ev.window_index is not None else (ev.label or "").removesuffix(" warm-up")
         if ev.window_index is not None:
             st.window = f"{ev.window_index}/{ev.windows_total}"
         if ev.phase == "window":
@@ -181,7 +186,9 @@ class SweepDisplay:
                  "validate": "validating (quality gate)", "load": "loading into the warehouse",
                  "report": "writing the report", "done": "done"}
         text = names.get(st.phase, st.phase)
-        if st.phase == "prompts" and st.total:
+        if st.phase == "prompts" and st.prompts_warmup is not None:
+            text = "building warm-up prompts" + (f" ({st.total} for {st.prompts_warmup})" if st.total else "")
+        elif st.phase == "prompts" and st.total:
             text += f" ({st.total} for window {st.window or '?'})" if st.window else f" ({st.total})"
         if st.phase == "warmup" and st.total:
             text += f": {st.done or 0}/{st.total} requests"

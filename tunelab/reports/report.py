@@ -40,6 +40,8 @@ __all__ = [
     "print_comparison",
     "settings_text",
     "sweep_quality_markdown",
+    "quality_check_lines",
+    "quality_terminal_lines",
     "quality_summary",
     "regressions_markdown",
     "sweep_markdown",
@@ -516,12 +518,15 @@ def quality_summary(db_path: Path | duckdb.DuckDBPyConnection, sweep_id: str) ->
     """How many trials of a sweep pass / warn / fail / are unvalidated, and why.
 
     Returns a dict: ``counts`` ({verdict: trials}, every verdict of :data:`VERDICT_ORDER` present, 0 if none),
-    ``reasons`` (DataFrame: severity, suite, expectation, trials, which (its trials as ``config rN (verdict)``),
+    ``reasons`` (DataFrame: severity, suite, expectation, trials, which (its trials as ``config rN``; the check's
+    outcome there is its severity, not the trial's verdict: :func:`quality_check_lines` words it),
     example observed / threshold / detail: one row per quality check that failed in at least one trial, from
     ``quality_checks``),
     ``unvalidated`` (DataFrame: trial_id, config, status, failure_class, failure_reason: why a trial was
     not validated: it did not measure, or validation itself could not run), ``rule_versions`` (the quality rule
-    versions stamped on the sweep's ``quality_checks`` rows, None for unversioned rows).
+    versions stamped on the sweep's ``quality_checks`` rows, None for unversioned rows), ``shape_checks`` (lines
+    saying which of the sweep's shape checks ran, which were skipped and why: ``shape_checks.shape_check_lines``;
+    empty for a sweep without shape rows).
     Opens the DuckDB file read-only, or reads an open connection as :func:`comparison_frame` does."""
     with _reader(db_path) as con:
         counts = dict(con.execute(
@@ -532,10 +537,10 @@ def quality_summary(db_path: Path | duckdb.DuckDBPyConnection, sweep_id: str) ->
         reasons = con.execute(
             """SELECT q.severity, q.suite, q.expectation,
                       count(DISTINCT q.trial_id) AS trials,
-                      string_agg(DISTINCT t.config_label || ' r' || t.replicate || ' (' ||
-                                 coalesce(t.quality_verdict, 'unvalidated') || ')', ', '
-                                 ORDER BY t.config_label || ' r' || t.replicate || ' (' ||
-                                          coalesce(t.quality_verdict, 'unvalidated') || ')') AS which,
+                      -- the trials only: the trial's own verdict beside a check that only warned read as if
+                      -- the check had failed it (a warn check in a trial that another check failed)
+                      string_agg(DISTINCT t.config_label || ' r' || t.replicate, ', '
+                                 ORDER BY t.config_label || ' r' || t.replicate) AS which,
                       any_value(q.observed) AS observed, any_value(q.threshold) AS threshold,
                       any_value(q.detail) AS detail
                FROM quality_checks q JOIN trials t USING (trial_id)
@@ -547,13 +552,53 @@ def quality_summary(db_path: Path | duckdb.DuckDBPyConnection, sweep_id: str) ->
         versions = [r[0] for r in con.execute(
             "SELECT DISTINCT q.rule_version FROM quality_checks q JOIN trials t USING (trial_id) WHERE t.sweep_id = ? "
             "ORDER BY 1 NULLS FIRST", [sweep_id]).fetchall()] if has_version else [None]
+        # The sweep's shape checks (tasks.quality.shape_checks): which ran, which were skipped and why.
+        shape = con.execute(
+            """SELECT DISTINCT q.expectation, q.success, q.detail FROM quality_checks q JOIN trials t USING (trial_id)
+               WHERE t.sweep_id = ? AND q.suite = 'sweep_shape'""", [sweep_id]).fetchdf()
+        plan_yaml = con.execute("SELECT plan_yaml FROM sweeps WHERE sweep_id = ?", [sweep_id]).fetchone()
         unval = con.execute(
             """SELECT trial_id, config_label AS config, status, failure_class, failure_reason
                FROM trials WHERE sweep_id = ? AND coalesce(quality_verdict, 'unvalidated') = 'unvalidated'
                ORDER BY trial_id""", [sweep_id]).fetchdf()
     full = {v: int(counts.pop(v, 0)) for v in VERDICT_ORDER}
     full.update({k: int(v) for k, v in counts.items()})
-    return {"counts": full, "reasons": reasons, "unvalidated": unval, "rule_versions": versions}
+    from tunelab.tasks.quality.shape_checks import shape_check_lines
+    from tunelab.warehouse.sweep_anchor import plan_anchor
+
+    # No shape rows at all: a sweep judged before rule v4 (or nothing measured): no lines rather than "not run".
+    shape_lines = shape_check_lines(shape, plan_anchor(plan_yaml[0] if plan_yaml else None) is not None) \
+        if len(shape) else []
+    return {"counts": full, "reasons": reasons, "unvalidated": unval, "rule_versions": versions,
+            "shape_checks": shape_lines}
+
+
+#: How a check that did not pass reads, by its severity: a warn check warned (the trial's verdict is at most
+#: ``warn`` by it), a fail check failed the trial.
+_OUTCOME = {"warn": "warned", "fail": "failed"}
+
+
+def quality_check_lines(q: dict[str, Any]) -> list[str]:
+    """One line per check of :func:`quality_summary`'s ``reasons`` that did not pass: the check, what it did by
+    its own severity (``warned`` / ``failed``; never the trial's overall verdict, which another check may have
+    decided), in how many trials and which (``config rN``), and an example observed value and threshold.
+    Shown by ``tunelab report`` and logged by the sweep."""
+    return [f"quality check {r.suite}/{r.expectation} {_OUTCOME.get(r.severity, 'did not pass')} "
+            f"(severity {r.severity}) in {int(r.trials)} trial(s): {r.which}; e.g. observed {r.observed}, "
+            f"threshold {r.threshold}" for r in q["reasons"].itertuples(index=False)]
+
+
+def quality_terminal_lines(q: dict[str, Any]) -> list[str]:
+    """What ``tunelab report`` prints of :func:`quality_summary` under the comparison: the counts and the quality
+    rule version(s) that judged the sweep (as the markdown's Quality section names them), then
+    :func:`quality_check_lines` and the shape-check lines."""
+    from tunelab.core.quality_thresholds import rule_version_label
+
+    head = "quality: " + ", ".join(f"{k} {v}" for k, v in q["counts"].items())
+    if q.get("rule_versions"):
+        head += ("; judged by quality rules " + ", ".join(rule_version_label(v) for v in q["rule_versions"])
+                 + " (docs/quality.md, 'Rule versions'; `tunelab recheck` re-judges with today's)")
+    return [head, *quality_check_lines(q), *q.get("shape_checks", [])]
 
 
 def sweep_quality_markdown(q: dict[str, Any]) -> str:
@@ -570,6 +615,8 @@ def sweep_quality_markdown(q: dict[str, Any]) -> str:
 
         lines += ["Judged by quality rules " + ", ".join(rule_version_label(v) for v in q["rule_versions"])
                   + " (docs/quality.md, 'Rule versions'; `tunelab recheck` re-judges with today's)", ""]
+    if q.get("shape_checks"):
+        lines += [f"- {x}" for x in q["shape_checks"]] + [""]
     if len(q["reasons"]):
         lines += ["Checks that did not pass (severity fail decides `fail`, warn decides `warn`; see docs/quality.md):", ""]
         lines += markdown_table([{
@@ -696,7 +743,15 @@ def ab_markdown(df: pd.DataFrame, baseline: dict, candidate: dict, title: str | 
         def pct(x: Any) -> str:
             return "-" if pd.isna(x) else f"{x * 100:+.1f}%"
 
+        def welch(r: Any) -> str:
+            lo, hi = getattr(r, "welch_ci_low", None), getattr(r, "welch_ci_high", None)
+            return "-" if lo is None or hi is None or pd.isna(lo) or pd.isna(hi) else f"[{lo:+.4g}, {hi:+.4g}]"
+
         by_config = "config_key" in df.columns and (df["config_key"].astype(str) != "").any()
+        # The plain Welch interval on boot means beside the product's (what the method adds is then visible), in
+        # the metric's unit as the A/B lines give it (reports.design_plan._welch_text): as a percentage it fell
+        # below -100 % on 2-3 boots.
+        has_welch = "welch_ci_low" in df.columns and df["welch_ci_low"].notna().any()
         lines += markdown_table([{
             **({"config": f"{r.config_label} `{r.config_key}`"} if by_config else {}),
             "workload": r.workload,
@@ -704,6 +759,7 @@ def ab_markdown(df: pd.DataFrame, baseline: dict, candidate: dict, title: str | 
             "baseline": "-" if pd.isna(r.baseline_mean) else f"{r.baseline_mean:.4g}",
             "candidate": "-" if pd.isna(r.candidate_mean) else f"{r.candidate_mean:.4g}",
             "change": pct(r.rel_diff), "CI": f"[{pct(r.rel_ci_low)}, {pct(r.rel_ci_high)}]",
+            **({"Welch on boot means": welch(r)} if has_welch else {}),
             "boots": f"{r.baseline_boots} vs {r.candidate_boots}",
             # The resolution of the verdict: effects smaller than this could not have been seen (80 % power).
             "MDE": "-" if pd.isna(getattr(r, "mde_rel", None)) else mde_text(r.mde_rel),
@@ -714,6 +770,10 @@ def ab_markdown(df: pd.DataFrame, baseline: dict, candidate: dict, title: str | 
             **({"tokens": r.token_change} if "token_change" in df.columns and (df["token_change"] != "").any() else {}),
         } for r in df.itertuples(index=False)])
     lines += ["", f"Method: {df.attrs.get('method', '')}"]
+    if "welch_ci_low" in df.columns and df["welch_ci_low"].notna().any():
+        lines += ["", f"Welch on boot means: the plain Welch t interval of candidate - baseline on the boots' means, "
+                      f"per cell, in the unit of `{metric}` (nothing borrowed across cells or history), beside CI, "
+                      "the product's interval of the change"]
     if df.attrs.get("family"):
         lines += ["", f"Verdicts: {df.attrs['family']}"]
     if "token_change" in df.columns and (df["token_change"] != "").any():

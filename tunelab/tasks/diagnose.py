@@ -25,6 +25,7 @@ import pandas as pd
 from tunelab.core import diagnosis as D
 from tunelab.core import records as R
 from tunelab.tasks import server_metrics as SM
+from tunelab.tasks.loadgen.control import control_call
 
 __all__ = ["GAUGE_INTERVAL_S", "GaugePeaks", "bandwidth", "weight_bytes", "window_diagnoses"]
 
@@ -36,7 +37,9 @@ _PEAKED = {"kv_cache_usage": "kv_cache_usage_peak", "num_requests_waiting": "num
 
 class GaugePeaks:
     """Reads ``/metrics`` every ``interval_s`` between :meth:`start` and :meth:`stop` (in the caller's event loop)
-    and keeps the highest value of each gauge of :data:`_PEAKED`. A page that cannot be read is skipped."""
+    and keeps the highest value of each gauge of :data:`_PEAKED`. A read is a control call
+    (``loadgen.control.control_call``: a dropped connection retried on a fresh one, recorded against the client);
+    a page that still cannot be read is skipped."""
 
     def __init__(self, client: Any, interval_s: float = GAUGE_INTERVAL_S) -> None:
         self.client, self.interval_s = client, interval_s
@@ -46,7 +49,8 @@ class GaugePeaks:
 
     async def _read(self) -> None:
         try:
-            r = await self.client.get("/metrics", timeout=5)
+            # A dropped keep-alive connection is retried on a fresh one, as the other control calls are.
+            r = await control_call(self.client, "GET", "/metrics", timeout=5)
         except Exception:  # noqa: BLE001 - a failed sample is skipped, the window goes on
             return
         if r.status_code != 200:

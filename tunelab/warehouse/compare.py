@@ -86,8 +86,15 @@ def metric_direction(metric: str) -> int:
         return 1
     if metric in LATENCY_METRICS:
         return -1
+    import difflib
+
+    names = list(THROUGHPUT_METRICS + LATENCY_METRICS)
+    close = difflib.get_close_matches(str(metric), names, n=3, cutoff=0.6)  # a typo's nearest names first
     raise ValueError(
-        f"metric {metric!r} is not comparable; use one of {list(THROUGHPUT_METRICS + LATENCY_METRICS)}"
+        f"metric {metric!r} is not comparable"
+        + (f" (did you mean {', '.join(repr(c) for c in close[:-1])}{' or ' if len(close) > 1 else ''}"
+           f"{close[-1]!r}?)" if close else "")
+        + f"; use one of {names}"
     )
 
 

@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 
 __all__ = ["CONTROL_ATTEMPTS", "CONTROL_BACKOFF_S", "CONNECT_RETRIES", "TRANSIENT_ERRORS", "control_call",
-           "take_retries"]
+           "control_call_sync", "take_retries"]
 
 #: Attempts of one control call in all (the first on the caller's client, the rest each on a fresh connection).
 CONTROL_ATTEMPTS = 4
@@ -88,3 +88,20 @@ async def control_call(client: httpx.AsyncClient, method: str, path: str, **kwar
         return r
     log.append(f"{what} -> failed {CONTROL_ATTEMPTS} attempts (last: {type(last).__name__}: {last})")
     raise last
+
+
+def control_call_sync(base_url: str, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    """:func:`control_call` for a caller that is not a coroutine (the trial flow asking ``/health`` after a failed
+    measurement): a one-off client to ``base_url``, run on an event loop of its own in a helper thread (so it works
+    whether or not the calling thread runs a loop). Retries are not recorded (the client is gone after).
+
+    Returns / Raises: as :func:`control_call`.
+    """
+    import concurrent.futures
+
+    async def go() -> httpx.Response:
+        async with httpx.AsyncClient(base_url=base_url) as client:
+            return await control_call(client, method, path, **kwargs)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as ex:
+        return ex.submit(lambda: asyncio.run(go())).result()

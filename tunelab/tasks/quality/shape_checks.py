@@ -26,12 +26,61 @@ from tunelab.core.load_profiles import load_label
 from tunelab.core.quality_thresholds import RULES_VERSION
 from tunelab.tasks.quality.sweep_shape import anchor_drift, windows_multimodal
 
-__all__ = ["SHAPE_METRICS", "SHAPE_SUITE", "record_shape_checks", "shape_check_rows", "keep_shape_rows", "sweep_shape_step"]
+__all__ = ["ANCHOR_DRIFT_MIN_BOOTS", "SHAPE_METRICS", "SHAPE_SUITE", "anchor_boot_warning", "record_shape_checks",
+           "shape_check_lines", "shape_check_rows", "keep_shape_rows", "sweep_shape_step"]
 
 #: The metrics the shape checks judge: output tokens/s, p50 TPOT, p50 TTFT, p99 ITL (issue 28's A/A study).
 SHAPE_METRICS: tuple[str, ...] = ("output_tokens_per_s", "tpot_p50_s", "ttft_p50_s", "itl_p99_s")
 #: ``quality_checks.suite`` of these rows.
 SHAPE_SUITE = "sweep_shape"
+#: Fewest anchor boots in a sweep that ``anchor_drift`` tests a trend on (``sweep_shape.anchor_drift``'s
+#: ``min_boots``): a slope on 3 points has 1 degree of freedom.
+ANCHOR_DRIFT_MIN_BOOTS = 4
+#: What one shape check row judges, for the summary lines.
+_UNITS = {"anchor_drift": "cell x metric", "windows_multimodal": "boot x cell x metric"}
+
+
+def anchor_boot_warning(anchor_boots: int) -> str | None:
+    """The warning for a plan whose ``anchor:`` gets ``anchor_boots`` boots in a sweep (one a boot round), fewer
+    than ``anchor_drift`` needs (:data:`ANCHOR_DRIFT_MIN_BOOTS`); None when it gets enough.
+    Shown by ``tunelab plan check`` (the check would be skipped, leaving the anchor's trend unchecked)."""
+    if anchor_boots >= ANCHOR_DRIFT_MIN_BOOTS:
+        return None
+    return (f"anchor: the anchor gets {anchor_boots} boot(s) in this sweep (one a boot round, replicates: "
+            f"{anchor_boots}); the anchor_drift quality check needs {ANCHOR_DRIFT_MIN_BOOTS} and will be skipped, so "
+            f"a trend of the host over the sweep goes unchecked: set replicates: {ANCHOR_DRIFT_MIN_BOOTS} or more "
+            "(docs/quality.md, 'Rule versions')")
+
+
+def shape_check_lines(rows: pd.DataFrame, anchor: bool) -> list[str]:
+    """One line per shape check of a sweep: on how many groups it ran (and flagged), on how many it was skipped
+    and why, or why it did not run at all.
+
+    Args:
+        rows: ``quality_checks`` rows (``expectation, success, detail``; one per trial a group concerns) of suite
+            :data:`SHAPE_SUITE`, as :func:`shape_check_rows` returns or the warehouse holds; a group's rows in
+            several trials count once.
+        anchor: whether the plan has an ``anchor:`` (without one, ``anchor_drift`` has nothing to judge).
+    """
+    if len(rows):
+        rows = rows.drop_duplicates(["expectation", "detail"])
+    out = []
+    for check, unit in _UNITS.items():
+        g = rows[rows.expectation == check] if len(rows) else rows
+        if not len(g):
+            why = "the plan has no anchor:" if check == "anchor_drift" and not anchor else "no measured windows"
+            out.append(f"shape check {check}: not run ({why})")
+            continue
+        ok = g["success"].astype("boolean")
+        ran, skipped = g[ok.notna().to_numpy()], g[ok.isna().to_numpy()]
+        line = f"shape check {check}: ran on {len(ran)} {unit}" + (
+            f" ({int((ok == False).sum())} flagged)" if len(ran) else "")  # noqa: E712 - nullable
+        if len(skipped):
+            reasons = sorted({str(d).split("skipped: ", 1)[-1] for d in skipped["detail"]})
+            line += f"; skipped on {len(skipped)}: " + "; ".join(reasons[:3]) + (
+                f"; and {len(reasons) - 3} more reason(s)" if len(reasons) > 3 else "")
+        out.append(line)
+    return out
 
 
 def _windows(meas: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
@@ -79,7 +128,7 @@ def shape_check_rows(trials: pd.DataFrame, measurements: pd.DataFrame, anchor: t
         a = win[win.unit == tuple(anchor)]
         if len(a):
             boots = a.groupby(["trial_id", "order", "cell", "metric"], as_index=False)["value"].mean()
-            res = anchor_drift(boots)
+            res = anchor_drift(boots, min_boots=ANCHOR_DRIFT_MIN_BOOTS)
             emit(res, "", {None: sorted(a.trial_id.unique())})
     if len(win):
         # One boot's windows at a time (rule v5): pooled over boots, boot-to-boot spread reads as two modes.
@@ -139,6 +188,8 @@ def sweep_shape_step(bundles: Sequence[Path | None], statuses: Sequence[dict | N
     except Exception as e:  # a view of the data's shape; never lose a sweep over it
         logger.warning("sweep shape checks could not run: %s: %s", type(e).__name__, e)
         return
+    for line in shape_check_lines(rows, anchor is not None):  # which ran, which were skipped and why
+        logger.info("%s", line)
     if not len(rows):
         return
     bad = rows[rows["success"] == False]  # noqa: E712 - a nullable boolean column
