@@ -4,6 +4,7 @@
 #                                        link the model(s), start `tunelab run PLAN` detached (survives this shell);
 #                                        several plans run one after the other in that one detached job
 #   bash gpu/run_sweep.sh wait SECONDS   wait until the sweep ends (or SECONDS pass), print progress
+#   bash gpu/run_sweep.sh stop           end the sweep early (its process group and any vLLM server left)
 #   bash gpu/run_sweep.sh collect        pack the warehouse export, report.md + plots (tunelab evidence-report),
 #                                        logs and bundles into $OUT/evidence.tar.gz (RESULTS=0: without bundles)
 # Everything runs with the host's python3 + PYTHONPATH (orchestrator bundle + this repository).
@@ -60,5 +61,16 @@ collect)
   nvidia-smi > "$E/nvidia-smi.txt" 2>&1
   tar -C "$RUN" -czf "$OUTD/evidence.tar.gz" evidence && ls -la "$OUTD"
   ;;
-*) echo "usage: $0 start PLAN... | wait SECONDS | collect"; exit 2;;
+stop)
+  # End a sweep early (the device time is running out): its process group (the detached job and `tunelab run`),
+  # then any vLLM server left (started in sessions of their own). Finished trials are on disk and in the warehouse;
+  # `collect` next. Never `pkill -f` a pattern typed on the same command line: it matches that shell too (the
+  # 2026-12-03 session lost a call that way).
+  P=$(cat "$RUN/pid" 2>/dev/null)
+  [ -n "$P" ] && kill -TERM -- "-$P" 2>/dev/null
+  sleep 2
+  pkill -TERM -f 'vllm[.]entrypoints[.]cli[.]main' 2>/dev/null
+  alive "${P:-0}" && echo "sweep still stopping (pid $P)" || echo "SWEEP STOPPED"
+  ;;
+*) echo "usage: $0 start PLAN... | wait SECONDS | stop | collect"; exit 2;;
 esac

@@ -157,3 +157,17 @@ def test_run_sweep_links_the_8b_model_when_it_is_built(tmp_path):
     subprocess.run(run, env=env, capture_output=True, text=True, timeout=60)
     link = home / "models" / "llama-8b"
     assert link.is_symlink() and link.resolve() == m8.resolve()
+
+
+def test_run_sweep_stop_ends_the_sweeps_process_group(tmp_path):
+    """`run_sweep.sh stop` ends the detached job's whole process group (a stand-in sweep: a sleeping shell in a
+    session of its own) and says so; the caller's own shell survives (a `pkill -f` on a typed pattern would not)."""
+    dest = tmp_path / "rt"
+    (dest / "sweep").mkdir(parents=True)
+    job = subprocess.Popen(["bash", "-c", "sleep 60 & wait"], start_new_session=True)
+    (dest / "sweep" / "pid").write_text(f"{job.pid}\n")
+    env = {**os.environ, "DEST": str(dest), "TUNELAB_HOME": str(tmp_path / "home"), "PYTHON": sys.executable}
+    out = subprocess.run(["bash", str(REPO / "gpu" / "run_sweep.sh"), "stop"], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0 and "SWEEP STOPPED" in out.stdout, out.stdout + out.stderr
+    assert job.wait(timeout=10) is not None
