@@ -218,3 +218,28 @@ def test_the_same_config_in_two_sweeps_is_compared_through_the_anchor(tmp_path):
                            side_sweeps=(["s1", "s2"], ["s2"]))
     finally:
         con.close()
+
+
+def test_a_key_on_several_runtimes_is_paired_runtime_by_runtime(tmp_path):
+    """The versions case: config A in sweep s1 on one runtime; in sweep s2 on that runtime and on a newer one.
+    Without a runtime in the candidate's selector the key is on two runtimes there: both are compared with the
+    baseline's one runtime (the key was dropped silently before), each row naming its runtimes."""
+    import datetime as dt
+
+    db = _warehouse(tmp_path / "w.duckdb", plan_yaml=ANCHOR_PLAN)
+    con = connect(db)
+    rng = np.random.default_rng(11)
+    for r in range(3):
+        for rt in ("synthetic", "newer"):
+            _add(con, sweep_id="s2", config_key="A", runtime_name=rt, replicate=20 + r, effect_rel=0.2,
+                 boot_sd_rel=0.01, repeat_sd_rel=0.005, rng=rng,
+                 started_at=dt.datetime(2026, 1, 2, 7, 2 * r + (rt == "newer"), tzinfo=dt.timezone.utc))
+    con.close()
+    from tunelab.flows.compare import compare
+
+    out = compare.fn({"config_key": "A", "sweep_id": "s1"}, {"config_key": "A", "sweep_id": "s2"}, db=db,
+                     with_regressions=False)
+    xs = pd.DataFrame(out["anchored"])
+    assert sorted(xs.runtimes) == ["synthetic", "synthetic -> newer"], xs.T
+    assert (xs.verdict == "no significant change").all() and xs.anchored.all()
+    assert "| A | synthetic -> newer |" in out["markdown"]

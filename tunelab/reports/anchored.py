@@ -36,10 +36,10 @@ def anchored_markdown(xs: pd.DataFrame) -> str:
                "variance (never narrower than within one sweep); add `anchor:` to the plans."))
     if not len(xs):
         return head + "\n\nNo cell has boots of both sides."
-    lines = ["| config | workload | load | verdict | change [95 % CI] | anchored | method | Welch on boot means |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| config | runtime | workload | load | verdict | change [95 % CI] | anchored | method | Welch on boot means |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in xs.itertuples(index=False):
-        lines.append(f"| {r.config_key} | {r.workload} | {load_label(r.load_kind, r.load_value)} | {r.verdict} | "
+        lines.append(f"| {r.config_key} | {getattr(r, 'runtimes', '')} | {r.workload} | {load_label(r.load_kind, r.load_value)} | {r.verdict} | "
                      f"{_pct(r.rel)} [{_pct(r.rel_low)}, {_pct(r.rel_high)}] | "
                      f"{'anchored' if r.anchored else 'unanchored'} | {r.method} | "
                      f"[{_pct(r.welch_rel_low)}, {_pct(r.welch_rel_high)}] |")

@@ -122,6 +122,22 @@ def _units(con: duckdb.DuckDBPyConnection, selector: dict) -> dict[str, list[str
     return out
 
 
+def _runtime_pairs(ub: dict[str, list[str]], uc: dict[str, list[str]]) -> list[tuple[str, str, str]]:
+    """``(config_key, baseline runtime, candidate runtime)`` for every key on both sides. A key on one runtime a
+    side is one pair (the nightly case: last week's release against tonight's). A key on several runtimes is
+    paired runtime by runtime where both sides have that runtime, and a side with one runtime is paired with each
+    of the other side's (a pinned baseline against every release of the candidate's sweep); what cannot be paired
+    either way (several runtimes on both sides, none shared) is left out."""
+    pairs = []
+    for k in sorted(set(ub) & set(uc)):
+        rbs, rcs = ub[k], uc[k]
+        if len(rbs) == 1 or len(rcs) == 1:
+            pairs += [(k, rb, rc) for rb in rbs for rc in rcs]
+        else:
+            pairs += [(k, r, r) for r in sorted(set(rbs) & set(rcs))]
+    return pairs
+
+
 def _history_sweep_var(con: duckdb.DuckDBPyConnection, metric: str, anchor: Unit | None) -> dict[tuple, tuple]:
     """Per cell, ``(var_sweep, df)`` from every boot in the warehouse (the anchor's own history first)."""
     v = boot_rows(con, metric)
@@ -162,7 +178,8 @@ def cross_sweep_compare(con: duckdb.DuckDBPyConnection, baseline: dict, candidat
 
     Returns:
         None when the two sides share a sweep (the same-sweep comparison stands as it is). Otherwise the rows of
-        ``anchored_cells`` with ``config_key``, ``verdict`` (better / worse / no significant change /
+        ``anchored_cells`` with ``config_key``, ``runtimes`` (``baseline's -> candidate's``, one name when the
+        same), ``verdict`` (better / worse / no significant change /
         inconclusive, from the interval and the metric's direction) and ``anchored_text`` (``anchored through
         <runtime/key>`` or ``unanchored``) in front; ``attrs``: ``anchor`` (unit or None), ``anchor_source``
         (``--anchor``, ``plan`` or ``none``), ``sweeps`` ({side: [ids]}).
@@ -177,7 +194,7 @@ def cross_sweep_compare(con: duckdb.DuckDBPyConnection, baseline: dict, candidat
     unit, source = comparison_anchor(con, sweeps, anchor)
     ub, uc = _units(con, baseline), _units(con, candidate)
     # A config is followed across sweeps by its key (independent of the runtime, so across vLLM releases).
-    pairs = [(k, ub[k][0], uc[k][0]) for k in sorted(set(ub) & set(uc)) if len(ub[k]) == 1 and len(uc[k]) == 1]
+    pairs = _runtime_pairs(ub, uc)
     if not pairs and len(ub) == 1 and len(uc) == 1:  # one config a side, two keys (a flag against another)
         (kb, rb), (kc, rc) = next(iter(ub.items())), next(iter(uc.items()))
         if len(rb) == 1 and len(rc) == 1:
@@ -197,6 +214,7 @@ def cross_sweep_compare(con: duckdb.DuckDBPyConnection, baseline: dict, candidat
         if not len(df):
             continue
         df.insert(0, "config_key", key)
+        df.insert(1, "runtimes", rb if rb == rc else f"{rb} -> {rc}")
         frames.append(df)
     out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     if len(out):
