@@ -1,5 +1,6 @@
 """Flow ``trial``: the life of one engine config on one runtime — clean GPU, boot, warm up and measure,
-tear down — ending in a result bundle on disk. Order lives here; the work lives in ``tunelab/tasks/``.
+tear down — ending in a result bundle on disk. Order lives here; the steps are the Prefect tasks of
+``tunelab/tasks/steps/`` (one module a step), over the plain functions of ``tunelab/tasks/``.
 
 A boot failure is a result (``status='boot_failed'`` with its failure class), not an exception: the sweep
 goes on. Teardown runs in ``finally``, so success, failure, timeout, Ctrl-C and Prefect cancellation
@@ -8,7 +9,6 @@ goes on. Teardown runs in ``finally``, so success, failure, timeout, Ctrl-C and 
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import socket
 import traceback
@@ -18,21 +18,23 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import pandas as pd
-from prefect import flow, get_run_logger, task
-from prefect.cache_policies import NO_CACHE
+from prefect import flow, get_run_logger
 
 from tunelab.core import progress
 from tunelab.core import records as R
 from tunelab.flows.devices import Device, distributed_ports_env
 from tunelab.flows.run_states import cancelled_not_crashed_hook
-from tunelab.tasks import bootlog, compile_cache
+from tunelab.tasks import bootlog
 from tunelab.core.bundle import write_bundle
-from tunelab.core.markdown import shorten
 from tunelab.tasks.engine import BootFailed, EngineServer, group_members
-from tunelab.tasks.gpu import GpuSampler, check_clean, host_load_avg, placement_problem, server_placement
+from tunelab.tasks.gpu import host_load_avg, placement_problem, server_placement
 from tunelab.tasks.diagnose import window_diagnoses
 from tunelab.tasks.flag_proof import prove_flags
-from tunelab.tasks.measure import measure_server, progress_logger
+from tunelab.tasks.steps.boot import TrialBoots, boot_task
+from tunelab.tasks.steps.clean_gpu import clean_gpu_task
+from tunelab.tasks.steps.measure_windows import measure_task, sla_search_task
+from tunelab.tasks.steps.outcome import task_value
+from tunelab.tasks.steps.teardown import teardown_task
 from tunelab.core.plan import Plan, Trial, kv_block_tokens
 from tunelab.host.runtime import Runtime
 
@@ -192,217 +194,6 @@ def trial_row_base(trial: Trial, trial_id: str, sweep_id: str, runtime: Runtime,
     )
 
 
-@task(name="clean-gpu", cache_policy=NO_CACHE)
-def clean_gpu_task(gpu_index: int | None, baseline_mib: float | None, our_pids: list[int]) -> dict[str, Any]:
-    """Pre-boot GPU check (NVML). On a CPU host: nothing to check, recorded as such."""
-    if gpu_index is None:
-        return {"gpu_clean_at_boot": None, "detail": "no GPU"}
-    chk = check_clean(gpu_index, baseline_mib or 0.0, set(our_pids))
-    if not getattr(chk, "available", True):  # NVML unreadable: unknown, never "clean"
-        return {"gpu_clean_at_boot": None, "detail": f"GPU {gpu_index} could not be checked: {chk.detail}"}
-    return {
-        "gpu_clean_at_boot": chk.clean,
-        "foreign_gpu_processes": len(chk.foreign_pids),
-        "gpu_baseline_excess_mib": chk.memory_used_mib - chk.baseline_mib,
-        "detail": chk.detail,
-    }
-
-
-class _Boots:
-    """The boots of one trial: a fresh :class:`EngineServer` per attempt (one object = one server), the compile
-    lock around each (``tasks.compile_cache``), the failure of each attempt.
-
-    ``server`` is the current attempt's server (measured and torn down by the trial); ``attempts`` counts the
-    boots started; ``first_failure`` is 'class: reason' of the first transient failure, the reason of a retry."""
-
-    def __init__(self, make: Any, log_path: Path, runtime_name: str, compile_key: str, log: Any = None):
-        self.make, self.log_path, self.runtime_name, self.compile_key = make, log_path, runtime_name, compile_key
-        self.log = log
-        self.server: EngineServer = make(log_path)
-        self.attempts = 0
-        self.first_failure: str | None = None
-
-    def attempt(self) -> dict[str, Any]:
-        """Boot once more (a new server after the first attempt). Raises BootFailed with ``failure`` set."""
-        if self.attempts:  # a retry: a new server, its own log; the earlier attempt's log stays next to it
-            if self.log_path.exists():
-                self.log_path.rename(self.log_path.with_name(f"{self.log_path.stem}.attempt{self.attempts}.log"))
-            self.server = self.make(self.log_path)
-        self.attempts += 1
-        server = self.server
-        with compile_cache.first_compile(self.runtime_name, self.compile_key, log=self.log):
-            server.start()
-            try:
-                b = server.wait_ready()
-            except BootFailed as e:
-                server.stop()
-                fail = e.classify()
-                if e.kind == "not_ours":  # another program took the port between free_port() and bind
-                    fail = bootlog.BootFailure(failure_class="crash", reason=str(e), retryable=True, transient=True)
-                if fail.failure_class == "compile_cache_corrupt":
-                    text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-                    moved = compile_cache.move_aside(self.runtime_name, self.compile_key,
-                                                     bootlog.corrupt_cache_dir(text))
-                    fail.reason += f" (cache moved aside to {moved})" if moved else ""
-                e.failure = fail  # type: ignore[attr-defined]  # read by _retry_transient and the trial
-                if self.first_failure is None and fail.transient:
-                    self.first_failure = f"{fail.failure_class}: {fail.reason}"[:2000]
-                raise
-            except BaseException:
-                server.stop()
-                raise
-            compile_cache.mark_warm(self.runtime_name, self.compile_key)
-        return {"boot_s": b.boot_s, "health_s": b.health_s, "port": b.port}
-
-
-def _retry_transient(task: Any, task_run: Any, state: Any) -> bool:
-    """Prefect ``retry_condition_fn`` of the boot task: retry only a boot whose failure was transient
-    (``bootlog.BootFailure.transient``: a port in use, a corrupted compile cache, ...). A config that cannot boot
-    (OOM, invalid config) or a timeout is not booted again."""
-    exc = getattr(state, "data", None)
-    if not isinstance(exc, BaseException):
-        try:
-            state.result()
-            return False
-        except BaseException as e:  # noqa: BLE001 - only looked at
-            exc = e
-    fail = getattr(exc, "failure", None) if isinstance(exc, BootFailed) else None
-    return bool(fail is not None and fail.transient)
-
-
-#: Boots of one trial after the first: one more after a transient failure (Prefect task retries).
-BOOT_RETRIES = 1
-
-
-@task(name="boot", cache_policy=NO_CACHE, retries=BOOT_RETRIES, retry_delay_seconds=1,
-      retry_condition_fn=_retry_transient)
-def boot_task(server: "EngineServer | _Boots") -> Any:
-    """Start ``vllm serve`` and wait until it really serves. A failed boot (server already stopped) returns a
-    Failed state carrying the ``BootFailed`` (:func:`_failed_task`; the caller raises it with :func:`_task_value`).
-    Given the trial's :class:`_Boots`, each call is its next attempt (a fresh server), and Prefect runs the task
-    once more (``retries``) when the failure was transient (:func:`_retry_transient`)."""
-    if isinstance(server, _Boots):
-        try:
-            return server.attempt()
-        except BootFailed as e:
-            fail = e.failure  # type: ignore[attr-defined]
-            again = " - booting once more" if fail.transient and server.attempts <= BOOT_RETRIES else ""
-            return _failed_task(e, f"boot failed ({fail.failure_class}): {fail.reason}{again}")
-    server.start()
-    try:
-        b = server.wait_ready()
-    except BootFailed as e:
-        server.stop()
-        try:
-            fail = e.classify()
-            why = f"boot failed ({fail.failure_class}): {fail.reason}"
-        except Exception:  # the classification is the trial's job; the launcher's message still says why
-            why = f"boot failed: {e}"
-        return _failed_task(e, why)
-    except BaseException:
-        server.stop()
-        raise
-    return {"boot_s": b.boot_s, "health_s": b.health_s, "port": b.port}
-
-
-def _failed_task(e: BaseException, why: str) -> Any:
-    """Log the one-line reason, then end the task Failed with ``e`` as its data, without raising it.
-
-    Why: a task that raises makes Prefect log "Task run failed with exception" and a long traceback of its own
-    frames, which came in the trial's log before the one readable line that says why; a returned Failed state
-    is logged as its message. The red task bar stays."""
-    from prefect.states import Failed
-
-    get_run_logger().error("%s", shorten(why, 500))
-    return Failed(message=shorten(why, 300), data=e)
-
-
-def _task_value(out: Any) -> Any:
-    """A task's return value; when the task returned its Failed state (:func:`_failed_task`), raise the
-    exception it carries here, in the trial, where it is recorded."""
-    from prefect.states import State
-
-    if isinstance(out, State):
-        raise out.result(raise_on_failure=False)
-    return out
-
-
-@task(name="measure", cache_policy=NO_CACHE)
-def measure_task(server: EngineServer, plan: Plan, gpu_index: int | None, on_window=None):
-    """Warm-up + all workloads x load levels x repeats on the running server, sampling the GPU meanwhile.
-    ``on_window``: ``measure_server``'s, called with the windows so far after each window."""
-    progress = progress_logger(get_run_logger(), min_interval_s=2.0)
-
-    # Each load profile gives its windows' time limit (tunelab.core.load_profiles); 300 s covers set-up and scrapes.
-    duration_s = plan.window.duration_s if plan.window else None
-    per_level_s = sum(lp.window_deadline_s(plan.request_timeout_s, plan.repeats, duration_s)
-                      for lp in plan.load_profiles())
-    deadline = per_level_s * len(plan.workloads) * plan.repeats + 300
-    with _gpu_sampling(gpu_index) as rows:
-        try:
-            res = measure_server(server.base_url, server.api_key, server.served_model_name, plan,
-                                 progress=progress, deadline_s=deadline, load_processes=plan.load_processes,
-                                 server_log=server.log_path, on_window=on_window,
-                                 server_pid=getattr(getattr(server, "proc", None), "pid", None))
-        except Exception as e:  # the trial records it; the reason leads the log (see _failed_task)
-            return _failed_task(e, f"measurement failed: {type(e).__name__}: {e or repr(e)}")
-    gpu = R.frame(R.GpuSample, pd.DataFrame(rows), without=("trial_id",))
-    return res, gpu
-
-
-@contextlib.contextmanager
-def _gpu_sampling(gpu_index: int | None):
-    """NVML samples of ``gpu_index`` while the block runs (``tasks.gpu.GpuSampler``); yields the list the rows
-    land in (empty on a CPU runtime, ``gpu_index`` None). Shared by the measure and SLA-search tasks."""
-    sampler = GpuSampler(gpu_index) if gpu_index is not None else None
-    if sampler is None:
-        yield []
-        return
-    sampler.__enter__()
-    try:
-        yield sampler.rows
-    finally:
-        sampler.__exit__(None, None, None)
-
-
-@task(name="sla-search", cache_policy=NO_CACHE)
-def sla_search_task(server: EngineServer, plan: Plan, gpu_index: int | None, measured: Any, on_window=None,
-                    on_interrupted=None):
-    """The plan's ``sla_search`` on the running server, after its own windows (``measured``, a MeasureResult):
-    ``tasks.sla_search.run_sla_search``, sampling the GPU meanwhile. Returns (every window, the plan's and the
-    search's, as one MeasureResult; the search's GPU samples; the ``sla_searches`` frame). Each search window
-    has its own deadline (its profile's, plus slack). ``on_interrupted``: given the ``sla_searches`` frame so far
-    (an ``interrupted`` row for the search cut short) before a cancel or an error propagates."""
-    from tunelab.tasks.measure import MeasureResult
-    from tunelab.tasks.sla_search import run_sla_search
-
-    logger = get_run_logger()
-    with _gpu_sampling(gpu_index) as rows:
-        try:
-            found, sla = run_sla_search(server.base_url, server.api_key, server.served_model_name, plan,
-                                        measured=measured, progress=progress_logger(logger, min_interval_s=2.0),
-                                        load_processes=plan.load_processes, server_log=server.log_path,
-                                        server_pid=getattr(getattr(server, "proc", None), "pid", None),
-                                        on_window=on_window, log=logger.info, on_interrupted=on_interrupted)
-        except Exception as e:  # the trial records it; the reason leads the log (see _failed_task)
-            return _failed_task(e, f"SLA search failed: {type(e).__name__}: {e or repr(e)}")
-    gpu = R.frame(R.GpuSample, pd.DataFrame(rows), without=("trial_id",))
-
-    def cat(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
-        return pd.concat([f for f in (a, b) if len(f)] or [a], ignore_index=True)
-
-    every = MeasureResult(cat(measured.requests, found.requests), cat(measured.measurements, found.measurements),
-                          cat(measured.server_metrics, found.server_metrics), list(measured.notes) + found.notes)
-    return every, gpu, sla
-
-
-@task(name="teardown", cache_policy=NO_CACHE)
-def teardown_task(server: EngineServer) -> dict[str, Any]:
-    """Stop the process group (SIGTERM, grace, SIGKILL), wait for the port; timings in seconds."""
-    td = server.stop()
-    return dict(td.__dict__)
-
-
 def _boot_report(log_path: Path) -> Any:
     try:
         text = log_path.read_text(errors="replace")
@@ -465,7 +256,7 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: Tr
     row, log_path = _trial_record(trial, trial_id, plan, runtime, ctx)
     tables: dict[str, pd.DataFrame] = {}
     gpu_index = ctx.gpu_index
-    boots = _Boots(lambda lp: _boot_once(trial, runtime, plan, lp, trial_id, gpu_index, list(ctx.gpu_indices),
+    boots = TrialBoots(lambda lp: _boot_once(trial, runtime, plan, lp, trial_id, gpu_index, list(ctx.gpu_indices),
                                          ctx.cuda_visible_devices),
                    log_path, runtime.name, trial.config_key, log=logger.info)
     interrupted: BaseException | None = None
@@ -539,7 +330,7 @@ def _trial_record(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime,
     return row, log_path
 
 
-def _boot(boots: _Boots, row: R.TrialRow, runtime: Runtime, logger: Any) -> None:
+def _boot(boots: TrialBoots, row: R.TrialRow, runtime: Runtime, logger: Any) -> None:
     """Boot the server (the ``boot`` task, retried once after a transient failure) and record the boot's seconds and
     attempts. ``boots.server`` is then the attempt that booted, or that failed last (the one torn down).
 
@@ -548,7 +339,7 @@ def _boot(boots: _Boots, row: R.TrialRow, runtime: Runtime, logger: Any) -> None
     """
     progress.emit("boot", estimate_s=_TYPICAL_BOOT_S.get(runtime.device))
     try:
-        boot = _task_value(boot_task(boots))
+        boot = boot_task(boots)
     finally:
         row.boot_attempts = boots.attempts
         row.boot_retry_reason = boots.first_failure
@@ -569,12 +360,12 @@ def _measure_into(tables: dict[str, pd.DataFrame], row: R.TrialRow, server: Engi
     for flag, proof in proofs.items():
         if proof["status"] == "contradicted":
             logger.warning("%s=%s did not take effect as set: %s", flag, proof["value"], proof["evidence"])
-    res, gpu = _task_value(measure_task(server, plan, gpu_index, on_window=keep_windows))
+    res, gpu = task_value(measure_task(server, plan, gpu_index, on_window=keep_windows))
     if plan.sla_search is not None:  # the highest load meeting the slo, on this server (017)
         # The plan's windows stay in the bundle if the search fails (the trial is then 'failed').
         tables.update(requests=res.requests, measurements=res.measurements,
                       server_metrics=res.server_metrics, gpu_samples=gpu)
-        res, sla_gpu, tables["sla_searches"] = _task_value(
+        res, sla_gpu, tables["sla_searches"] = task_value(
             sla_search_task(server, plan, gpu_index, res, on_window=keep_windows,
                             on_interrupted=keep_search))
         gpu = pd.concat([f for f in (gpu, sla_gpu) if len(f)] or [gpu], ignore_index=True)
