@@ -170,7 +170,7 @@ class SweepSummary:
     ab: Any = None
     #: Fixed designs with two or more configs: the A/B per cell with what it could detect (``design_plan.ab_lines``).
     ab_lines: list[str] = dataclasses.field(default_factory=list)
-    #: ``search:`` plans: what the search did (``tunelab.core.search.tpe.SearchOutcome``) and its tuning report (markdown).
+    #: ``search:`` plans: what the search did (``tunelab.core.search.config_tpe.SearchOutcome``) and its tuning report (markdown).
     search: Any = None
     tuning_markdown: str | None = None
     #: ``precision:`` plans: a line per cell whose interval did not reach the plan's half-width.
@@ -783,7 +783,7 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
             run.run_design(boots, pools, inv.reason, validate=lambda b, p: validate_task(b, p))
         finally:
             if plan.search is not None:  # each boot's search columns into its bundle, also when interrupted
-                from tunelab.flows.search import record_search_trials
+                from tunelab.flows.record_search import record_search_trials
 
                 record_search_trials(run, boots.outcome, logger)
         if plan.replicates == "auto":
@@ -816,7 +816,7 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
 
         record_outcome(sweep, ab)
     if search is not None:  # the search's summary goes with the sweep's row too
-        from tunelab.flows.search import record_search
+        from tunelab.flows.record_search import record_search
 
         record_search(sweep, plan, search)
     # The bundles carry the sweep row as it was at the start (finished_at NULL) and the loader upserts it from them:
@@ -859,7 +859,7 @@ def _design_of(plan: Plan, db_path: Path, logger: Any) -> Design:
             logger.warning("warning: %s", msg)
         return SequentialAB(plan, logger, priors=priors)
     if plan.search is not None:
-        from tunelab.designs.search import SearchDesign
+        from tunelab.designs.config_search import SearchDesign
 
         return SearchDesign(plan, logger)
     from tunelab.designs.grid import FixedGrid
@@ -875,7 +875,7 @@ def _record_interrupted_search(plan: Plan, sweep: records.Sweep, run: "_SweepTri
     if partial is None:
         return
     try:
-        from tunelab.flows.search import record_search, sweep_bundles
+        from tunelab.flows.record_search import record_search, sweep_bundles
 
         partial.stop_reason = "interrupted"
         record_search(sweep, plan, partial)
@@ -890,7 +890,7 @@ def _search_report(plan: Plan, search: Any, summary: SweepSummary, report_db: Pa
                    logger: Any) -> None:
     """A ``search:`` sweep's end: its lines, and the tuning report (``reports.tuning``) in the log and as a Prefect
     markdown artifact; never fails the sweep (the results are in the warehouse: `tunelab tuning-report`)."""
-    from tunelab.flows.search import search_lines
+    from tunelab.flows.record_search import search_lines
 
     summary.search = search
     for line in search_lines(plan, search):
@@ -977,7 +977,7 @@ def _report(plan: Plan, sweep_id: str, db_path: Path, results_dir: Path, run: _S
     try:
         comp = R.comparison_frame(report_db, sweep_id)
         quality = R.quality_summary(report_db, sweep_id)
-        findings = R.bottleneck_findings(report_db, sweep_id)  # bottlenecks per window (tunelab.core.diagnosis)
+        findings = R.bottleneck_findings(report_db, sweep_id)  # bottlenecks per window (tunelab.core.bottleneck_rules)
         plot_paths: list[Path] = []
         if plots:
             try:

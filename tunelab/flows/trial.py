@@ -28,7 +28,7 @@ from tunelab.tasks import bootlog
 from tunelab.core.bundle import write_bundle
 from tunelab.tasks.engine import BootFailed, EngineServer, group_members
 from tunelab.tasks.gpu import host_load_avg, placement_problem, server_placement
-from tunelab.tasks.diagnose import window_diagnoses
+from tunelab.tasks.bottleneck_evidence import window_diagnoses
 from tunelab.tasks.flag_proof import prove_flags
 from tunelab.tasks.steps.boot import TrialBoots, boot_task
 from tunelab.tasks.steps.clean_gpu import clean_gpu_task
@@ -373,7 +373,7 @@ def _measure_into(tables: dict[str, pd.DataFrame], row: R.TrialRow, server: Engi
         tables["sla_searches"] = pd.DataFrame(columns=list(R.columns(R.SlaSearch))[1:])
     tables.update(requests=res.requests, measurements=res.measurements,
                   server_metrics=res.server_metrics, gpu_samples=gpu)
-    # Which bottleneck holds each window back, from its evidence (tunelab.core.diagnosis). A diagnosis that
+    # Which bottleneck holds each window back, from its evidence (tunelab.core.bottleneck_rules). A diagnosis that
     # fails costs its table, not the trial's measurements.
     try:
         tables["window_diagnoses"] = window_diagnoses(

@@ -64,7 +64,7 @@ from tunelab.tasks import bootlog
 from tunelab.tasks import host_load
 from tunelab.tasks import metrics as M
 from tunelab.tasks import server_metrics as SM
-from tunelab.tasks.diagnose import GaugePeaks
+from tunelab.tasks.bottleneck_evidence import GaugePeaks
 from tunelab.tasks.loadgen import PromptBuilder, make_client, run_level, run_sessions
 from tunelab.tasks.loadgen.control import control_call, take_retries
 from tunelab.core.load_profiles import RATE_WARMUP_S, LoadProfile
@@ -843,7 +843,7 @@ def measure_server(
             the :class:`MeasureResult` of the windows so far; the trial flow writes them to disk there. What it
             raises ends the measurement.
         server_pid: the server's root process (``vllm serve``): its tree's CPU by role is read around each
-            window (``measurements.server_process_cpu``, for ``tunelab.core.diagnosis``); None: not read.
+            window (``measurements.server_process_cpu``, for ``tunelab.core.bottleneck_rules``); None: not read.
         first_repeat: repeat number of the first window at each level (the windows are ``first_repeat`` ..
             ``first_repeat + plan.repeats - 1``): the SLA search's later windows at a level already measured
             (``tasks.sla_search``).
