@@ -26,13 +26,13 @@ from tunelab.flows.devices import Device, distributed_ports_env
 from tunelab.flows.run_states import cancelled_not_crashed_hook
 from tunelab.tasks import bootlog
 from tunelab.core.bundle import write_bundle
-from tunelab.tasks.engine import BootFailed, EngineServer, group_members
-from tunelab.tasks.gpu import host_load_avg, placement_problem, server_placement
+from tunelab.tasks.engine import BootFailed, EngineServer
+from tunelab.tasks.gpu import host_load_avg
 from tunelab.tasks.bottleneck_evidence import window_diagnoses
 from tunelab.tasks.flag_proof import prove_flags
-from tunelab.tasks.steps.boot import TrialBoots, boot_task
+from tunelab.tasks.steps.boot import TrialBoots, WrongDevice, boot_failure_reason, boot_task, placement_check
 from tunelab.tasks.steps.clean_gpu import clean_gpu_task
-from tunelab.tasks.steps.measure_windows import measure_task, sla_search_task
+from tunelab.tasks.steps.measure_windows import measure_task, server_state, sla_search_task
 from tunelab.tasks.steps.outcome import task_value
 from tunelab.tasks.steps.teardown import teardown_task
 from tunelab.core.plan import Plan, Trial, kv_block_tokens
@@ -194,24 +194,6 @@ def trial_row_base(trial: Trial, trial_id: str, sweep_id: str, runtime: Runtime,
     )
 
 
-def _boot_report(log_path: Path) -> Any:
-    try:
-        text = log_path.read_text(errors="replace")
-    except OSError:
-        text = ""
-    return text, bootlog.parse_boot_log(text)
-
-
-def _phases_frame(report: Any) -> pd.DataFrame:
-    rows = [
-        {"phase": p.phase, "seconds": p.seconds, "gib": p.gib, "tokens": p.tokens, "detail": p.detail}
-        for p in getattr(report, "phases", [])
-    ]
-    df = pd.DataFrame(rows, columns=[c for c in R.columns(R.BootPhaseRow) if c != "trial_id"])
-    # One row per phase (primary key): keep the first occurrence if a version prints one twice.
-    return df.drop_duplicates("phase", keep="first")
-
-
 def _boot_once(trial: Trial, runtime: Runtime, plan: Plan, log_path: Path, trial_id: str, gpu_index,
                gpu_indices: list[int] | None = None, cuda_visible: str | None = None) -> EngineServer:
     return EngineServer(
@@ -286,13 +268,13 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: Tr
         else:
             try:
                 _boot(boots, row, runtime, logger)
-                wrong = _wrong_device(boots.server, runtime, list(ctx.gpu_indices))
+                wrong = placement_check(boots.server, runtime, list(ctx.gpu_indices))
                 if wrong:
-                    raise _WrongDevice(wrong)
+                    raise WrongDevice(wrong)
                 _measure_into(tables, row, boots.server, trial, plan, gpu_index, keep_windows, keep_search, logger)
             except MeasurementStopped as e:  # the search pruned it: the windows so far stay in the bundle
                 _record_pruned(row, tables, measured, e, logger)
-            except _WrongDevice as e:
+            except WrongDevice as e:
                 _record_wrong_device(row, e, logger)
             except BootFailed as e:
                 _record_boot_failure(row, e, log_path, trial, trial_id, plan, runtime, ctx, logger)
@@ -405,7 +387,7 @@ def _record_pruned(row: R.TrialRow, tables: dict[str, pd.DataFrame], measured: d
     logger.info("%s", e)
 
 
-def _record_wrong_device(row: R.TrialRow, e: _WrongDevice, logger: Any) -> None:
+def _record_wrong_device(row: R.TrialRow, e: WrongDevice, logger: Any) -> None:
     """The server runs on other GPUs than it was given: ``boot_failed`` / ``wrong_device``, retryable."""
     row.status = "boot_failed"
     row.failure_class = "wrong_device"
@@ -441,7 +423,7 @@ def _record_measurement_error(row: R.TrialRow, tables: dict[str, pd.DataFrame], 
     row.status = "failed"
     row.failure_class = "measurement_error"
     # httpx's ReadError / ReadTimeout carry no text: say what the server was doing.
-    row.failure_reason = f"{_server_state(server)}; {type(e).__name__}: {e or repr(e)}"
+    row.failure_reason = f"{server_state(server)}; {type(e).__name__}: {e or repr(e)}"
     if "sla_searches" in measured:  # an SLA search failed part-way: its windows and its record stay
         tables.update(measured)
     logger.error("trial failed: %s\n%s", e, traceback.format_exc())
@@ -479,12 +461,12 @@ def _tear_down_and_write(row: R.TrialRow, tables: dict[str, pd.DataFrame], serve
         # The sweep reads teardown_clean from the bundle and takes the device out of service.
         row.failure_reason = ((row.failure_reason or "") + f"; teardown: {td.get('detail')}").strip("; ")
     row.command = server.redacted_command()
-    text, report = _boot_report(log_path)
+    report = bootlog.read_boot_report(log_path)
     row.vllm_version = row.vllm_version or getattr(report, "vllm_version", None)
     row.effective_config = getattr(report, "effective_config", {}) or {}
     row.env_not_applied = [k for k in getattr(report, "unknown_env", []) if k in trial.env]
     row.compile_cache = getattr(report, "compile_cache", None)
-    tables["boot_phases"] = _phases_frame(report)
+    tables["boot_phases"] = bootlog.boot_phases_frame(report)
     row.finished_at = _now()
     bundle = write_bundle(Path(ctx.results_dir), ctx.sweep, row, tables)
     logger.info("trial %s: %s; bundle %s", trial_id, row.status, bundle)
@@ -516,45 +498,6 @@ def _keep_windows(ctx: TrialContext, row: R.TrialRow, measured: dict[str, pd.Dat
         write_bundle(Path(ctx.results_dir), ctx.sweep, part, dict(measured))
     except Exception as e:
         logger.warning("could not keep window %d of %s on disk: %s", n_windows, trial_id, e)
-
-
-def boot_failure_reason(e: BootFailed, fail: Any) -> str:
-    """``trials.failure_reason`` of a failed boot: the launcher's message, then what the server's log says
-    (``fail``: ``bootlog.BootFailure``). Kept whole; the terminal shortens it for display (``cli.short_reason``).
-
-    A port conflict (``e.kind == 'not_ours'``) is the launcher's finding alone (who holds the port): our server's
-    log knows nothing of it, and its classification ("server stopped before ready with no exit status") only
-    contradicted the launcher's message."""
-    return str(e) if e.kind == "not_ours" else f"{e}: {fail.reason}"
-
-
-class _WrongDevice(Exception):
-    """NVML shows the server's processes on other GPUs than the trial was given."""
-
-
-def _wrong_device(server: EngineServer, runtime: Runtime, intended: list[int]) -> str | None:
-    """After boot: where NVML sees the server's process group against the GPUs it was given
-    (``tasks.gpu.placement_problem``); None when right or when NVML cannot tell."""
-    if runtime.device != "cuda" or not intended or server.proc is None:
-        return None
-    return placement_problem(intended, server_placement(group_members(server.proc.pid)))
-
-
-def _server_state(server: Any) -> str:
-    """One line on the server after a failed measurement: exited (with its status, or the signal that killed
-    it), alive but not answering ``/health`` within 2 s (hung or stopped), or alive and healthy."""
-    proc = getattr(server, "proc", None)
-    rc = proc.poll() if proc is not None else None
-    if rc is not None:
-        how = f"killed by signal {-rc}" if rc < 0 else f"exit status {rc}"
-        return f"server process exited during the measurement ({how})"
-    try:
-        import httpx
-
-        r = httpx.get(f"{server.base_url}/health", timeout=2.0)
-        return f"server alive, /health answered {r.status_code}"
-    except Exception as e:
-        return f"server process alive but /health did not answer within 2 s ({type(e).__name__}): hung or stopped"
 
 
 def _eager_diagnosis(trial: Trial, runtime: Runtime, plan: Plan, log_path: Path, trial_id: str, gpu_index,

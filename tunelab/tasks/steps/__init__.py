@@ -3,9 +3,11 @@
 
 - ``clean_gpu``: the device check before boot (``tasks.gpu.check_clean``).
 - ``boot``: start ``vllm serve`` and wait until it serves (``tasks.engine.EngineServer``); raises
-  ``tasks.engine.BootFailed`` with its classified reason, retried once by Prefect when the failure was transient.
+  ``tasks.engine.BootFailed`` with its classified reason, retried once by Prefect when the failure was transient;
+  after it, the placement check (the server on the GPUs it was given).
 - ``measure_windows``: warm-up and the measured windows (``tasks.measure.measure_server``, whose ``warm_up()``
-  runs before each load level's windows), then the plan's SLA search (``tasks.sla_search``), sampling the GPU.
+  runs before each load level's windows), then the plan's SLA search (``tasks.sla_search``), sampling the GPU;
+  what the server was doing when a measurement failed.
 - ``teardown``: stop the server's process group.
 - ``validate``: the quality suites on a bundle (``tasks.quality``).
 - ``load``: bundles into the warehouse (``warehouse.loader``).

@@ -22,11 +22,13 @@ from prefect.cache_policies import NO_CACHE
 
 from tunelab.core.markdown import shorten
 from tunelab.tasks import bootlog, compile_cache
-from tunelab.tasks.engine import BootFailed, EngineServer
+from tunelab.host.runtime import Runtime
+from tunelab.tasks.engine import BootFailed, EngineServer, group_members
+from tunelab.tasks.gpu import placement_problem, server_placement
 from tunelab.tasks.steps.outcome import step_logger
 
 __all__ = ["boot_task", "TrialBoots", "retry_transient", "BOOT_RETRIES", "BootFailedLogFilter",
-           "install_boot_log_filter"]
+           "install_boot_log_filter", "boot_failure_reason", "WrongDevice", "placement_check"]
 
 #: Boots of one trial after the first: one more after a transient failure (Prefect task retries).
 BOOT_RETRIES = 1
@@ -178,3 +180,25 @@ def boot_task(server: "EngineServer | TrialBoots") -> dict[str, Any]:
         server.stop()
         raise
     return {"boot_s": b.boot_s, "health_s": b.health_s, "port": b.port}
+
+
+def boot_failure_reason(e: BootFailed, fail: Any) -> str:
+    """``trials.failure_reason`` of a failed boot: the launcher's message, then what the server's log says
+    (``fail``: ``bootlog.BootFailure``). Kept whole; the terminal shortens it for display (``cli.short_reason``).
+
+    A port conflict (``e.kind == 'not_ours'``) is the launcher's finding alone (who holds the port): our server's
+    log knows nothing of it, and its classification ("server stopped before ready with no exit status") only
+    contradicted the launcher's message."""
+    return str(e) if e.kind == "not_ours" else f"{e}: {fail.reason}"
+
+
+class WrongDevice(Exception):
+    """NVML shows the server's processes on other GPUs than the trial was given (the text says where)."""
+
+
+def placement_check(server: EngineServer, runtime: Runtime, intended: list[int]) -> str | None:
+    """After boot: where NVML sees the server's process group against the GPUs it was given
+    (``tasks.gpu.placement_problem``); None when right, on a CPU runtime, or when NVML cannot tell."""
+    if runtime.device != "cuda" or not intended or server.proc is None:
+        return None
+    return placement_problem(intended, server_placement(group_members(server.proc.pid)))

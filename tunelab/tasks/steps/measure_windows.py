@@ -22,7 +22,7 @@ from tunelab.tasks.measure import MeasureResult, measure_server, progress_logger
 from tunelab.tasks.sla_search import run_sla_search
 from tunelab.tasks.steps.outcome import failed_state, step_logger
 
-__all__ = ["measure_task", "sla_search_task", "gpu_sampling", "measurement_deadline_s"]
+__all__ = ["measure_task", "sla_search_task", "gpu_sampling", "measurement_deadline_s", "server_state"]
 
 #: Seconds a measurement may take on top of its windows' own deadlines: set-up, prompts' /tokenize, scrapes.
 MEASURE_SLACK_S = 300
@@ -112,3 +112,20 @@ def sla_search_task(server: EngineServer, plan: Plan, gpu_index: int | None, mea
                           _concat(measured.server_metrics, found.server_metrics),
                           list(measured.notes) + found.notes)
     return every, gpu, sla
+
+
+def server_state(server: Any) -> str:
+    """One line on the server after a failed measurement: exited (with its status, or the signal that killed
+    it), alive but not answering ``/health`` within 2 s (hung or stopped), or alive and healthy."""
+    proc = getattr(server, "proc", None)
+    rc = proc.poll() if proc is not None else None
+    if rc is not None:
+        how = f"killed by signal {-rc}" if rc < 0 else f"exit status {rc}"
+        return f"server process exited during the measurement ({how})"
+    try:
+        import httpx
+
+        r = httpx.get(f"{server.base_url}/health", timeout=2.0)
+        return f"server alive, /health answered {r.status_code}"
+    except Exception as e:
+        return f"server process alive but /health did not answer within 2 s ({type(e).__name__}): hung or stopped"
