@@ -633,6 +633,35 @@ def _notes_of_window(label: str, w: Workload, lv: LoadProfile, plan: Plan, df: p
     return notes
 
 
+def _record_window(rows: _Rows, plan: Plan, w: Workload, lv: LoadProfile, rep: int, win: _Window, obs: _Observed,
+                   warm: dict[str, Any], slo: dict[str, float], duration_s: float | None,
+                   pins: dict[str, Any]) -> Any:
+    """Add one observed window to ``rows``: its requests (:func:`_request_rows`), its aggregates
+    (``tasks.metrics.aggregate``) as its ``measurements`` row (:func:`_measurement_row`), its ``server_metrics``
+    rows (the /metrics deltas and gauge peaks) and its notes (:func:`_notes_of_window`).
+
+    Returns:
+        The open-loop overload check (``tasks.metrics.overload``); None for a closed-loop level, which cannot
+        outrun the server (it sends when a slot frees).
+    """
+    clines = None if obs.log_text is None else bootlog.compile_lines(obs.log_text)
+    ident = R.measurement_key(w.name, lv.kind, lv.value, rep)
+    derived = _request_rows(w, win, obs, ident)
+    df = pd.DataFrame(derived)
+    if getattr(w.profile, "has_sessions", False):
+        for line in turn_summary(df):
+            logging.getLogger("tunelab.measure").info("%s: %s", win.label, line)
+    agg = M.aggregate(df, slo or None, client_cpu_frac=obs.res.client_cpu_frac, target=lv.target_concurrency)
+    over = M.overload(df) if lv.target_concurrency is None else None
+    rows.measurements.append(_measurement_row(w, ident, agg, obs, over, warm, clines, duration_s, pins))
+    rows.requests.extend(derived)
+    rows.notes.extend(_notes_of_window(win.label, w, lv, plan, df, agg, win, obs, over, warm, clines))
+    if obs.before is not None and obs.after is not None:
+        rows.server_metrics.extend(SM.window_rows(obs.before, obs.after, ident))
+        rows.server_metrics.extend(obs.gauges.rows(ident))
+    return over
+
+
 def _cpu_pins(plan: Plan) -> dict[str, str | None]:
     """The plan's CPU pinning as recorded on every window (``server_cpus``, ``load_cpus``; None when not pinned)."""
     aff = plan.cpu_affinity
@@ -652,9 +681,9 @@ async def _measure(
     server_pid: int | None = None,
     first_repeat: int = 0,
 ) -> MeasureResult:
-    """The measurement's loop (see :func:`measure_server`): per workload and load level, :func:`warm_up`, then each
-    repeat's window: :func:`_prepare_window`, :func:`_run_window`, its rows (:func:`_request_rows`, the
-    aggregates, :func:`_measurement_row`) and notes (:func:`_notes_of_window`); ``on_window`` after each."""
+    """The measurement's loop (see :func:`measure_server`): per workload and load level (unless skipped as past an
+    overloaded one, :func:`_skipped_as_overloaded`), :func:`warm_up`, then each repeat's window:
+    :func:`_prepare_window`, :func:`_run_window`, :func:`_record_window`; ``on_window`` after each."""
     levels = plan.load_profiles()
     n_windows = len(plan.workloads) * len(levels) * plan.repeats
     k_window = 0
@@ -683,29 +712,12 @@ async def _measure(
                                                 duration_s, pace_per_s, context_tokens)
                     obs = await _run_window(client, model, w, lv, win, common, load_processes, log, server_pid,
                                             progress)
-                    clines = None if obs.log_text is None else bootlog.compile_lines(obs.log_text)
-                    ident = R.measurement_key(w.name, lv.kind, lv.value, rep)
-                    derived = _request_rows(w, win, obs, ident)
-                    df = pd.DataFrame(derived)
-                    if getattr(w.profile, "has_sessions", False):
-                        for line in turn_summary(df):
-                            logging.getLogger("tunelab.measure").info("%s: %s", label, line)
-                    agg = M.aggregate(df, slo or None, client_cpu_frac=obs.res.client_cpu_frac,
-                                      target=lv.target_concurrency)
-                    # Open loop only: a closed loop cannot outrun the server (it sends when a slot frees).
-                    over = M.overload(df) if lv.target_concurrency is None else None
+                    over = _record_window(rows, plan, w, lv, rep, win, obs, warm, slo, duration_s, pins)
                     if over is not None and over.overloaded:
                         overloaded_at.setdefault(lv.kind, lv.value)
                     if duration_s is not None:
                         # A duration window keeps its pace for a later repeat: its own requests / seconds sending.
                         pace_per_s = len(obs.res.records) / duration_s
-                    rows.measurements.append(_measurement_row(w, ident, agg, obs, over, warm, clines, duration_s,
-                                                              pins))
-                    rows.requests.extend(derived)
-                    rows.notes.extend(_notes_of_window(label, w, lv, plan, df, agg, win, obs, over, warm, clines))
-                    if obs.before is not None and obs.after is not None:
-                        rows.server_metrics.extend(SM.window_rows(obs.before, obs.after, ident))
-                        rows.server_metrics.extend(obs.gauges.rows(ident))
                     if on_window is not None:
                         # The windows so far, for the caller to keep on disk now (a killed trial keeps them).
                         on_window(rows.result())
