@@ -19,7 +19,7 @@ For each candidate against the baseline, per cell (workload x load level) and me
 Cost per A/B: GPU-minutes = wall time of the two configs' trials (start -> finish: boot, warm-up, windows,
 teardown; a shared control counts half to each A/B it serves), and the fraction of it inside measured windows.
 Noise: per config and cell, the boot-to-boot CV of the boot means and the CV between windows of one boot
-(``tunelab.warehouse.noise.noise_model``).
+(``tunelab.warehouse.noise_history.noise_model``).
 
 Run: ``python benchmarks/resolution_report.py evidence/<run> --baseline default``
 """
@@ -40,7 +40,7 @@ from tunelab.reports.evidence import warehouse_from_parquet
 from tunelab.stats.sequential import sequential_ab
 from tunelab.warehouse.compare import compare, metric_direction
 from tunelab.warehouse.migrate import connect
-from tunelab.warehouse.noise import noise_model
+from tunelab.warehouse.noise_history import noise_model
 
 METRICS = ("output_tokens_per_s", "tpot_p50_s", "ttft_p50_s", "e2el_p50_s", "itl_p99_s")
 

@@ -1,5 +1,5 @@
 """How many boots a search wastes on configs that run out of memory: optuna told such a boot as FAIL (before issue
-29) against told as infeasible (a violated constraint and the worst value, ``tunelab.core.search.tpe.CONFIG_FAILURES``).
+29) against told as infeasible (a violated constraint and the worst value, ``tunelab.core.search.config_tpe.CONFIG_FAILURES``).
 
 The simulated space (issue 29 item 9): ``max-num-seqs`` in {32, 64, 128, 256, 512}, ``gpu-memory-utilization`` in
 {0.8, 0.85, 0.9, 0.95}, ``max-num-batched-tokens`` in {1024, 2048, 4096, 8192}: 80 configs. A config with
@@ -21,7 +21,7 @@ import statistics
 
 import pandas as pd
 
-from tunelab.core.search.tpe import BootOutcome, SearchSpec, run_search
+from tunelab.core.search.config_tpe import BootOutcome, SearchSpec, run_search
 
 SPACE = {"max-num-seqs": [32, 64, 128, 256, 512], "gpu-memory-utilization": [0.8, 0.85, 0.9, 0.95],
          "max-num-batched-tokens": [1024, 2048, 4096, 8192]}

@@ -26,20 +26,22 @@ def _plan(tmp_path, extra=""):
 def test_default_staggers_a_closed_loop_over_one_request(tmp_path):
     plan = _plan(tmp_path)
     assert plan.closed_loop_start == "staggered"
-    s = stagger_schedule(Schedule(8, slots=4), plan, pace_per_s=8.0, duration_s=None)
+    s = stagger_schedule(Schedule(16, slots=4), plan, pace_per_s=8.0, duration_s=None)
     assert s.stagger_s == pytest.approx(4 / 8.0)  # c / pace: one request's duration by Little's law
+    # a count window of fewer than 4 waves would spend its requests joining: not staggered
+    assert stagger_schedule(Schedule(15, slots=4), plan, 8.0, None).stagger_s == 0
     # at most half a duration window
     assert stagger_schedule(Schedule(8, slots=4), plan, 1.0, duration_s=2.0).stagger_s == pytest.approx(1.0)
     # one slot, no pace, an open loop: nothing to stagger
     assert stagger_schedule(Schedule(8, slots=1), plan, 8.0, None).stagger_s == 0
-    assert stagger_schedule(Schedule(8, slots=4), plan, None, None).stagger_s == 0
+    assert stagger_schedule(Schedule(16, slots=4), plan, None, None).stagger_s == 0
     open_loop = Schedule(2, send_offsets_s=(0.0, 0.5))
     assert stagger_schedule(open_loop, plan, 8.0, None) is open_loop
 
 
 def test_together_keeps_the_old_start_and_a_bad_value_names_the_field(tmp_path):
     plan = _plan(tmp_path, "closed_loop_start: together\n")
-    assert stagger_schedule(Schedule(8, slots=4), plan, 8.0, None).stagger_s == 0
+    assert stagger_schedule(Schedule(16, slots=4), plan, 8.0, None).stagger_s == 0
     with pytest.raises(ValueError, match="closed_loop_start"):
         _plan(tmp_path, "closed_loop_start: later\n")
 

@@ -96,7 +96,7 @@ def test_prefix_cache_reset_reads_the_answer_not_only_the_status(route, outcome)
 def test_the_gauge_sampler_survives_a_dropped_connection():
     """GaugePeaks read /metrics with a plain get: a dropped keep-alive connection lost the sample (a window's KV
     peak could be missing for it). Now a control call: retried on a fresh connection and recorded."""
-    from tunelab.tasks.diagnose import GaugePeaks
+    from tunelab.tasks.bottleneck_evidence import GaugePeaks
 
     page = (b"# HELP vllm:kv_cache_usage_perc u\n# TYPE vllm:kv_cache_usage_perc gauge\n"
             b'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.42\n')
@@ -117,7 +117,7 @@ def test_the_health_call_after_a_failed_measurement_survives_a_dropped_connectio
     stopped', a wrong cause in the trial's failure reason; it is retried as every control call."""
     from types import SimpleNamespace
 
-    from tunelab.flows.trial import _server_state
+    from tunelab.tasks.steps.measure_windows import server_state as _server_state
 
     with DroppingControlServer({"/health": (200, b"", "text/plain")}, drop_first=1) as fake:
         state = _server_state(SimpleNamespace(proc=SimpleNamespace(poll=lambda: None), base_url=fake.base_url))

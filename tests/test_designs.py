@@ -10,7 +10,7 @@ import pytest
 
 from tunelab.designs import Design, TrialResult, TrialSpec
 from tunelab.designs.grid import FixedGrid
-from tunelab.designs.search import SearchDesign
+from tunelab.designs.config_search import SearchDesign
 from tunelab.designs.sequential_ab import SequentialAB
 from test_search import SEARCH, _boot_sim, _plan, _search, _sim, _windows
 
@@ -98,7 +98,7 @@ def test_an_interrupted_search_design_records_the_boot_it_ended_cancelled(monkey
 
 
 def test_the_search_design_raises_what_the_search_raised(monkeypatch):
-    import tunelab.designs.search as DS
+    import tunelab.designs.config_search as DS
 
     def broken(*a, **k):
         raise ValueError("optuna said no")

@@ -1,4 +1,4 @@
-"""Bottleneck diagnosis (tunelab/core/diagnosis.py, tunelab/tasks/diagnose.py, host_load.server_process_cpu): exact cases
+"""Bottleneck diagnosis (tunelab/core/bottleneck_rules.py, tunelab/tasks/bottleneck_evidence.py, host_load.server_process_cpu): exact cases
 for each check from FAKE evidence (a FAKE /metrics server, a FAKE /proc tree, a FAKE server tree with a busy
 process, synthetic windows with ITL spikes at prefills), and a window where nothing is flagged."""
 
@@ -18,11 +18,11 @@ import httpx
 import pandas as pd
 import pytest
 
-from tunelab.core import diagnosis as D
+from tunelab.core import bottleneck_rules as D
 from tunelab.core import records as R
 from tunelab.tasks import host_load
 from tunelab.tasks import server_metrics as SM
-from tunelab.tasks.diagnose import GaugePeaks, window_diagnoses
+from tunelab.tasks.bottleneck_evidence import GaugePeaks, window_diagnoses
 
 KEY = {"workload": "w", "load_kind": "concurrency", "load_value": 8.0, "repeat": 0}
 

@@ -400,7 +400,7 @@ def test_real_leftovers_of_a_killed_orchestrator_with_surviving_engine_core(cpu_
 def test_port_conflict_names_the_pid_that_holds_the_port(tmp_path, reap):
     """The boot failure of a port conflict names the PID (and command) of the process holding the port, not a
     socket inode; the trial's reason is that message alone (no contradicting 'stopped before ready' clause)."""
-    from tunelab.flows.trial import boot_failure_reason
+    from tunelab.tasks.steps.boot import boot_failure_reason
 
     port = engine.free_port()
     old = _old_server(port)

@@ -165,7 +165,7 @@ class FakeServer:
 
 
 def test_two_boots_of_one_compile_key_at_once_the_second_boots_warm(tmp_path):
-    from tunelab.flows.trial import _Boots
+    from tunelab.tasks.steps.boot import TrialBoots as _Boots
 
     FakeServer.timeline = []
     key = f"k-{tmp_path.name}"
@@ -190,7 +190,8 @@ def test_two_boots_of_one_compile_key_at_once_the_second_boots_warm(tmp_path):
 def _run_boot(boots):
     from prefect import flow
 
-    from tunelab.flows.trial import _task_value, boot_task
+    from tunelab.tasks.steps.boot import boot_task
+    from tunelab.tasks.steps.outcome import task_value as _task_value
 
     @flow(name="boot-retry-test")
     def f():
@@ -207,7 +208,7 @@ OOM_LOG = "ERROR 12-01 10:00:02 [x.py:1] torch.OutOfMemoryError: CUDA out of mem
 
 
 def test_a_transient_boot_failure_is_retried_once_through_prefect(tmp_path):
-    from tunelab.flows.trial import _Boots
+    from tunelab.tasks.steps.boot import TrialBoots as _Boots
 
     outcomes = iter([PORT_LOG, "ok"])
     made: list[FakeServer] = []
@@ -225,7 +226,7 @@ def test_a_transient_boot_failure_is_retried_once_through_prefect(tmp_path):
 
 
 def test_a_config_failure_is_not_retried(tmp_path):
-    from tunelab.flows.trial import _Boots
+    from tunelab.tasks.steps.boot import TrialBoots as _Boots
     from tunelab.tasks.engine import BootFailed
 
     made: list[FakeServer] = []
@@ -236,7 +237,7 @@ def test_a_config_failure_is_not_retried(tmp_path):
 
 
 def test_a_corrupted_cache_is_moved_aside_and_booted_once_more(tmp_path):
-    from tunelab.flows.trial import _Boots
+    from tunelab.tasks.steps.boot import TrialBoots as _Boots
 
     root = compile_cache.cache_root("rt-corrupt")
     bad = root / "torch_compile_cache" / "3f2a9c1b0d"
@@ -251,3 +252,87 @@ def test_a_corrupted_cache_is_moved_aside_and_booted_once_more(tmp_path):
     assert not bad.exists()
     moved = [p for p in (root / "torch_compile_cache").iterdir() if p.name.startswith("3f2a9c1b0d.corrupt-")]
     assert len(moved) == 1 and (moved[0] / "artefact.pkl").exists()  # kept for a bug report
+
+
+def test_a_failed_boot_raises_its_typed_reason_into_the_flow(tmp_path):
+    """The boot task raises BootFailed (not a returned Failed state) carrying the classified reason: a config that
+    cannot boot is not retryable, a port taken twice is retryable after both attempts."""
+    from prefect import flow
+
+    from tunelab.tasks.engine import BootFailed
+    from tunelab.tasks.steps.boot import TrialBoots, boot_task
+
+    @flow(name="boot-raises-test")
+    def f(boots):
+        try:
+            boot_task(boots)
+        except BootFailed as e:  # raised here, in the flow: nothing to unwrap
+            return e
+        return None
+
+    oom = TrialBoots(lambda lp: FakeServer("s", lp, OOM_LOG), tmp_path / "o.log", "rt", f"k-oom-{tmp_path.name}")
+    e = f(oom)
+    assert isinstance(e, BootFailed) and e.failure_class.startswith("oom_") and e.retryable is False
+    assert "out of memory" in e.reason.lower() and oom.attempts == 1
+    port = TrialBoots(lambda lp: FakeServer("p", lp, PORT_LOG), tmp_path / "p.log", "rt", f"k-port-{tmp_path.name}")
+    e = f(port)
+    assert isinstance(e, BootFailed) and e.failure_class == "crash" and e.retryable is True
+    assert port.attempts == 2 and "Address already in use" in e.reason
+
+
+def test_prefects_record_of_a_failed_boot_is_one_line_without_a_traceback(tmp_path):
+    """Two transient failures exhaust the retry: Prefect logs "Task run failed with exception ... Retries are
+    exhausted" with the exception attached; the filter on its task-run logger keeps that to one line."""
+    import logging
+
+    from prefect import flow
+
+    from tunelab.tasks.engine import BootFailed
+    from tunelab.tasks.steps.boot import TrialBoots, boot_task
+
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(logging.Formatter("%(message)s").format(record))
+
+    @flow(name="boot-log-test")
+    def f(boots):
+        try:
+            boot_task(boots)
+        except BootFailed:
+            pass
+
+    h = Keep(level=logging.DEBUG)
+    logger = logging.getLogger("prefect.task_runs")
+    logger.addHandler(h)
+    try:
+        f(TrialBoots(lambda lp: FakeServer("p", lp, PORT_LOG), tmp_path / "p.log", "rt", f"k-l-{tmp_path.name}"))
+    finally:
+        logger.removeHandler(h)
+    exhausted = [m for m in seen if "Retries are exhausted" in m]
+    assert exhausted and all("BootFailed" in m and "\n" not in m for m in exhausted), seen
+    assert not any("Traceback" in m for m in seen), seen
+    assert any(m.startswith("boot failed (crash): ") for m in seen), seen
+
+
+def test_the_boot_log_filter_keeps_other_exceptions_tracebacks():
+    import logging
+    import sys
+
+    from tunelab.tasks.engine import BootFailed
+    from tunelab.tasks.steps.boot import BootFailedLogFilter
+
+    def record(exc):
+        try:
+            raise exc
+        except BaseException:
+            return logging.LogRecord("prefect.task_runs", logging.ERROR, __file__, 1, "failed: %r\nmore", (exc,),
+                                     sys.exc_info())
+
+    bug = record(RuntimeError("a bug"))
+    assert BootFailedLogFilter().filter(bug) and "Traceback" in logging.Formatter().format(bug)
+    boot = record(BootFailed("died", "vllm serve exited", 1, Path("x.log"), 0.0))
+    assert BootFailedLogFilter().filter(boot)
+    text = logging.Formatter().format(boot)
+    assert "Traceback" not in text and "\n" not in text and text.startswith("failed: BootFailed(")

@@ -19,7 +19,7 @@ from tunelab.reports.design_plan import (ab_lines, apply_design, design_for_plan
 from tunelab.core.plan import Plan, PlanError, load_plan
 from tunelab.stats.design import optimal_design
 from tunelab.warehouse.migrate import connect
-from tunelab.warehouse.noise import noise_model
+from tunelab.warehouse.noise_history import noise_model
 from tunelab.warehouse.synthetic import synthetic_trial
 
 

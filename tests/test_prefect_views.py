@@ -78,12 +78,13 @@ def _fake_measurement(*args, **kwargs):
 def fake_engine(monkeypatch):
     import tunelab.flows.sweep as S
     import tunelab.flows.trial as T
+    import tunelab.tasks.steps.measure_windows as MW
     from tunelab.host.runtime import Runtime
     from tunelab.tasks.gpu import Inventory
 
     rt = Runtime(name="cpu-fake", device="cpu", python=sys.executable, versions={"vllm": "0.32.0"})
     monkeypatch.setattr(T, "_boot_once", lambda trial, runtime, plan, log_path, *a, **k: FakeEngine(trial, log_path))
-    monkeypatch.setattr(T, "measure_server", _fake_measurement)
+    monkeypatch.setattr(MW, "measure_server", _fake_measurement)
     monkeypatch.setattr(S, "inventory", lambda: Inventory(False, reason="no GPU (FAKE inventory)"))
     monkeypatch.setattr(S, "preflight", lambda plan: {"cpu-fake": rt})
     return rt
@@ -381,13 +382,13 @@ def test_an_interrupted_sweep_and_its_trial_end_cancelled_not_crashed(prefect_se
     import yaml
     from prefect.client.orchestration import get_client
 
-    import tunelab.flows.trial as T
+    import tunelab.tasks.steps.measure_windows as MW
     from tunelab.flows.sweep import tuning_sweep
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(T, "measure_server", interrupted)
+    monkeypatch.setattr(MW, "measure_server", interrupted)
     plan = tmp_path / "plan.yaml"
     plan.write_text(yaml.safe_dump({
         "name": "views-interrupted", "model": "fake-model", "runtime": "cpu-fake",

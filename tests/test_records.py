@@ -101,7 +101,9 @@ def trial_bundle(tmp_path_factory) -> Path:
 
     import tunelab.flows.trial as T
     import tunelab.tasks.measure as MS
-    from tunelab.flows.sweep import validate_task
+    from tunelab.tasks.steps.validate import validate_task
+    import tunelab.tasks.steps.clean_gpu as CG
+    import tunelab.tasks.steps.measure_windows as MW
     from tunelab.core.plan import Plan, Trial, Workload
     from tunelab.host.runtime import Runtime
     from tunelab.tasks import gpu as G
@@ -120,8 +122,8 @@ def trial_bundle(tmp_path_factory) -> Path:
     with FakeServerProcess(FakeTiming(ttft_s=0.005, itl_s=0.002, tokens_per_chunk=1), model="fake-model") as fake:
         try:
             mp.setattr(MS, "_scrape", fake_scrape)
-            mp.setattr(T, "GpuSampler", lambda index: G.GpuSampler(index, interval_s=0.05, nvml=nvml))
-            mp.setattr(T, "check_clean", lambda *a, **k: G.check_clean(*a, nvml=nvml, **k))
+            mp.setattr(MW, "GpuSampler", lambda index: G.GpuSampler(index, interval_s=0.05, nvml=nvml))
+            mp.setattr(CG, "check_clean", lambda *a, **k: G.check_clean(*a, nvml=nvml, **k))
             mp.setattr(T, "get_run_logger", lambda: logging.getLogger("test_records"))
             mp.setattr(T, "_boot_once", lambda *a, **k: FakeEngine(fake, a[3]))
             for name in ("clean_gpu_task", "boot_task", "measure_task", "teardown_task"):

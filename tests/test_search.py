@@ -1,4 +1,4 @@
-"""A plan's ``search:`` (tunelab.core.search.tpe, flows.search) and its tuning report (reports.tuning), without a server: the
+"""A plan's ``search:`` (tunelab.core.search.config_tpe, flows.record_search) and its tuning report (reports.tuning), without a server: the
 search loop runs against a simulated objective (a fake ``boot`` returning synthetic measurement windows), the
 report against a synthetic warehouse."""
 
@@ -13,7 +13,7 @@ import pytest
 from pydantic import ValidationError
 
 from tunelab.core.plan import Plan, unknown_engine_args
-from tunelab.core.search.tpe import (BootOutcome, PruneRule, SearchSpace, distributions, grid_size, objective_value,
+from tunelab.core.search.config_tpe import (BootOutcome, PruneRule, SearchSpace, distributions, grid_size, objective_value,
                             prune_decision, run_search, walk_down)
 
 
@@ -342,7 +342,7 @@ def test_integral_values_of_a_float_range_reach_vllm_serve_and_the_record_as_int
 def test_an_interrupted_search_keeps_what_it_knew_and_records_the_boot_it_ended():
     """Ctrl-C during boot 2: the outcome the caller passed in holds the default's result, boot 2 as cancelled and
     the stop reason ``interrupted``; the interruption goes on."""
-    from tunelab.core.search.tpe import SearchOutcome
+    from tunelab.core.search.config_tpe import SearchOutcome
 
     plan = _plan(SEARCH, engine_args={"max-num-seqs": 64})
     sim = _boot_sim([])
@@ -367,7 +367,7 @@ def test_an_interrupted_search_keeps_what_it_knew_and_records_the_boot_it_ended(
 def test_the_boots_say_whether_the_default_is_one_of_the_grid():
     """Found by a new user: "2 boots against a full grid of 2 configs" when the default (max-num-seqs unset) is not
     in the grid [1, 2] and config max-num-seqs=1 was never booted."""
-    from tunelab.flows.search import search_lines
+    from tunelab.flows.record_search import search_lines
 
     plan = _plan({"space": {"engine_args": {"max-num-seqs": [1, 2]}},
                   "objective": {"maximize": "output_tokens_per_s", "load": "c=4"}, "budget": {"boots": 2}})
@@ -740,7 +740,7 @@ def test_a_flag_whose_knob_is_not_in_the_space_enqueues_nothing():
 
 
 def test_a_neighbour_already_booted_is_not_enqueued_again_and_the_next_move_applies():
-    from tunelab.core.search.tpe import guided_move
+    from tunelab.core.search.config_tpe import guided_move
 
     space = SearchSpace(engine_args={"api-server-count": [1, 2], "gpu-memory-utilization": [0.9, 0.95]})
     flags = {"api_server": 2, "kv_cache": 1}
@@ -765,7 +765,7 @@ def test_a_neighbour_already_booted_is_not_enqueued_again_and_the_next_move_appl
 
 
 def test_moves_down_and_on_ranges():
-    from tunelab.core.search.tpe import guided_move
+    from tunelab.core.search.config_tpe import guided_move
 
     space = SearchSpace(engine_args={"max-num-batched-tokens": {"low": 1024, "high": 8192, "step": 1024},
                                      "gpu-memory-utilization": {"low": 0.8, "high": 0.95}})  # continuous
@@ -778,7 +778,7 @@ def test_moves_down_and_on_ranges():
 
 
 def test_flagged_bottlenecks_counts_the_windows_of_the_objective_cell_only():
-    from tunelab.core.search.tpe import flagged_bottlenecks
+    from tunelab.core.search.config_tpe import flagged_bottlenecks
 
     rows = [{"workload": "chat", "load_kind": "concurrency", "load_value": lv, "repeat": r, "bottleneck": b,
              "flagged": f}

@@ -271,7 +271,7 @@ def test_real_vllm_0_32_page_has_every_canonical_metric_under_new_names():
 def test_gauges_of_several_api_servers_are_one_engine_value_not_a_mean():
     # --api-server-count 8 before vLLM PR 28792: one series per API-server process, one live (0.95), seven 0.0.
     # Their mean (0.12) is below diagnosis.KV_USAGE_FULL and hides a full KV cache.
-    from tunelab.core.diagnosis import KV_USAGE_FULL
+    from tunelab.core.bottleneck_rules import KV_USAGE_FULL
 
     after = snapshot((FIX / "vllm-api-servers-8_after.prom").read_text())
     assert len(after.samples["vllm:kv_cache_usage_perc"]) == 8

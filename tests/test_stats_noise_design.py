@@ -1,4 +1,4 @@
-"""Noise model (tunelab/stats/noise.py, warehouse/noise.py, queries/noise_model.sql) on synthetic data with known
+"""Noise model (tunelab/stats/noise_model.py, warehouse/noise_history.py, queries/noise_model.sql) on synthetic data with known
 variance components, and the design math (tunelab/stats/design.py)."""
 
 import math
@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from tunelab.stats.design import ab_half_width, optimal_design, pilot_design
-from tunelab.stats.noise import quantile_factor, request_components, variance_components
+from tunelab.stats.noise_model import quantile_factor, request_components, variance_components
 
 
 def _nested(rng, *, cells=200, boots=4, windows=3, sd_boot=0.08, sd_window=0.05, base=1000.0):
@@ -69,7 +69,7 @@ def test_warehouse_noise_model_and_sql_agree(tmp_path):
 
     from tunelab.warehouse.loader import insert_trial_tables
     from tunelab.warehouse.migrate import connect
-    from tunelab.warehouse.noise import noise_model
+    from tunelab.warehouse.noise_history import noise_model
     from tunelab.warehouse.query import run_query
     from tunelab.warehouse.synthetic import synthetic_trial
 
@@ -132,7 +132,7 @@ def test_sla_search_windows_are_left_out_of_the_noise_model_in_python_and_sql():
 
     from tunelab.warehouse.loader import insert_trial_tables
     from tunelab.warehouse.migrate import connect
-    from tunelab.warehouse.noise import noise_model
+    from tunelab.warehouse.noise_history import noise_model
     from tunelab.warehouse.query import run_query
     from tunelab.warehouse.synthetic import synthetic_trial
 

@@ -1,4 +1,4 @@
-"""A failed measurement says what the server was doing (flows.trial._server_state): httpx's ReadError and
+"""A failed measurement says what the server was doing (tasks.steps.measure_windows.server_state): httpx's ReadError and
 ReadTimeout carry no text, so "ReadError: " alone did not tell a killed server from a hung one."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
-from tunelab.flows.trial import _server_state
+from tunelab.tasks.steps.measure_windows import server_state as _server_state
 
 
 def test_a_killed_server_is_named_with_its_signal():

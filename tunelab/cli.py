@@ -227,7 +227,7 @@ def plan_check(
     console.print(f"workloads: {', '.join(w.name for w in p.workloads)}; load levels: {', '.join(levels)}; "
                   f"repeats {p.repeats}, warm-up {p.warmup_requests} requests")
     if p.search is not None:  # the trials above are the default only; the search boots more (docs/tuning.md)
-        from tunelab.core.search.tpe import grid_size
+        from tunelab.core.search.config_tpe import grid_size
 
         g = grid_size(p.search.space)
         b = p.search.budget
@@ -903,7 +903,7 @@ def report(
     _print_notes(notes)
     from tunelab.reports.report import bottleneck_findings, bottlenecks_markdown
 
-    findings = bottleneck_findings(Path(dbp), sweep)  # one line per window with a finding (tunelab.core.diagnosis)
+    findings = bottleneck_findings(Path(dbp), sweep)  # one line per window with a finding (tunelab.core.bottleneck_rules)
     if len(findings):
         from rich.markdown import Markdown  # the same text as the artifact's section, rendered (no raw '##', '**')
 

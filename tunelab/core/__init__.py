@@ -7,7 +7,7 @@
   values of vLLM engine args.
 - :mod:`tunelab.core.records` - the rows a sweep writes (pydantic); :mod:`tunelab.core.bundle` - the result
   bundle on disk; :mod:`tunelab.core.quality_thresholds` - the quality rules' thresholds and versions;
-  :mod:`tunelab.core.diagnosis` - a window's bottleneck diagnosis; :mod:`tunelab.core.progress` - progress
+  :mod:`tunelab.core.bottleneck_rules` - a window's bottleneck diagnosis; :mod:`tunelab.core.progress` - progress
   events; :mod:`tunelab.core.markdown` - the one markdown table writer.
 - :mod:`tunelab.core.search` - the search algorithms: ``tpe`` (engine args and env, boots as cost) and ``sla``
   (the highest load meeting the SLOs on one server).

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, f
 from tunelab.core.load_profiles import (ConcurrencyProfile, LoadProfile, RateProfile, TraceProfile, WindowSpec,
                                    profiles_from_levels)
 from tunelab.core.quality_thresholds import QualityThresholds
-from tunelab.core.search.tpe import SearchSpec
+from tunelab.core.search.config_tpe import SearchSpec
 from tunelab.core.search.sla import SlaSearchSpec
 from tunelab.core.trial_order import boot_order
 from tunelab.core.workloads import WORKLOAD_TYPES, WorkloadType
@@ -470,7 +470,7 @@ class ABBudget(BaseModel):
 
 class PrecisionSpec(BaseModel):
     """A precision instead of counts (``precision:`` in a plan; issue 14 item 3): tunelab reads each config's
-    noise model from the warehouse (``warehouse.noise``) and chooses windows per boot (``repeats``) and boots per
+    noise model from the warehouse (``warehouse.noise_history``) and chooses windows per boot (``repeats``) and boots per
     config (``replicates``) for the least GPU time (``stats.design.optimal_design``); a config with no history
     starts with a pilot (``stats.design.pilot_design``). ``tunelab.reports.design_plan`` does it; ``plan check`` and the
     sweep's opening lines print the design chosen."""
@@ -603,7 +603,8 @@ class Plan(BaseModel):
     closed_loop_start: Literal["staggered", "together"] = Field(
         "staggered", description="How a concurrency level's slots start a window: 'staggered' (default) spreads the "
                                  "c slots' first requests over one request's duration as the warm-up measured it (c / "
-                                 "the warm-up's requests per second; at most half a duration window), so equal-length "
+                                 "the warm-up's requests per second; at most half a duration window; a count window only "
+                                 "from 4 waves of c requests), so equal-length "
                                  "requests do not run in lockstep waves that a short window catches in one phase; "
                                  "'together' sends the first c at once (waves on purpose; what every window "
                                  "did before this field). Either way the ramp-up is outside the window's figures.")
@@ -647,7 +648,7 @@ class Plan(BaseModel):
     slo: SLO = Field(default_factory=SLO)
     quality: QualityThresholds = Field(default_factory=QualityThresholds)
     search: SearchSpec | None = Field(
-        None, description="Search over engine args and env with boots as the cost (tunelab.core.search.tpe, flows.search, "
+        None, description="Search over engine args and env with boots as the cost (tunelab.core.search.config_tpe, flows.record_search, "
                           "docs/tuning.md): space, objective under the plan's slo, budget.")
     price_per_gpu_hour: Annotated[float, Field(gt=0)] | None = Field(
         None, description="What one GPU-hour costs you (any currency, e.g. 3.5): the tuning report then gives the "
@@ -1573,7 +1574,7 @@ def _bad_range_values(plan: "Plan", runtimes: dict, facts: dict) -> tuple[list[s
     option. One line per range naming the field, the bad values and the fix; an error when no runtime accepts
     them, else a warning (as :func:`bad_engine_arg_values`)."""
     from tunelab.core.engine_arg_values import ENUM_SOURCE, value_problem
-    from tunelab.core.search.tpe import SearchRange, range_values
+    from tunelab.core.search.config_tpe import SearchRange, range_values
 
     if plan.search is None:
         return [], []

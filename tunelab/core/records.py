@@ -152,7 +152,7 @@ class Sweep(Record):
     ab_verdicts: JsonText | None = _f("Per deciding cell: workload, load, metric, call, rel_change, ci_low, ci_high "
                                       "(always-valid interval), mde, n_pairs, alpha, method; JSON list (009).")
     search_objective: JsonText | None = _f("search: {metric, direction, workload, load, slo, slo_percentile} of the "
-                                           "plan's objective (tunelab.core.search.tpe; 018).")
+                                           "plan's objective (tunelab.core.search.config_tpe; 018).")
     search_space: JsonText | None = _f("search: the plan's search.space, JSON (018).")
     search_stop_reason: Text | None = _f("search: budget_boots | budget_gpu_minutes | space_exhausted (018).")
     search_boots: Int32 | None = _f("search: boots used, the default's and the memory walk-downs' included (018).")
@@ -239,7 +239,7 @@ class TrialRow(Record):
                                           "draw from and why the others were skipped (tunelab.core.workloads."
                                           "DATASET_RULE; 022). None: no dataset workload.")
     search_role: Text | None = _f("search: default (the plan's base config) | search (a TPE suggestion) | "
-                                  "walk_down (a smaller footprint after a memory failure) (flows.search; 018).")
+                                  "walk_down (a smaller footprint after a memory failure) (flows.record_search; 018).")
     search_trial: Int32 | None = _f("search: the optuna trial number of the suggestion; None for the default (018).")
     search_state: Text | None = _f("search: complete | infeasible (SLO not met) | pruned | fail (018).")
     search_value: Float | None = _f("search: the objective at its cell, mean over the boot's windows (018).")
@@ -488,8 +488,8 @@ class QualityCheck(Record):
 
 
 class WindowDiagnosis(Record):
-    """One bottleneck check of one measured window (``window_diagnoses``), from ``tunelab.core.diagnosis`` (checks,
-    thresholds) via ``tasks.diagnose.window_diagnoses``: one row per window and bottleneck, flagged or not (016)."""
+    """One bottleneck check of one measured window (``window_diagnoses``), from ``tunelab.core.bottleneck_rules`` (checks,
+    thresholds) via ``tasks.bottleneck_evidence.window_diagnoses``: one row per window and bottleneck, flagged or not (016)."""
 
     TABLE: ClassVar[str] = "window_diagnoses"
     BUNDLE: ClassVar[str] = "window_diagnoses"

@@ -1,4 +1,5 @@
-"""Prefect flows of tunelab. Flows decide order, concurrency and what the UI shows; the work is in ``tunelab/tasks/``.
+"""Prefect flows of tunelab. Flows decide order, concurrency and what the UI shows; the steps are the Prefect tasks
+of ``tunelab/tasks/steps/`` over the plain functions of ``tunelab/tasks/``.
 
 - ``flows.sweep.tuning_sweep``: one plan execution (trials as subflows, one per device at a time, validate,
   load, report); its one loop asks the plan's design (``tunelab.designs``) which trials to boot next.

@@ -51,7 +51,7 @@ def budget_warnings(plan: Plan, priors: dict[ABCell, tuple[float, float]]) -> li
 
 def ab_priors(plan: Plan, db_path: str | Path | None, logger: Any = None) -> dict[ABCell, tuple[float, float]]:
     """History for the sequential rule: per deciding cell, ``(prior_sd, prior_df)`` from the warehouse's noise model
-    (``warehouse.noise``) of the two configs, for ``sequential_ab(prior_sd=, prior_df=)``.
+    (``warehouse.noise_history``) of the two configs, for ``sequential_ab(prior_sd=, prior_df=)``.
 
     A boot's value here is the mean of its ``plan.repeats`` windows (:func:`boot_value`), so its log variance is
     ``var_boot + var_window / repeats`` (the noise model's two components), pooled over the two configs on their

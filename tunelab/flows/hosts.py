@@ -65,7 +65,8 @@ from tunelab.flows.devices import (
     prefect_slots_enabled,
     slot_name,
 )
-from tunelab.flows.sweep import _sweep_row, preflight, validate_task
+from tunelab.flows.sweep import _sweep_row, preflight
+from tunelab.tasks.steps.validate import validate_task
 from tunelab.flows.trial import TrialContext, run_trial
 from tunelab.core.plan import load_plan
 from tunelab.host.slot_holders import hold_slots

@@ -5,7 +5,7 @@ When a rule changes (a check learns to tell a slow server frontend from a distor
 corrected from measured cases), the trials already in the warehouse keep the old judgement, and A/Bs and searches
 read it: a boot the old rule left out stays out. ``recheck`` runs the current quality suites
 (``tasks.quality.validate_trial``, with the thresholds of the trial's own plan, ``sweeps.plan_yaml``) and the
-current diagnosis (``tasks.diagnose.window_diagnoses``) on the stored rows of each measured trial and replaces
+current diagnosis (``tasks.bottleneck_evidence.window_diagnoses``) on the stored rows of each measured trial and replaces
 ``quality_checks``, ``trials.quality_verdict`` and ``window_diagnoses``, one transaction per trial.
 
 A boot of a ``search:`` counts for the search only when its quality verdict is pass or warn, so its search state
@@ -49,8 +49,8 @@ from tunelab.core import records as R
 from tunelab.core.bundle import BundleError, read_bundle, update_bundle_table, verify_bundle
 from tunelab.core.plan import Plan
 from tunelab.core.quality_thresholds import RULES_VERSION, QualityThresholds, thresholds_for_version
-from tunelab.core.search.tpe import objective_value
-from tunelab.tasks.diagnose import window_diagnoses
+from tunelab.core.search.config_tpe import objective_value
+from tunelab.tasks.bottleneck_evidence import window_diagnoses
 from tunelab.tasks.quality import validate_trial
 from tunelab.tasks.quality.shape_checks import keep_shape_rows
 from tunelab.warehouse.loader import DEFAULT_LOCK_TIMEOUT_S, open_warehouse

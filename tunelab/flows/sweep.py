@@ -53,8 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence, TypedDict
 
-from prefect import flow, get_run_logger, task
-from prefect.cache_policies import NO_CACHE
+from prefect import flow, get_run_logger
 
 import tunelab
 from tunelab.core import progress
@@ -88,7 +87,9 @@ from tunelab.flows.devices import (
 from tunelab.core.plan import Plan, PlanError, Trial, load_plan, runtime_checks
 from tunelab.host.runtime import Runtime, RuntimeError_, load_runtime
 from tunelab.host.slot_holders import hold_slots
-from tunelab.warehouse.loader import DEFAULT_LOCK_TIMEOUT_S, WarehouseLocked, bundles_warehouse, load_pending
+from tunelab.tasks.steps.load import load_task
+from tunelab.tasks.steps.validate import validate_task
+from tunelab.warehouse.loader import DEFAULT_LOCK_TIMEOUT_S, bundles_warehouse, load_pending
 
 __all__ = [
     "INTERRUPTS",
@@ -99,7 +100,6 @@ __all__ = [
     "devices_from_inventory",
     "ensure_slots",
     "gpus_needed",
-    "load_task",
     "preflight",
     "run_on_devices",
     "slot_name",
@@ -108,7 +108,6 @@ __all__ = [
     "trial_state",
     "trial_tags",
     "tuning_sweep",
-    "validate_task",
 ]
 
 
@@ -171,7 +170,7 @@ class SweepSummary:
     ab: Any = None
     #: Fixed designs with two or more configs: the A/B per cell with what it could detect (``design_plan.ab_lines``).
     ab_lines: list[str] = dataclasses.field(default_factory=list)
-    #: ``search:`` plans: what the search did (``tunelab.core.search.tpe.SearchOutcome``) and its tuning report (markdown).
+    #: ``search:`` plans: what the search did (``tunelab.core.search.config_tpe.SearchOutcome``) and its tuning report (markdown).
     search: Any = None
     tuning_markdown: str | None = None
     #: ``precision:`` plans: a line per cell whose interval did not reach the plan's half-width.
@@ -333,50 +332,6 @@ def _stop_live_servers(log: Callable[..., Any]) -> None:
             log(f"cancel: stopped server pid {s.proc.pid} ({'clean' if td.clean else td.detail})")
         except Exception as e:  # keep stopping the others
             log(f"cancel: could not stop server: {e}")
-
-
-@task(name="validate", cache_policy=NO_CACHE)
-def validate_task(bundle: Path, plan: Plan) -> str:
-    """Run the quality suites on one bundle and write the verdict and checks back into it.
-    Returns the verdict (pass | warn | fail | unvalidated); a trial that did not measure stays unvalidated."""
-    from tunelab.tasks.quality import validate_trial
-
-    tables = read_bundle(bundle)
-    trial = tables["trial"].iloc[0].to_dict()
-    if trial.get("status") != "ok":
-        return trial.get("quality_verdict") or "unvalidated"
-    trial.setdefault("ignore_eos", all(w.ignore_eos for w in plan.workloads))
-    res = validate_trial(tables, trial, plan.quality)
-    update_bundle_table(bundle, "quality_checks", res.checks)
-    tdf = tables["trial"].copy()
-    tdf["quality_verdict"] = res.verdict
-    update_bundle_table(bundle, "trial", tdf)
-    return res.verdict
-
-
-@task(name="load", cache_policy=NO_CACHE)
-def load_task(db: Path, results: Path, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> dict[str, Any]:
-    """Load every bundle not yet in the warehouse. A bundle that fails to load stays on disk (logged with its
-    reason) for a later `tunelab load`.
-
-    Returns:
-        ``{"loaded": n, "locked": None}``; when another process held the warehouse file for ``lock_timeout_s``
-        seconds: ``{"loaded": 0, "locked": {"holder_pid", "holder_exe", "error"}}`` (from
-        :class:`warehouse.loader.WarehouseLocked`; the PID is None when DuckDB did not name it). The lock is an
-        outcome, not a failure of the task: every bundle is safe on disk, and a raised error here cost the sweep
-        its report (and printed three tracebacks: task, flow, command).
-    """
-    logger = get_run_logger()
-    try:
-        results_ = load_pending(db, results, lock_timeout_s=lock_timeout_s)
-    except WarehouseLocked as e:
-        logger.warning("warehouse %s is locked by %s: nothing loaded; the bundles stay in %s for `tunelab load`",
-                       db, e.holder, results)
-        return {"loaded": 0, "locked": {"holder_pid": e.holder_pid, "holder_exe": e.holder_exe, "error": str(e)}}
-    for r in results_:
-        if r.status == "failed":
-            logger.error("bundle %s not loaded: %s", r.bundle_dir, r.error)
-    return {"loaded": len([r for r in results_ if r.status == "loaded"]), "locked": None}
 
 
 def _artifact_key(*parts: str) -> str:
@@ -828,7 +783,7 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
             run.run_design(boots, pools, inv.reason, validate=lambda b, p: validate_task(b, p))
         finally:
             if plan.search is not None:  # each boot's search columns into its bundle, also when interrupted
-                from tunelab.flows.search import record_search_trials
+                from tunelab.flows.record_search import record_search_trials
 
                 record_search_trials(run, boots.outcome, logger)
         if plan.replicates == "auto":
@@ -861,7 +816,7 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
 
         record_outcome(sweep, ab)
     if search is not None:  # the search's summary goes with the sweep's row too
-        from tunelab.flows.search import record_search
+        from tunelab.flows.record_search import record_search
 
         record_search(sweep, plan, search)
     # The bundles carry the sweep row as it was at the start (finished_at NULL) and the loader upserts it from them:
@@ -904,7 +859,7 @@ def _design_of(plan: Plan, db_path: Path, logger: Any) -> Design:
             logger.warning("warning: %s", msg)
         return SequentialAB(plan, logger, priors=priors)
     if plan.search is not None:
-        from tunelab.designs.search import SearchDesign
+        from tunelab.designs.config_search import SearchDesign
 
         return SearchDesign(plan, logger)
     from tunelab.designs.grid import FixedGrid
@@ -920,7 +875,7 @@ def _record_interrupted_search(plan: Plan, sweep: records.Sweep, run: "_SweepTri
     if partial is None:
         return
     try:
-        from tunelab.flows.search import record_search, sweep_bundles
+        from tunelab.flows.record_search import record_search, sweep_bundles
 
         partial.stop_reason = "interrupted"
         record_search(sweep, plan, partial)
@@ -935,7 +890,7 @@ def _search_report(plan: Plan, search: Any, summary: SweepSummary, report_db: Pa
                    logger: Any) -> None:
     """A ``search:`` sweep's end: its lines, and the tuning report (``reports.tuning``) in the log and as a Prefect
     markdown artifact; never fails the sweep (the results are in the warehouse: `tunelab tuning-report`)."""
-    from tunelab.flows.search import search_lines
+    from tunelab.flows.record_search import search_lines
 
     summary.search = search
     for line in search_lines(plan, search):
@@ -1022,7 +977,7 @@ def _report(plan: Plan, sweep_id: str, db_path: Path, results_dir: Path, run: _S
     try:
         comp = R.comparison_frame(report_db, sweep_id)
         quality = R.quality_summary(report_db, sweep_id)
-        findings = R.bottleneck_findings(report_db, sweep_id)  # bottlenecks per window (tunelab.core.diagnosis)
+        findings = R.bottleneck_findings(report_db, sweep_id)  # bottlenecks per window (tunelab.core.bottleneck_rules)
         plot_paths: list[Path] = []
         if plots:
             try:

@@ -1,5 +1,6 @@
 """Flow ``trial``: the life of one engine config on one runtime — clean GPU, boot, warm up and measure,
-tear down — ending in a result bundle on disk. Order lives here; the work lives in ``tunelab/tasks/``.
+tear down — ending in a result bundle on disk. Order lives here; the steps are the Prefect tasks of
+``tunelab/tasks/steps/`` (one module a step), over the plain functions of ``tunelab/tasks/``.
 
 A boot failure is a result (``status='boot_failed'`` with its failure class), not an exception: the sweep
 goes on. Teardown runs in ``finally``, so success, failure, timeout, Ctrl-C and Prefect cancellation
@@ -8,7 +9,6 @@ goes on. Teardown runs in ``finally``, so success, failure, timeout, Ctrl-C and 
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import socket
 import traceback
@@ -18,21 +18,23 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import pandas as pd
-from prefect import flow, get_run_logger, task
-from prefect.cache_policies import NO_CACHE
+from prefect import flow, get_run_logger
 
 from tunelab.core import progress
 from tunelab.core import records as R
 from tunelab.flows.devices import Device, distributed_ports_env
 from tunelab.flows.run_states import cancelled_not_crashed_hook
-from tunelab.tasks import bootlog, compile_cache
+from tunelab.tasks import bootlog
 from tunelab.core.bundle import write_bundle
-from tunelab.core.markdown import shorten
-from tunelab.tasks.engine import BootFailed, EngineServer, group_members
-from tunelab.tasks.gpu import GpuSampler, check_clean, host_load_avg, placement_problem, server_placement
-from tunelab.tasks.diagnose import window_diagnoses
+from tunelab.tasks.engine import BootFailed, EngineServer
+from tunelab.tasks.gpu import host_load_avg
+from tunelab.tasks.bottleneck_evidence import window_diagnoses
 from tunelab.tasks.flag_proof import prove_flags
-from tunelab.tasks.measure import measure_server, progress_logger
+from tunelab.tasks.steps.boot import TrialBoots, WrongDevice, boot_failure_reason, boot_task, placement_check
+from tunelab.tasks.steps.clean_gpu import clean_gpu_task
+from tunelab.tasks.steps.measure_windows import measure_task, server_state, sla_search_task
+from tunelab.tasks.steps.outcome import task_value
+from tunelab.tasks.steps.teardown import teardown_task
 from tunelab.core.plan import Plan, Trial, kv_block_tokens
 from tunelab.host.runtime import Runtime
 
@@ -192,235 +194,6 @@ def trial_row_base(trial: Trial, trial_id: str, sweep_id: str, runtime: Runtime,
     )
 
 
-@task(name="clean-gpu", cache_policy=NO_CACHE)
-def clean_gpu_task(gpu_index: int | None, baseline_mib: float | None, our_pids: list[int]) -> dict[str, Any]:
-    """Pre-boot GPU check (NVML). On a CPU host: nothing to check, recorded as such."""
-    if gpu_index is None:
-        return {"gpu_clean_at_boot": None, "detail": "no GPU"}
-    chk = check_clean(gpu_index, baseline_mib or 0.0, set(our_pids))
-    if not getattr(chk, "available", True):  # NVML unreadable: unknown, never "clean"
-        return {"gpu_clean_at_boot": None, "detail": f"GPU {gpu_index} could not be checked: {chk.detail}"}
-    return {
-        "gpu_clean_at_boot": chk.clean,
-        "foreign_gpu_processes": len(chk.foreign_pids),
-        "gpu_baseline_excess_mib": chk.memory_used_mib - chk.baseline_mib,
-        "detail": chk.detail,
-    }
-
-
-class _Boots:
-    """The boots of one trial: a fresh :class:`EngineServer` per attempt (one object = one server), the compile
-    lock around each (``tasks.compile_cache``), the failure of each attempt.
-
-    ``server`` is the current attempt's server (measured and torn down by the trial); ``attempts`` counts the
-    boots started; ``first_failure`` is 'class: reason' of the first transient failure, the reason of a retry."""
-
-    def __init__(self, make: Any, log_path: Path, runtime_name: str, compile_key: str, log: Any = None):
-        self.make, self.log_path, self.runtime_name, self.compile_key = make, log_path, runtime_name, compile_key
-        self.log = log
-        self.server: EngineServer = make(log_path)
-        self.attempts = 0
-        self.first_failure: str | None = None
-
-    def attempt(self) -> dict[str, Any]:
-        """Boot once more (a new server after the first attempt). Raises BootFailed with ``failure`` set."""
-        if self.attempts:  # a retry: a new server, its own log; the earlier attempt's log stays next to it
-            if self.log_path.exists():
-                self.log_path.rename(self.log_path.with_name(f"{self.log_path.stem}.attempt{self.attempts}.log"))
-            self.server = self.make(self.log_path)
-        self.attempts += 1
-        server = self.server
-        with compile_cache.first_compile(self.runtime_name, self.compile_key, log=self.log):
-            server.start()
-            try:
-                b = server.wait_ready()
-            except BootFailed as e:
-                server.stop()
-                fail = e.classify()
-                if e.kind == "not_ours":  # another program took the port between free_port() and bind
-                    fail = bootlog.BootFailure(failure_class="crash", reason=str(e), retryable=True, transient=True)
-                if fail.failure_class == "compile_cache_corrupt":
-                    text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-                    moved = compile_cache.move_aside(self.runtime_name, self.compile_key,
-                                                     bootlog.corrupt_cache_dir(text))
-                    fail.reason += f" (cache moved aside to {moved})" if moved else ""
-                e.failure = fail  # type: ignore[attr-defined]  # read by _retry_transient and the trial
-                if self.first_failure is None and fail.transient:
-                    self.first_failure = f"{fail.failure_class}: {fail.reason}"[:2000]
-                raise
-            except BaseException:
-                server.stop()
-                raise
-            compile_cache.mark_warm(self.runtime_name, self.compile_key)
-        return {"boot_s": b.boot_s, "health_s": b.health_s, "port": b.port}
-
-
-def _retry_transient(task: Any, task_run: Any, state: Any) -> bool:
-    """Prefect ``retry_condition_fn`` of the boot task: retry only a boot whose failure was transient
-    (``bootlog.BootFailure.transient``: a port in use, a corrupted compile cache, ...). A config that cannot boot
-    (OOM, invalid config) or a timeout is not booted again."""
-    exc = getattr(state, "data", None)
-    if not isinstance(exc, BaseException):
-        try:
-            state.result()
-            return False
-        except BaseException as e:  # noqa: BLE001 - only looked at
-            exc = e
-    fail = getattr(exc, "failure", None) if isinstance(exc, BootFailed) else None
-    return bool(fail is not None and fail.transient)
-
-
-#: Boots of one trial after the first: one more after a transient failure (Prefect task retries).
-BOOT_RETRIES = 1
-
-
-@task(name="boot", cache_policy=NO_CACHE, retries=BOOT_RETRIES, retry_delay_seconds=1,
-      retry_condition_fn=_retry_transient)
-def boot_task(server: "EngineServer | _Boots") -> Any:
-    """Start ``vllm serve`` and wait until it really serves. A failed boot (server already stopped) returns a
-    Failed state carrying the ``BootFailed`` (:func:`_failed_task`; the caller raises it with :func:`_task_value`).
-    Given the trial's :class:`_Boots`, each call is its next attempt (a fresh server), and Prefect runs the task
-    once more (``retries``) when the failure was transient (:func:`_retry_transient`)."""
-    if isinstance(server, _Boots):
-        try:
-            return server.attempt()
-        except BootFailed as e:
-            fail = e.failure  # type: ignore[attr-defined]
-            again = " - booting once more" if fail.transient and server.attempts <= BOOT_RETRIES else ""
-            return _failed_task(e, f"boot failed ({fail.failure_class}): {fail.reason}{again}")
-    server.start()
-    try:
-        b = server.wait_ready()
-    except BootFailed as e:
-        server.stop()
-        try:
-            fail = e.classify()
-            why = f"boot failed ({fail.failure_class}): {fail.reason}"
-        except Exception:  # the classification is the trial's job; the launcher's message still says why
-            why = f"boot failed: {e}"
-        return _failed_task(e, why)
-    except BaseException:
-        server.stop()
-        raise
-    return {"boot_s": b.boot_s, "health_s": b.health_s, "port": b.port}
-
-
-def _failed_task(e: BaseException, why: str) -> Any:
-    """Log the one-line reason, then end the task Failed with ``e`` as its data, without raising it.
-
-    Why: a task that raises makes Prefect log "Task run failed with exception" and a long traceback of its own
-    frames, which came in the trial's log before the one readable line that says why; a returned Failed state
-    is logged as its message. The red task bar stays."""
-    from prefect.states import Failed
-
-    get_run_logger().error("%s", shorten(why, 500))
-    return Failed(message=shorten(why, 300), data=e)
-
-
-def _task_value(out: Any) -> Any:
-    """A task's return value; when the task returned its Failed state (:func:`_failed_task`), raise the
-    exception it carries here, in the trial, where it is recorded."""
-    from prefect.states import State
-
-    if isinstance(out, State):
-        raise out.result(raise_on_failure=False)
-    return out
-
-
-@task(name="measure", cache_policy=NO_CACHE)
-def measure_task(server: EngineServer, plan: Plan, gpu_index: int | None, on_window=None):
-    """Warm-up + all workloads x load levels x repeats on the running server, sampling the GPU meanwhile.
-    ``on_window``: ``measure_server``'s, called with the windows so far after each window."""
-    progress = progress_logger(get_run_logger(), min_interval_s=2.0)
-
-    # Each load profile gives its windows' time limit (tunelab.core.load_profiles); 300 s covers set-up and scrapes.
-    duration_s = plan.window.duration_s if plan.window else None
-    per_level_s = sum(lp.window_deadline_s(plan.request_timeout_s, plan.repeats, duration_s)
-                      for lp in plan.load_profiles())
-    deadline = per_level_s * len(plan.workloads) * plan.repeats + 300
-    with _gpu_sampling(gpu_index) as rows:
-        try:
-            res = measure_server(server.base_url, server.api_key, server.served_model_name, plan,
-                                 progress=progress, deadline_s=deadline, load_processes=plan.load_processes,
-                                 server_log=server.log_path, on_window=on_window,
-                                 server_pid=getattr(getattr(server, "proc", None), "pid", None))
-        except Exception as e:  # the trial records it; the reason leads the log (see _failed_task)
-            return _failed_task(e, f"measurement failed: {type(e).__name__}: {e or repr(e)}")
-    gpu = R.frame(R.GpuSample, pd.DataFrame(rows), without=("trial_id",))
-    return res, gpu
-
-
-@contextlib.contextmanager
-def _gpu_sampling(gpu_index: int | None):
-    """NVML samples of ``gpu_index`` while the block runs (``tasks.gpu.GpuSampler``); yields the list the rows
-    land in (empty on a CPU runtime, ``gpu_index`` None). Shared by the measure and SLA-search tasks."""
-    sampler = GpuSampler(gpu_index) if gpu_index is not None else None
-    if sampler is None:
-        yield []
-        return
-    sampler.__enter__()
-    try:
-        yield sampler.rows
-    finally:
-        sampler.__exit__(None, None, None)
-
-
-@task(name="sla-search", cache_policy=NO_CACHE)
-def sla_search_task(server: EngineServer, plan: Plan, gpu_index: int | None, measured: Any, on_window=None,
-                    on_interrupted=None):
-    """The plan's ``sla_search`` on the running server, after its own windows (``measured``, a MeasureResult):
-    ``tasks.sla_search.run_sla_search``, sampling the GPU meanwhile. Returns (every window, the plan's and the
-    search's, as one MeasureResult; the search's GPU samples; the ``sla_searches`` frame). Each search window
-    has its own deadline (its profile's, plus slack). ``on_interrupted``: given the ``sla_searches`` frame so far
-    (an ``interrupted`` row for the search cut short) before a cancel or an error propagates."""
-    from tunelab.tasks.measure import MeasureResult
-    from tunelab.tasks.sla_search import run_sla_search
-
-    logger = get_run_logger()
-    with _gpu_sampling(gpu_index) as rows:
-        try:
-            found, sla = run_sla_search(server.base_url, server.api_key, server.served_model_name, plan,
-                                        measured=measured, progress=progress_logger(logger, min_interval_s=2.0),
-                                        load_processes=plan.load_processes, server_log=server.log_path,
-                                        server_pid=getattr(getattr(server, "proc", None), "pid", None),
-                                        on_window=on_window, log=logger.info, on_interrupted=on_interrupted)
-        except Exception as e:  # the trial records it; the reason leads the log (see _failed_task)
-            return _failed_task(e, f"SLA search failed: {type(e).__name__}: {e or repr(e)}")
-    gpu = R.frame(R.GpuSample, pd.DataFrame(rows), without=("trial_id",))
-
-    def cat(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
-        return pd.concat([f for f in (a, b) if len(f)] or [a], ignore_index=True)
-
-    every = MeasureResult(cat(measured.requests, found.requests), cat(measured.measurements, found.measurements),
-                          cat(measured.server_metrics, found.server_metrics), list(measured.notes) + found.notes)
-    return every, gpu, sla
-
-
-@task(name="teardown", cache_policy=NO_CACHE)
-def teardown_task(server: EngineServer) -> dict[str, Any]:
-    """Stop the process group (SIGTERM, grace, SIGKILL), wait for the port; timings in seconds."""
-    td = server.stop()
-    return dict(td.__dict__)
-
-
-def _boot_report(log_path: Path) -> Any:
-    try:
-        text = log_path.read_text(errors="replace")
-    except OSError:
-        text = ""
-    return text, bootlog.parse_boot_log(text)
-
-
-def _phases_frame(report: Any) -> pd.DataFrame:
-    rows = [
-        {"phase": p.phase, "seconds": p.seconds, "gib": p.gib, "tokens": p.tokens, "detail": p.detail}
-        for p in getattr(report, "phases", [])
-    ]
-    df = pd.DataFrame(rows, columns=[c for c in R.columns(R.BootPhaseRow) if c != "trial_id"])
-    # One row per phase (primary key): keep the first occurrence if a version prints one twice.
-    return df.drop_duplicates("phase", keep="first")
-
-
 def _boot_once(trial: Trial, runtime: Runtime, plan: Plan, log_path: Path, trial_id: str, gpu_index,
                gpu_indices: list[int] | None = None, cuda_visible: str | None = None) -> EngineServer:
     return EngineServer(
@@ -465,7 +238,7 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: Tr
     row, log_path = _trial_record(trial, trial_id, plan, runtime, ctx)
     tables: dict[str, pd.DataFrame] = {}
     gpu_index = ctx.gpu_index
-    boots = _Boots(lambda lp: _boot_once(trial, runtime, plan, lp, trial_id, gpu_index, list(ctx.gpu_indices),
+    boots = TrialBoots(lambda lp: _boot_once(trial, runtime, plan, lp, trial_id, gpu_index, list(ctx.gpu_indices),
                                          ctx.cuda_visible_devices),
                    log_path, runtime.name, trial.config_key, log=logger.info)
     interrupted: BaseException | None = None
@@ -495,13 +268,13 @@ def run_trial(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime, ctx: Tr
         else:
             try:
                 _boot(boots, row, runtime, logger)
-                wrong = _wrong_device(boots.server, runtime, list(ctx.gpu_indices))
+                wrong = placement_check(boots.server, runtime, list(ctx.gpu_indices))
                 if wrong:
-                    raise _WrongDevice(wrong)
+                    raise WrongDevice(wrong)
                 _measure_into(tables, row, boots.server, trial, plan, gpu_index, keep_windows, keep_search, logger)
             except MeasurementStopped as e:  # the search pruned it: the windows so far stay in the bundle
                 _record_pruned(row, tables, measured, e, logger)
-            except _WrongDevice as e:
+            except WrongDevice as e:
                 _record_wrong_device(row, e, logger)
             except BootFailed as e:
                 _record_boot_failure(row, e, log_path, trial, trial_id, plan, runtime, ctx, logger)
@@ -539,7 +312,7 @@ def _trial_record(trial: Trial, trial_id: str, plan: Plan, runtime: Runtime,
     return row, log_path
 
 
-def _boot(boots: _Boots, row: R.TrialRow, runtime: Runtime, logger: Any) -> None:
+def _boot(boots: TrialBoots, row: R.TrialRow, runtime: Runtime, logger: Any) -> None:
     """Boot the server (the ``boot`` task, retried once after a transient failure) and record the boot's seconds and
     attempts. ``boots.server`` is then the attempt that booted, or that failed last (the one torn down).
 
@@ -548,7 +321,7 @@ def _boot(boots: _Boots, row: R.TrialRow, runtime: Runtime, logger: Any) -> None
     """
     progress.emit("boot", estimate_s=_TYPICAL_BOOT_S.get(runtime.device))
     try:
-        boot = _task_value(boot_task(boots))
+        boot = boot_task(boots)
     finally:
         row.boot_attempts = boots.attempts
         row.boot_retry_reason = boots.first_failure
@@ -569,12 +342,12 @@ def _measure_into(tables: dict[str, pd.DataFrame], row: R.TrialRow, server: Engi
     for flag, proof in proofs.items():
         if proof["status"] == "contradicted":
             logger.warning("%s=%s did not take effect as set: %s", flag, proof["value"], proof["evidence"])
-    res, gpu = _task_value(measure_task(server, plan, gpu_index, on_window=keep_windows))
+    res, gpu = task_value(measure_task(server, plan, gpu_index, on_window=keep_windows))
     if plan.sla_search is not None:  # the highest load meeting the slo, on this server (017)
         # The plan's windows stay in the bundle if the search fails (the trial is then 'failed').
         tables.update(requests=res.requests, measurements=res.measurements,
                       server_metrics=res.server_metrics, gpu_samples=gpu)
-        res, sla_gpu, tables["sla_searches"] = _task_value(
+        res, sla_gpu, tables["sla_searches"] = task_value(
             sla_search_task(server, plan, gpu_index, res, on_window=keep_windows,
                             on_interrupted=keep_search))
         gpu = pd.concat([f for f in (gpu, sla_gpu) if len(f)] or [gpu], ignore_index=True)
@@ -582,7 +355,7 @@ def _measure_into(tables: dict[str, pd.DataFrame], row: R.TrialRow, server: Engi
         tables["sla_searches"] = pd.DataFrame(columns=list(R.columns(R.SlaSearch))[1:])
     tables.update(requests=res.requests, measurements=res.measurements,
                   server_metrics=res.server_metrics, gpu_samples=gpu)
-    # Which bottleneck holds each window back, from its evidence (tunelab.core.diagnosis). A diagnosis that
+    # Which bottleneck holds each window back, from its evidence (tunelab.core.bottleneck_rules). A diagnosis that
     # fails costs its table, not the trial's measurements.
     try:
         tables["window_diagnoses"] = window_diagnoses(
@@ -614,7 +387,7 @@ def _record_pruned(row: R.TrialRow, tables: dict[str, pd.DataFrame], measured: d
     logger.info("%s", e)
 
 
-def _record_wrong_device(row: R.TrialRow, e: _WrongDevice, logger: Any) -> None:
+def _record_wrong_device(row: R.TrialRow, e: WrongDevice, logger: Any) -> None:
     """The server runs on other GPUs than it was given: ``boot_failed`` / ``wrong_device``, retryable."""
     row.status = "boot_failed"
     row.failure_class = "wrong_device"
@@ -650,7 +423,7 @@ def _record_measurement_error(row: R.TrialRow, tables: dict[str, pd.DataFrame], 
     row.status = "failed"
     row.failure_class = "measurement_error"
     # httpx's ReadError / ReadTimeout carry no text: say what the server was doing.
-    row.failure_reason = f"{_server_state(server)}; {type(e).__name__}: {e or repr(e)}"
+    row.failure_reason = f"{server_state(server)}; {type(e).__name__}: {e or repr(e)}"
     if "sla_searches" in measured:  # an SLA search failed part-way: its windows and its record stay
         tables.update(measured)
     logger.error("trial failed: %s\n%s", e, traceback.format_exc())
@@ -688,12 +461,12 @@ def _tear_down_and_write(row: R.TrialRow, tables: dict[str, pd.DataFrame], serve
         # The sweep reads teardown_clean from the bundle and takes the device out of service.
         row.failure_reason = ((row.failure_reason or "") + f"; teardown: {td.get('detail')}").strip("; ")
     row.command = server.redacted_command()
-    text, report = _boot_report(log_path)
+    report = bootlog.read_boot_report(log_path)
     row.vllm_version = row.vllm_version or getattr(report, "vllm_version", None)
     row.effective_config = getattr(report, "effective_config", {}) or {}
     row.env_not_applied = [k for k in getattr(report, "unknown_env", []) if k in trial.env]
     row.compile_cache = getattr(report, "compile_cache", None)
-    tables["boot_phases"] = _phases_frame(report)
+    tables["boot_phases"] = bootlog.boot_phases_frame(report)
     row.finished_at = _now()
     bundle = write_bundle(Path(ctx.results_dir), ctx.sweep, row, tables)
     logger.info("trial %s: %s; bundle %s", trial_id, row.status, bundle)
@@ -725,46 +498,6 @@ def _keep_windows(ctx: TrialContext, row: R.TrialRow, measured: dict[str, pd.Dat
         write_bundle(Path(ctx.results_dir), ctx.sweep, part, dict(measured))
     except Exception as e:
         logger.warning("could not keep window %d of %s on disk: %s", n_windows, trial_id, e)
-
-
-def boot_failure_reason(e: BootFailed, fail: Any) -> str:
-    """``trials.failure_reason`` of a failed boot: the launcher's message, then what the server's log says
-    (``fail``: ``bootlog.BootFailure``). Kept whole; the terminal shortens it for display (``cli.short_reason``).
-
-    A port conflict (``e.kind == 'not_ours'``) is the launcher's finding alone (who holds the port): our server's
-    log knows nothing of it, and its classification ("server stopped before ready with no exit status") only
-    contradicted the launcher's message."""
-    return str(e) if e.kind == "not_ours" else f"{e}: {fail.reason}"
-
-
-class _WrongDevice(Exception):
-    """NVML shows the server's processes on other GPUs than the trial was given."""
-
-
-def _wrong_device(server: EngineServer, runtime: Runtime, intended: list[int]) -> str | None:
-    """After boot: where NVML sees the server's process group against the GPUs it was given
-    (``tasks.gpu.placement_problem``); None when right or when NVML cannot tell."""
-    if runtime.device != "cuda" or not intended or server.proc is None:
-        return None
-    return placement_problem(intended, server_placement(group_members(server.proc.pid)))
-
-
-def _server_state(server: Any) -> str:
-    """One line on the server after a failed measurement: exited (with its status, or the signal that killed
-    it), alive but not answering ``/health`` within 2 s (hung or stopped), or alive and healthy."""
-    proc = getattr(server, "proc", None)
-    rc = proc.poll() if proc is not None else None
-    if rc is not None:
-        how = f"killed by signal {-rc}" if rc < 0 else f"exit status {rc}"
-        return f"server process exited during the measurement ({how})"
-    try:
-        from tunelab.tasks.loadgen.control import control_call_sync
-
-        # Retried on a fresh connection after a dropped one, as every control call (a drop is not a hang).
-        r = control_call_sync(server.base_url, "GET", "/health", timeout=2.0)
-        return f"server alive, /health answered {r.status_code}"
-    except Exception as e:
-        return f"server process alive but /health did not answer within 2 s ({type(e).__name__}): hung or stopped"
 
 
 def _eager_diagnosis(trial: Trial, runtime: Runtime, plan: Plan, log_path: Path, trial_id: str, gpu_index,

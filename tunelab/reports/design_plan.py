@@ -3,7 +3,7 @@ what a sweep reached against it (item 7).
 
 A plan with ``precision: {metric, half_width, loads, workloads}`` gives no ``replicates`` / ``repeats``. Before
 its trials are expanded (``plan check``, the sweep's start) :func:`design_for_plan` reads the noise model of the
-warehouse (``warehouse.noise.noise_model``: per runtime, config, workload and load level the log-scale variance
+warehouse (``warehouse.noise_history.noise_model``: per runtime, config, workload and load level the log-scale variance
 between boots and between windows of a boot, and the seconds a boot and a window cost) for every config of the
 plan and every cell the precision names, and chooses with ``stats.design.optimal_design``:
 
@@ -168,10 +168,10 @@ def _kind_value(profile: Any) -> tuple[str, float]:
 
 
 def config_noise(con: Any, metric: str, runtime: str, config_key: str) -> pd.DataFrame:
-    """The noise model rows of one config on one runtime (``warehouse.noise.noise_model`` of trusted history,
+    """The noise model rows of one config on one runtime (``warehouse.noise_history.noise_model`` of trusted history,
     ``TRUSTED``), one per (workload, load level): where several GPUs have history, the one with the most boots.
     Empty without history."""
-    from tunelab.warehouse.noise import noise_model
+    from tunelab.warehouse.noise_history import noise_model
 
     nm = noise_model(con, metric, config_key=config_key, quality=TRUSTED)
     nm = nm[nm["runtime_name"] == runtime]
@@ -189,7 +189,7 @@ def design_for_plan(plan: Plan, con: Any | None) -> PlanDesign:
     """
     if plan.precision is None:
         raise ValueError("design_for_plan: the plan has no precision")
-    from tunelab.warehouse.noise import CELL_KEYS
+    from tunelab.warehouse.noise_history import CELL_KEYS
 
     spec = plan.precision
     trials = plan._round(0)
@@ -248,12 +248,12 @@ def design_for_plan(plan: Plan, con: Any | None) -> PlanDesign:
 
 def _history_counts(con: Any | None, metric: str, cells: list[tuple]) -> tuple[int, int]:
     """(boots, sweeps) behind the design: distinct trials and sweeps with a window in one of ``cells`` (noise model
-    cells, ``warehouse.noise.CELL_KEYS`` values) among the windows the noise model read (``noise_windows``:
+    cells, ``warehouse.noise_history.CELL_KEYS`` values) among the windows the noise model read (``noise_windows``:
     trusted history, the plan's own windows, a usable value of ``metric``). A pilot's configs without history
     add nothing."""
     if con is None or not cells:
         return 0, 0
-    from tunelab.warehouse.noise import CELL_KEYS, noise_windows
+    from tunelab.warehouse.noise_history import CELL_KEYS, noise_windows
 
     keys = list(CELL_KEYS)
 

@@ -638,7 +638,7 @@ def sweep_quality_markdown(q: dict[str, Any]) -> str:
 
 def bottleneck_findings(db_path: Path | duckdb.DuckDBPyConnection, sweep_id: str) -> pd.DataFrame:
     """The flagged bottleneck findings of a sweep's windows (view ``window_findings``, table ``window_diagnoses``;
-    checks in ``tunelab.core.diagnosis``): columns config_label, replicate, workload, load_kind, load_value, repeat,
+    checks in ``tunelab.core.bottleneck_rules``): columns config_label, replicate, workload, load_kind, load_value, repeat,
     bottleneck, metric, value, threshold, summary, remedy; one row per window and finding. Empty for a warehouse
     older than schema version 16. Opens the DuckDB file read-only, or reads an open connection."""
     with _reader(db_path) as con:

@@ -38,7 +38,7 @@ import yaml
 
 from tunelab.core.load_profiles import load_label
 from tunelab.core.markdown import markdown_table
-from tunelab.core.search.tpe import SearchSpace, boots_phrase, default_in_space
+from tunelab.core.search.config_tpe import SearchSpace, boots_phrase, default_in_space
 
 __all__ = ["TuningReport", "auto_tune_boots", "boot_gpus", "frontier", "serve_command", "tuning_report"]
 

@@ -12,7 +12,7 @@ benchmarks share one implementation:
 * :mod:`tunelab.stats.family` - the family of a report's verdicts: Holm's adjustment of the headline verdicts.
 * :mod:`tunelab.stats.sequential` - the sequential A/B rule for ``replicates: auto``: paired log ratios of
   adjacent boots and an always-valid confidence sequence.
-* :mod:`tunelab.stats.noise` - variance components per cell (between boots, between windows of a boot,
+* :mod:`tunelab.stats.noise_model` - variance components per cell (between boots, between windows of a boot,
   within a window) by the method of moments (Kalibera and Jones 2013).
 * :mod:`tunelab.stats.regressions` - regressions along releases or sweeps: the noise band, the
   consecutive-violation rule (PyTorch HUD) and the MDE of each point.

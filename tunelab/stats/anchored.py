@@ -171,7 +171,7 @@ def _connected(df: pd.DataFrame, a: str, b: str) -> bool:
 
 
 def _sweep_var(df: pd.DataFrame, configs: list[str] | None) -> tuple[float, float, str]:
-    """:func:`sweep_variance` on prepared rows (numpy; the estimator of ``stats.noise.variance_components``)."""
+    """:func:`sweep_variance` on prepared rows (numpy; the estimator of ``stats.noise_model.variance_components``)."""
     sub = df if configs is None else df[df["config"].isin(configs)]
     num = den = 0.0
     used = []
@@ -201,7 +201,7 @@ def sweep_variance(rows: pd.DataFrame, configs: list[str] | None = None) -> tupl
 
     Uses the configs measured in >= 2 sweeps (``configs`` restricts them, e.g. ``[anchor]``). One-way
     random-effects ANOVA of each config's boots grouped by sweep (the unbalanced method of moments of
-    ``stats.noise.variance_components``: ``(MSB - MSW) / n0``, truncated at 0), pooled over configs weighted by
+    ``stats.noise_model.variance_components``: ``(MSB - MSW) / n0``, truncated at 0), pooled over configs weighted by
     their ``sweeps - 1`` df. Returns ``(nan, 0, reason)`` when no config was measured in 2 sweeps. ``rows`` as
     in :func:`anchored_difference`.
     """

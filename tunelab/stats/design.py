@@ -64,7 +64,7 @@ def optimal_design(var_boot: float, var_window: float, boot_s: float, window_s: 
     """The least-GPU-time design whose A/B interval reaches ``half_width`` (relative, e.g. 0.03).
 
     Args:
-        var_boot, var_window: log-scale components of the noise model (``stats.noise.variance_components``).
+        var_boot, var_window: log-scale components of the noise model (``stats.noise_model.variance_components``).
         boot_s: seconds per boot (start to ready plus teardown); window_s: seconds per window (with warm-up).
         half_width: target relative half-width of the 95 % interval of candidate/baseline - 1.
         max_windows, max_boots: limits; when the target is out of reach the design at the limits is returned

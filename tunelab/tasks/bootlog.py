@@ -33,6 +33,7 @@ start.``), ``vllm/v1/engine/utils.py`` (``Engine core initialization failed``), 
 from __future__ import annotations
 
 import ast
+import os
 import re
 import signal
 from datetime import datetime, timedelta
@@ -51,6 +52,8 @@ __all__ = [
     "summarize_phases",
     "compile_lines",
     "corrupt_cache_dir",
+    "read_boot_report",
+    "boot_phases_frame",
 ]
 
 #: Canonical phase names, in boot order. ``boot_phases.phase`` in the warehouse uses these.
@@ -917,3 +920,29 @@ def compile_lines(text: str) -> list[str]:
         The matching lines, stripped, in log order (empty list when none; never raises on odd text).
     """
     return [ln.raw.strip() for ln in _lines(text) if _RE_SERVING_COMPILE.search(ln.msg)]
+
+
+def read_boot_report(log_path: "os.PathLike | str") -> Any:
+    """The parsed boot log (:func:`parse_boot_log`) of the server's log file; an unreadable file reads as empty."""
+    from pathlib import Path
+
+    try:
+        text = Path(log_path).read_text(errors="replace")
+    except OSError:
+        text = ""
+    return parse_boot_log(text)
+
+
+def boot_phases_frame(report: Any) -> "pd.DataFrame":
+    """The ``boot_phases`` rows of a parsed boot log (record ``tunelab.core.records.BootPhaseRow`` without
+    ``trial_id``): one row per phase (its primary key), the first occurrence kept if a version prints one twice."""
+    import pandas as pd
+
+    from tunelab.core import records as R
+
+    rows = [
+        {"phase": p.phase, "seconds": p.seconds, "gib": p.gib, "tokens": p.tokens, "detail": p.detail}
+        for p in getattr(report, "phases", [])
+    ]
+    df = pd.DataFrame(rows, columns=[c for c in R.columns(R.BootPhaseRow) if c != "trial_id"])
+    return df.drop_duplicates("phase", keep="first")

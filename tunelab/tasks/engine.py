@@ -102,6 +102,9 @@ class BootFailed(Exception):
         returncode: exit status (Popen convention: negative = killed by that signal), None if still running.
         log_path: the server's log file.
         boot_s: seconds from Popen to the failure.
+        failure: the classified failure (``tasks.bootlog.BootFailure``: ``failure_class``, ``reason``,
+            ``retryable``, ``transient``), set by the boot task (``tasks.steps.boot``) before it raises this; None
+            until classified. :attr:`reason` and :attr:`retryable` read it.
     """
 
     def __init__(self, kind: str, message: str, returncode: int | None, log_path: Path, boot_s: float):
@@ -110,6 +113,23 @@ class BootFailed(Exception):
         self.returncode = returncode
         self.log_path = Path(log_path)
         self.boot_s = boot_s
+        self.failure: Any = None
+
+    @property
+    def failure_class(self) -> str | None:
+        """The classified failure's class (``oom_kv_cache``, ``invalid_config``, ``timeout``, ...); None unclassified."""
+        return None if self.failure is None else self.failure.failure_class
+
+    @property
+    def reason(self) -> str:
+        """Why the boot failed, one line for a log: the classified reason, else the launcher's message."""
+        return str(self) if self.failure is None else self.failure.reason
+
+    @property
+    def retryable(self) -> bool:
+        """True when booting the same config again could succeed (the failure came from the moment or the host:
+        ``BootFailure.retryable`` or ``transient``); False for a config that cannot boot or when unclassified."""
+        return bool(self.failure is not None and (self.failure.retryable or self.failure.transient))
 
     def classify(self):
         """Classify the failure from the server's log with :func:`tasks.bootlog.classify_boot_failure`.

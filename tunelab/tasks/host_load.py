@@ -14,7 +14,7 @@ of noise; what cannot be removed but is measured in the same window can serve as
   processes it spawns, which inherit it.
 * :class:`ServerProcSample` / :func:`server_process_cpu`: the CPU time of each process (and its busiest thread) of
   the server's tree over a window, keyed by role (:func:`process_role`: the API server, the engine core, workers),
-  as cores (CPU seconds / wall seconds): the evidence of an API-server-bound window (``tunelab.core.diagnosis``).
+  as cores (CPU seconds / wall seconds): the evidence of an API-server-bound window (``tunelab.core.bottleneck_rules``).
 * :class:`HostSample` / :func:`covariates`: ``/proc/stat`` and ``/proc/<pid>/stat`` before and after a window
   give the CPU time used by processes that are not tunelab's (this process and its descendants, the server
   included, and the children it has reaped), as a fraction of the host's CPU time; the steal fraction

@@ -64,7 +64,7 @@ from tunelab.tasks import bootlog
 from tunelab.tasks import host_load
 from tunelab.tasks import metrics as M
 from tunelab.tasks import server_metrics as SM
-from tunelab.tasks.diagnose import GaugePeaks
+from tunelab.tasks.bottleneck_evidence import GaugePeaks
 from tunelab.tasks.loadgen import PromptBuilder, make_client, run_level, run_sessions
 from tunelab.tasks.loadgen.control import control_call, take_retries
 from tunelab.core.load_profiles import RATE_WARMUP_S, LoadProfile, Schedule
@@ -466,18 +466,238 @@ async def warm_up(client: Any, builder: PromptBuilder, model: str, plan: Plan, w
     return warm, pace_per_s
 
 
+#: A count window (no ``window: duration_s``) is staggered only when it holds at least this many waves of c
+#: requests; a duration window always (its prompts are sized for the whole duration).
+STAGGER_MIN_WAVES = 4
+
+
 def stagger_schedule(sched: Schedule, plan: Plan, pace_per_s: float | None, duration_s: float | None) -> Schedule:
     """A closed-loop window's schedule with staggered starts (``plan.closed_loop_start`` 'staggered'): the c slots'
     first requests spread over one request's duration, ``c / pace_per_s`` seconds (Little's law on the warm-up: c in
     flight at ``pace_per_s`` requests per second), at most half a duration window. Unchanged for an open loop, for
-    'together', and without a pace (no warm-up). Why: equal-length requests sent together run in lockstep waves
+    'together', without a pace (no warm-up), and for a count window of fewer than :data:`STAGGER_MIN_WAVES` x c
+    requests. Why: equal-length requests sent together run in lockstep waves
     (``core.load_profiles.Schedule.stagger_s``)."""
     if not sched.closed_loop or plan.closed_loop_start != "staggered" or not pace_per_s or pace_per_s <= 0:
+        return sched
+    if duration_s is None and sched.n_requests < STAGGER_MIN_WAVES * (sched.slots or 1):
+        # A short count window (a few waves) would spend most of its requests joining: its steady part, the
+        # part its figures count, would shrink to nothing. Lockstep shows in windows of many waves.
         return sched
     stagger = float(sched.slots or 1) / pace_per_s
     if duration_s is not None:
         stagger = min(stagger, duration_s / 2)
     return replace(sched, stagger_s=stagger) if sched.slots and sched.slots > 1 and stagger > 0 else sched
+
+
+@dataclass
+class _Window:
+    """One measured window before it runs: its label and progress fields, its requests and their schedule."""
+
+    label: str
+    fields: dict[str, int]
+    reqs: WindowRequests
+    sched: Any
+
+
+@dataclass
+class _Observed:
+    """What was seen while one window ran: the load generator's result, the prefix-cache reset's outcome, the
+    /metrics pages before and after (None when not scrapable), the gauges' peaks, the server log's share,
+    the host's and the server's CPU, and the control calls retried."""
+
+    res: Any
+    reset: str
+    before: Any
+    after: Any
+    gauges: Any
+    log_text: str | None
+    host: dict[str, Any]
+    proc_cpu: dict[str, Any] | None
+    retried: list[str]
+
+
+@dataclass
+class _Rows:
+    """The rows measured so far (requests, measurements, server_metrics) and the notes."""
+
+    requests: list[dict] = field(default_factory=list)
+    measurements: list[dict] = field(default_factory=list)
+    server_metrics: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def result(self) -> MeasureResult:
+        return _result(self.requests, self.measurements, self.server_metrics, self.notes)
+
+
+def _skipped_as_overloaded(w: Workload, lv: LoadProfile, overloaded_at: dict[str, float], notes: list[str]) -> bool:
+    """True (with a note) for a level past the first one of its open-loop kind that overloaded the server:
+    guidellm's --detect-saturation: a higher rate only fills the queue faster; its windows would measure the
+    queue, not the rate."""
+    if lv.kind in overloaded_at and lv.value > overloaded_at[lv.kind]:
+        notes.append(f"{w.name} {lv.label}: not measured: the server was overloaded at {lv.kind} "
+                     f"{overloaded_at[lv.kind]:g} (quality check overloaded)")
+        return True
+    return False
+
+
+async def _prepare_window(builder: PromptBuilder, plan: Plan, w: Workload, lv: LoadProfile, seed: int,
+                          label: str, fields: dict[str, int], duration_s: float | None, pace_per_s: float | None,
+                          context_tokens: int | None) -> _Window:
+    """The window's requests (prompts of its own ``seed``) and schedule: a count window sends the level's
+    request count; a duration window as many as its duration needs at the warm-up's pace."""
+    if duration_s is None:
+        n_req = requests_for_level(plan, w, lv)
+        progress_events.emit("prompts", done=0, total=n_req, label=label, **fields)
+        reqs = await window_requests(builder, w, n_req, seed, context_tokens)
+        # The workload's own arrival times (a trace) go to every profile; only a trace level uses them.
+        sched = lv.schedule(n_req, seed, workload_arrivals_s=reqs.arrivals_s)
+    else:
+        sched = lv.duration_schedule(duration_s, seed, pace_per_s)
+        progress_events.emit("prompts", done=0, total=sched.n_requests, label=label, **fields)
+        reqs = await window_requests(builder, w, sched.n_requests, seed, context_tokens)
+    if not getattr(w.profile, "has_sessions", False):  # chat sessions keep their own pacing
+        sched = stagger_schedule(sched, plan, pace_per_s, duration_s)
+    return _Window(label, fields, reqs, sched)
+
+
+async def _run_window(client: Any, model: str, w: Workload, lv: LoadProfile, win: _Window, common: dict[str, Any],
+                      load_processes: int, log: ServerLogTail, server_pid: int | None,
+                      progress: Callable[[str, int, int], None] | None) -> _Observed:
+    """Run one window and observe it: the prefix-cache reset and a /metrics scrape right before it, the host's
+    and the server's CPU and the gauges during it, the server log's share and a scrape right after it."""
+    prompts = win.reqs.prompts
+    done = [0]
+
+    def tick(label=win.label, done=done, n=len(prompts), wfields=win.fields):
+        done[0] += 1
+        if progress:
+            progress(label, done[0], n)
+        progress_events.emit("window", done=done[0], total=n, label=label, **wfields)
+
+    progress_events.emit("window", done=0, total=len(prompts), label=win.label, **win.fields)
+    # Right before the window, so it covers the warm-up too (its prompts, and a shared prefix the warm-up
+    # cached): the window starts cold, and the outcome is the window's.
+    reset = await reset_prefix_cache(client)
+    before = await _scrape(client)
+    log.mark()
+    host0 = host_load.HostSample.read()
+    procs0 = host_load.ServerProcSample.read(server_pid)  # the server's CPU by role (diagnosis)
+    gauges = GaugePeaks(client)  # KV usage and waiting requests during the window
+    gauges.start()
+    if getattr(w.profile, "has_sessions", False):
+        res = await _run_sessions_window(client, w.adapter or model, w, lv, win.reqs, tick, common)
+    else:
+        # A LoRA workload names its adapter as the request's model (prompts use the base's tokenizer).
+        res = await run_level(client, w.adapter or model, prompts, max_tokens=win.reqs.max_tokens,
+                              schedule=win.sched, on_done=tick, processes=load_processes, **common)
+    text = log.since_mark()
+    host = host_load.covariates(host0)  # other processes' CPU, steal, frequency in the window
+    proc_cpu = host_load.server_process_cpu(procs0, host_load.ServerProcSample.read(server_pid))
+    await gauges.stop()
+    after = await _scrape(client)
+    # Control calls (prompts' /tokenize, the reset, the scrapes) retried since the last window.
+    retried = take_retries(client)
+    return _Observed(res, reset, before, after, gauges, text, host, proc_cpu, retried)
+
+
+def _request_rows(w: Workload, win: _Window, obs: _Observed, ident: dict[str, Any]) -> list[dict]:
+    """One derived ``requests`` row per request of the window (``tasks.metrics.derive_request``)."""
+    derived = []
+    for i, raw in enumerate(obs.res.records):
+        # A multi-turn window's records carry their own index (a failed turn ends its session).
+        i = raw.get("request_index", i)
+        raw = {**raw, **ident, "request_index": i, "requested_output_tokens": win.reqs.max_tokens[i],
+               "ignore_eos": w.ignore_eos}
+        derived.append(M.derive_request(raw))
+    return derived
+
+
+def _measurement_row(w: Workload, ident: dict[str, Any], agg: dict[str, Any], obs: _Observed, over: Any,
+                     warm: dict[str, Any], clines: list[str] | None, duration_s: float | None,
+                     pins: dict[str, Any]) -> dict[str, Any]:
+    """The window's ``measurements`` row: its aggregates and everything known about how it ran."""
+    res = obs.res
+    return {**ident, **agg, "window_duration_s": duration_s, **obs.host, **pins, "rx_stamps": res.rx_stamps,
+            "read_delay_p99_s": res.read_delay_p99_s,
+            "loop_lag_p99_s": res.loop_lag_p99_s,
+            "same_read_itl_frac": res.same_read_itl_frac(),
+            "load_processes": res.processes, **warm,
+            "server_process_cpu": json.dumps(obs.proc_cpu, sort_keys=True) if obs.proc_cpu else None,
+            "compile_during_window": None if clines is None else bool(clines),
+            "compile_log_lines": "\n".join(clines[:COMPILE_LINES_KEPT]) if clines else None,
+            "prefix_cache_reset": obs.reset, "unique_prompts": _unique_prompts(w),
+            "control_retries": len(obs.retried),
+            "overloaded": None if over is None else over.overloaded}
+
+
+def _notes_of_window(label: str, w: Workload, lv: LoadProfile, plan: Plan, df: pd.DataFrame, agg: dict[str, Any],
+                     win: _Window, obs: _Observed, over: Any, warm: dict[str, Any],
+                     clines: list[str] | None) -> list[str]:
+    """What the window's figures need said beside them, in this order: overload, a reset that did not take,
+    control calls retried, the window's own checks, its steady part, the warm-up's coverage, a client that fell
+    behind, /metrics not scraped."""
+    res, notes = obs.res, []
+    if over is not None and over.overloaded:
+        notes.append(f"{label}: overloaded: the server fell behind the arrivals ({over.describe()}); "
+                     "its latencies are a growing queue's, not this rate's; left out of comparisons")
+    if obs.reset != RESET_OK and not obs.reset.startswith("unavailable"):
+        notes.append(f"{label}: prefix-cache reset before the window: {obs.reset}; the window may "
+                     "not start cold (quality check cache_not_cold)")
+    if obs.retried:
+        notes.append(f"{label}: {len(obs.retried)} control call(s) retried on a fresh connection: "
+                     + "; ".join(obs.retried[:3]))
+    notes.extend(_window_notes(label, df, res, lv, w.profile.exact_prompt_tokens is not None))
+    notes.extend(_steady_notes(label, agg, win.sched, res))
+    notes.extend(_warmup_notes(label, agg, warm, clines, plan))
+    if agg.get("client_bound") and res.client_cpu_frac < M.CLIENT_BOUND_CPU_FRAC:
+        notes.append(f"{label}: client-bound: while it still had requests to send, the client kept "
+                     f"{agg['in_flight_while_sending']:.2f} of {int(lv.target_concurrency or 0)} in flight; "
+                     f"{_client_advice(res, lv.target_concurrency)}")
+    if obs.before is None or obs.after is None:
+        notes.append(f"{label}: /metrics could not be scraped")
+    return notes
+
+
+def _record_window(rows: _Rows, plan: Plan, w: Workload, lv: LoadProfile, rep: int, win: _Window, obs: _Observed,
+                   warm: dict[str, Any], slo: dict[str, float], duration_s: float | None,
+                   pins: dict[str, Any]) -> Any:
+    """Add one observed window to ``rows``: its requests (:func:`_request_rows`), its aggregates
+    (``tasks.metrics.aggregate``) as its ``measurements`` row (:func:`_measurement_row`), its ``server_metrics``
+    rows (the /metrics deltas and gauge peaks) and its notes (:func:`_notes_of_window`).
+
+    Returns:
+        The open-loop overload check (``tasks.metrics.overload``); None for a closed-loop level, which cannot
+        outrun the server (it sends when a slot frees).
+    """
+    clines = None if obs.log_text is None else bootlog.compile_lines(obs.log_text)
+    ident = R.measurement_key(w.name, lv.kind, lv.value, rep)
+    derived = _request_rows(w, win, obs, ident)
+    df = pd.DataFrame(derived)
+    if getattr(w.profile, "has_sessions", False):
+        for line in turn_summary(df):
+            logging.getLogger("tunelab.measure").info("%s: %s", win.label, line)
+    agg = M.aggregate(df, slo or None, client_cpu_frac=obs.res.client_cpu_frac, target=lv.target_concurrency,
+                      staggered=win.sched.stagger_s > 0)
+    over = M.overload(df) if lv.target_concurrency is None else None
+    row = _measurement_row(w, ident, agg, obs, over, warm, clines, duration_s, pins)
+    # Closed loop: over how many seconds the slots' first sends were spread (0: together); None: open loop, sessions.
+    row["stagger_s"] = (win.sched.stagger_s if win.sched.closed_loop and not getattr(w.profile, "has_sessions", False)
+                        else None)
+    rows.measurements.append(row)
+    rows.requests.extend(derived)
+    rows.notes.extend(_notes_of_window(win.label, w, lv, plan, df, agg, win, obs, over, warm, clines))
+    if obs.before is not None and obs.after is not None:
+        rows.server_metrics.extend(SM.window_rows(obs.before, obs.after, ident))
+        rows.server_metrics.extend(obs.gauges.rows(ident))
+    return over
+
+
+def _cpu_pins(plan: Plan) -> dict[str, str | None]:
+    """The plan's CPU pinning as recorded on every window (``server_cpus``, ``load_cpus``; None when not pinned)."""
+    aff = plan.cpu_affinity
+    return {"server_cpus": None if aff is None or aff.server is None else host_load.format_cpus(aff.server_cpus()),
+            "load_cpus": None if aff is None or aff.load is None else host_load.format_cpus(aff.load_cpus())}
 
 
 async def _measure(
@@ -492,19 +712,17 @@ async def _measure(
     server_pid: int | None = None,
     first_repeat: int = 0,
 ) -> MeasureResult:
+    """The measurement's loop (see :func:`measure_server`): per workload and load level (unless skipped as past an
+    overloaded one, :func:`_skipped_as_overloaded`), :func:`warm_up`, then each repeat's window:
+    :func:`_prepare_window`, :func:`_run_window`, :func:`_record_window`; ``on_window`` after each."""
     levels = plan.load_profiles()
     n_windows = len(plan.workloads) * len(levels) * plan.repeats
     k_window = 0
     max_conc = int(max([lv.target_concurrency for lv in levels if lv.target_concurrency] or [1]))
-    req_rows: list[dict] = []
-    meas_rows: list[dict] = []
-    sm_rows: list[dict] = []
-    notes: list[str] = []
+    rows = _Rows()
     slo = {k: v for k, v in plan.slo.model_dump().items() if v is not None}
     duration_s = plan.window.duration_s if plan.window else None
-    aff = plan.cpu_affinity
-    pins = {"server_cpus": None if aff is None or aff.server is None else host_load.format_cpus(aff.server_cpus()),
-            "load_cpus": None if aff is None or aff.load is None else host_load.format_cpus(aff.load_cpus())}
+    pins = _cpu_pins(plan)
     log = ServerLogTail(server_log)
     async with make_client(base_url, api_key, max(max_conc, 64)) as client:
         builder = PromptBuilder(client, model)
@@ -512,126 +730,29 @@ async def _measure(
         for w in plan.workloads:
             overloaded_at: dict[str, float] = {}  # open-loop load kind -> first level that overloaded the server
             for lv in levels:
-                if lv.kind in overloaded_at and lv.value > overloaded_at[lv.kind]:
-                    # guidellm's --detect-saturation: past the first overloaded level, a higher rate only fills the
-                    # queue faster; its windows would measure the queue, not the rate.
-                    notes.append(f"{w.name} {lv.label}: not measured: the server was overloaded at {lv.kind} "
-                                 f"{overloaded_at[lv.kind]:g} (quality check overloaded)")
+                if _skipped_as_overloaded(w, lv, overloaded_at, rows.notes):
                     continue
                 common = dict(endpoint=w.endpoint, ignore_eos=w.ignore_eos, timeout_s=plan.request_timeout_s)
                 warm, pace_per_s = await warm_up(client, builder, model, plan, w, lv, context_tokens, log,
                                                  load_processes, common)
                 for rep in range(first_repeat, first_repeat + plan.repeats):
-                    s = _seed(plan.seed, w.name, lv.seed_key, rep)
                     k_window += 1
                     label = f"{w.name} {lv.label} repeat {rep + 1}/{first_repeat + plan.repeats}"
-                    wfields = dict(window_index=k_window, windows_total=n_windows)
-                    if duration_s is None:
-                        n_req = requests_for_level(plan, w, lv)
-                        progress_events.emit("prompts", done=0, total=n_req, label=label, **wfields)
-                        reqs = await window_requests(builder, w, n_req, s, context_tokens)
-                        # The workload's own arrival times (a trace) go to every profile; only a trace level uses them.
-                        sched = lv.schedule(n_req, s, workload_arrivals_s=reqs.arrivals_s)
-                    else:
-                        sched = lv.duration_schedule(duration_s, s, pace_per_s)
-                        progress_events.emit("prompts", done=0, total=sched.n_requests, label=label, **wfields)
-                        reqs = await window_requests(builder, w, sched.n_requests, s, context_tokens)
-                    if not getattr(w.profile, "has_sessions", False):  # chat sessions keep their own pacing
-                        sched = stagger_schedule(sched, plan, pace_per_s, duration_s)
-                    prompts = reqs.prompts
-                    done = [0]
-
-                    def tick(label=label, done=done, n=len(prompts), wfields=wfields):
-                        done[0] += 1
-                        if progress:
-                            progress(label, done[0], n)
-                        progress_events.emit("window", done=done[0], total=n, label=label, **wfields)
-
-                    progress_events.emit("window", done=0, total=len(prompts), label=label, **wfields)
-
-                    # Right before the window, so it covers the warm-up too (its prompts, and a shared prefix
-                    # the warm-up cached): the window starts cold, and the outcome is the window's.
-                    reset = await reset_prefix_cache(client)
-                    before = await _scrape(client)
-                    log.mark()
-                    host0 = host_load.HostSample.read()
-                    procs0 = host_load.ServerProcSample.read(server_pid)  # the server's CPU by role (diagnosis)
-                    gauges = GaugePeaks(client)  # KV usage and waiting requests during the window
-                    gauges.start()
-                    if getattr(w.profile, "has_sessions", False):
-                        res = await _run_sessions_window(client, w.adapter or model, w, lv, reqs, tick, common)
-                    else:
-                        # A LoRA workload names its adapter as the request's model (prompts use the base's tokenizer).
-                        res = await run_level(client, w.adapter or model, prompts, max_tokens=reqs.max_tokens, schedule=sched,
-                                              on_done=tick, processes=load_processes, **common)
-                    text = log.since_mark()
-                    host = host_load.covariates(host0)  # other processes' CPU, steal, frequency in the window
-                    proc_cpu = host_load.server_process_cpu(procs0, host_load.ServerProcSample.read(server_pid))
-                    await gauges.stop()
-                    after = await _scrape(client)
-                    # Control calls (prompts' /tokenize, the reset, the scrapes) retried since the last window.
-                    retried = take_retries(client)
-                    clines = None if text is None else bootlog.compile_lines(text)
-                    ident = R.measurement_key(w.name, lv.kind, lv.value, rep)
-                    derived = []
-                    for i, raw in enumerate(res.records):
-                        # A multi-turn window's records carry their own index (a failed turn ends its session).
-                        i = raw.get("request_index", i)
-                        raw = {**raw, **ident, "request_index": i, "requested_output_tokens": reqs.max_tokens[i],
-                               "ignore_eos": w.ignore_eos}
-                        derived.append(M.derive_request(raw))
-                    df = pd.DataFrame(derived)
-                    if getattr(w.profile, "has_sessions", False):
-                        for line in turn_summary(df):
-                            logging.getLogger("tunelab.measure").info("%s: %s", label, line)
-                    agg = M.aggregate(df, slo or None, client_cpu_frac=res.client_cpu_frac,
-                                      staggered=sched.stagger_s > 0,
-                                      target=lv.target_concurrency)
-                    # Open loop only: a closed loop cannot outrun the server (it sends when a slot frees).
-                    over = M.overload(df) if lv.target_concurrency is None else None
+                    win = await _prepare_window(builder, plan, w, lv, _seed(plan.seed, w.name, lv.seed_key, rep),
+                                                label, dict(window_index=k_window, windows_total=n_windows),
+                                                duration_s, pace_per_s, context_tokens)
+                    obs = await _run_window(client, model, w, lv, win, common, load_processes, log, server_pid,
+                                            progress)
+                    over = _record_window(rows, plan, w, lv, rep, win, obs, warm, slo, duration_s, pins)
                     if over is not None and over.overloaded:
                         overloaded_at.setdefault(lv.kind, lv.value)
-                        notes.append(f"{label}: overloaded: the server fell behind the arrivals ({over.describe()}); "
-                                     "its latencies are a growing queue's, not this rate's; left out of comparisons")
                     if duration_s is not None:
                         # A duration window keeps its pace for a later repeat: its own requests / seconds sending.
-                        pace_per_s = len(res.records) / duration_s
-                    meas_rows.append({**ident, **agg, "window_duration_s": duration_s, **host, **pins, "rx_stamps": res.rx_stamps,
-                                      "read_delay_p99_s": res.read_delay_p99_s,
-                                      "loop_lag_p99_s": res.loop_lag_p99_s,
-                                      "same_read_itl_frac": res.same_read_itl_frac(),
-                                      "load_processes": res.processes, **warm,
-                                      "stagger_s": (sched.stagger_s if sched.closed_loop and not
-                                                    getattr(w.profile, "has_sessions", False) else None),
-                                      "server_process_cpu": json.dumps(proc_cpu, sort_keys=True) if proc_cpu else None,
-                                      "compile_during_window": None if clines is None else bool(clines),
-                                      "compile_log_lines": "\n".join(clines[:COMPILE_LINES_KEPT]) if clines else None,
-                                      "prefix_cache_reset": reset, "unique_prompts": _unique_prompts(w),
-                                      "control_retries": len(retried),
-                                      "overloaded": None if over is None else over.overloaded})
-                    req_rows.extend(derived)
-                    if reset != RESET_OK and not reset.startswith("unavailable"):
-                        notes.append(f"{label}: prefix-cache reset before the window: {reset}; the window may "
-                                     "not start cold (quality check cache_not_cold)")
-                    if retried:
-                        notes.append(f"{label}: {len(retried)} control call(s) retried on a fresh connection: "
-                                     + "; ".join(retried[:3]))
-                    notes.extend(_window_notes(label, df, res, lv, w.profile.exact_prompt_tokens is not None))
-                    notes.extend(_steady_notes(label, agg, sched, res))
-                    notes.extend(_warmup_notes(label, agg, warm, clines, plan))
-                    if agg.get("client_bound") and res.client_cpu_frac < M.CLIENT_BOUND_CPU_FRAC:
-                        notes.append(f"{label}: client-bound: while it still had requests to send, the client kept "
-                                     f"{agg['in_flight_while_sending']:.2f} of {int(lv.target_concurrency or 0)} in flight; "
-                                     f"{_client_advice(res, lv.target_concurrency)}")
-                    if before is not None and after is not None:
-                        sm_rows.extend(SM.window_rows(before, after, ident))
-                        sm_rows.extend(gauges.rows(ident))
-                    else:
-                        notes.append(f"{label}: /metrics could not be scraped")
+                        pace_per_s = len(obs.res.records) / duration_s
                     if on_window is not None:
                         # The windows so far, for the caller to keep on disk now (a killed trial keeps them).
-                        on_window(_result(req_rows, meas_rows, sm_rows, notes))
-    return _result(req_rows, meas_rows, sm_rows, notes)
+                        on_window(rows.result())
+    return rows.result()
 
 
 def _unique_prompts(w: Workload) -> bool:
@@ -765,7 +886,7 @@ def measure_server(
             the :class:`MeasureResult` of the windows so far; the trial flow writes them to disk there. What it
             raises ends the measurement.
         server_pid: the server's root process (``vllm serve``): its tree's CPU by role is read around each
-            window (``measurements.server_process_cpu``, for ``tunelab.core.diagnosis``); None: not read.
+            window (``measurements.server_process_cpu``, for ``tunelab.core.bottleneck_rules``); None: not read.
         first_repeat: repeat number of the first window at each level (the windows are ``first_repeat`` ..
             ``first_repeat + plan.repeats - 1``): the SLA search's later windows at a level already measured
             (``tasks.sla_search``).

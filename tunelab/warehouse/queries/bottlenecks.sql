@@ -1,6 +1,6 @@
 -- Question: which bottleneck holds each config back, in how many of its windows, and what to try?
 -- One row per config x bottleneck flagged in at least one window (view window_findings, table window_diagnoses;
--- checks and thresholds: tunelab/core/diagnosis.py, docs/measurement.md "Bottleneck diagnosis").
+-- checks and thresholds: tunelab/core/bottleneck_rules.py, docs/measurement.md "Bottleneck diagnosis").
 -- windows = windows flagged; checked = windows where the check had its evidence (flagged true or false);
 -- value_median = median of the deciding figure over the flagged windows (unit: see metric).
 -- Parameters:

@@ -4,7 +4,7 @@
 --   var_window = pooled variance of a boot's windows around the boot mean (MSW), df_window = sum(n_k - 1)
 --   var_boot   = max(0, (MSB - MSW) / n0), n0 = (N - sum n_k^2 / N) / (K - 1), df_boot = K - 1
 -- (one-way nested ANOVA, method of moments; Kalibera and Jones 2013). boot_s: mean seconds to ready;
--- window_s: mean seconds of a measured window. tunelab.warehouse.noise.noise_model() is the reference and
+-- window_s: mean seconds of a measured window. tunelab.warehouse.noise_history.noise_model() is the reference and
 -- adds the request level (within-window sampling noise) for latency metrics; docs/statistics.md says how to
 -- read it. Cells with one boot have var_boot NULL. Only the plan's own windows: an sla_search: window
 -- (measurements.sla_search_window, migration 019) overloads the server on purpose and is left out, as in compare.

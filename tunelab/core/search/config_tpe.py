@@ -4,7 +4,7 @@ A plan with ``search:`` names a space (engine args and env names -> a list of va
 range), an objective (``maximize``/``minimize`` a ``measurements`` column at one workload and load level, under
 the plan's ``slo:``) and a budget (``boots`` and/or ``gpu_minutes``). :func:`run_search` asks optuna's
 ``TPESampler`` (seeded from the plan's ``seed``) for a config, boots it through a callback (the sweep's trial
-runner in ``flows.search``; a simulated objective in the tests), tells optuna the result and goes on until the
+runner through the design ``designs.config_search``; a simulated objective in the tests), tells optuna the result and goes on until the
 budget is spent. One optuna trial = one boot of one config. docs/tuning.md says how and why.
 
 - **Objective** (:func:`objective_value`): the mean over the boot's windows of the metric at the objective's cell.

@@ -33,7 +33,7 @@ gpu_floor              decode TPOT p50 / (weight bytes per GPU / HBM bandwidth) 
 =====================  =========================================================================================
 
 Domain layer: the standard library only. The readings (``/proc``, NVML, ``/metrics``, model files) are taken by
-``tunelab.tasks.diagnose``.
+``tunelab.tasks.bottleneck_evidence``.
 """
 
 from __future__ import annotations

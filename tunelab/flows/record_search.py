@@ -1,5 +1,5 @@
 """A plan with ``search:`` in the sweep: each boot's search columns into its bundle, the search's summary into the
-sweep's record, its lines. The design (which config to boot next) is :mod:`tunelab.designs.search`, run by the sweep's
+sweep's record, its lines. The design (which config to boot next) is :mod:`tunelab.designs.config_search`, run by the sweep's
 one loop (``flows.sweep``) like any design: each boot is one more trial of the sweep (device locks, slots, the trial
 subflow, its bundle and status), validated by the quality gate at once (a boot counts only when it is ``ok`` and
 passes or warns), and recorded with its search columns (``trials.search_*``, migration 018). A config is pruned by
@@ -19,7 +19,7 @@ from typing import Any
 from tunelab.core import records
 from tunelab.core.bundle import read_bundle, update_bundle_table
 from tunelab.core.plan import Plan
-from tunelab.core.search.tpe import SearchOutcome, SearchRecord, boots_phrase, default_in_space
+from tunelab.core.search.config_tpe import SearchOutcome, SearchRecord, boots_phrase, default_in_space
 
 __all__ = ["record_search", "record_search_trials", "search_lines", "sweep_bundles"]
 

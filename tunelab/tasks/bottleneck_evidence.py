@@ -1,4 +1,4 @@
-"""The readings behind the bottleneck diagnosis (``tunelab.core.diagnosis``), and the ``window_diagnoses`` rows of a
+"""The readings behind the bottleneck diagnosis (``tunelab.core.bottleneck_rules``), and the ``window_diagnoses`` rows of a
 measurement.
 
 * :class:`GaugePeaks`: vLLM's gauges (``vllm:kv_cache_usage_perc``, ``vllm:num_requests_waiting``) sampled from
@@ -22,7 +22,7 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from tunelab.core import diagnosis as D
+from tunelab.core import bottleneck_rules as D
 from tunelab.core import records as R
 from tunelab.tasks import server_metrics as SM
 from tunelab.tasks.loadgen.control import control_call

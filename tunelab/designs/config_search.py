@@ -1,5 +1,5 @@
 """``search:``: the plan's default config, then the configs optuna's TPE sampler asks for, one boot per answer, until
-the budget is spent (``tunelab.core.search.tpe.run_search`` decides; this module turns its calls into the design protocol).
+the budget is spent (``tunelab.core.search.config_tpe.run_search`` decides; this module turns its calls into the design protocol).
 
 ``run_search`` is written as a loop that calls ``boot(request)`` and waits for the boot's outcome. To answer the
 sweep's "which trial next" it runs in a helper thread: each ``boot`` call hands its request to :meth:`next_trials`
@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 from tunelab.designs.base import TrialResult, TrialSpec
 from tunelab.core.plan import Plan, Trial, config_key
-from tunelab.core.search.tpe import BootOutcome, SearchBoot, SearchOutcome, flagged_bottlenecks, run_search
+from tunelab.core.search.config_tpe import BootOutcome, SearchBoot, SearchOutcome, flagged_bottlenecks, run_search
 
 __all__ = ["SearchDesign"]
 
@@ -24,7 +24,7 @@ _END = object()  # the search thread's last message: run_search returned or rais
 
 
 class SearchDesign:
-    """The ``search:`` design: one boot per answer, as ``tunelab.core.search.tpe.run_search`` asks for them.
+    """The ``search:`` design: one boot per answer, as ``tunelab.core.search.config_tpe.run_search`` asks for them.
 
     Args:
         plan: the plan with ``search:``; its one trial (``plan.trials()[0]``) is the default config and the template
@@ -34,7 +34,7 @@ class SearchDesign:
             knew (``stop_reason`` ``interrupted``, the boot it ended ``cancelled``).
 
     Attributes:
-        outcome: the :class:`tunelab.core.search.tpe.SearchOutcome`.
+        outcome: the :class:`tunelab.core.search.config_tpe.SearchOutcome`.
 
     Raises:
         From :meth:`next_trials`: whatever ``run_search`` raised (a bug, an optuna error).

@@ -1,5 +1,5 @@
 """The noise model of the warehouse: variance components per (runtime, config, GPU, workload, load level,
-metric) with the cost of each level, from all trustworthy history (``tunelab.stats.noise`` computes; this module
+metric) with the cost of each level, from all trustworthy history (``tunelab.stats.noise_model`` computes; this module
 only selects the rows). ``queries/noise_model.sql`` is the same boot/window estimate in SQL.
 """
 
@@ -11,7 +11,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from tunelab.stats.noise import quantile_factor, request_components, variance_components
+from tunelab.stats.noise_model import quantile_factor, request_components, variance_components
 from tunelab.warehouse.compare import metric_direction
 
 __all__ = ["CELL_KEYS", "noise_model", "noise_windows"]
@@ -71,7 +71,7 @@ def noise_model(con: duckdb.DuckDBPyConnection, metric: str = "output_tokens_per
     quality verdict is in ``quality``, from the plan's own windows only (:func:`noise_windows`: an SLA search's
     windows, and their requests, are left out).
 
-    Returns ``stats.noise.variance_components``' columns plus ``metric``, and for latency metrics with
+    Returns ``stats.noise_model.variance_components``' columns plus ``metric``, and for latency metrics with
     request rows ``var_request`` (one request's log variance), ``requests_per_window``, ``var_request_part``
     (``f * var_request / m``: the window noise a longer window would average away) and ``var_window_slow``
     (``max(0, var_window - var_request_part)``: drift within a boot that it would not). ``boot_s`` is
