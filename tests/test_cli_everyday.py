@@ -146,6 +146,20 @@ def test_report_defaults_to_the_latest_sweep_with_results_and_names_the_cancelle
     assert CANCELLED in out and "cancelled" in out and f"--sweep {CANCELLED}" in out
 
 
+def test_sweep_latest_in_a_selector_is_the_latest_sweep_with_results(warehouse):
+    """Found by a fresh user: `report` skipped the cancelled sweep but `compare ... sweep=latest` chose it and
+    failed ("selects no trial with results"). Both now mean the latest sweep with an ok trial."""
+    from tunelab.warehouse.migrate import connect
+    from tunelab.warehouse.selection import resolve_selector
+
+    con = connect(str(warehouse[0]), read_only=True)
+    try:
+        assert resolve_selector(con, {"sweep": "latest"}) == {"sweep_id": MIX}
+        assert resolve_selector(con, {"sweep": "previous"})["sweep_id"] not in (MIX, CANCELLED)
+    finally:
+        con.close()
+
+
 def test_report_of_a_cancelled_sweep_says_cancelled(warehouse):
     r = cli("report", "--db", str(warehouse[0]), "--sweep", CANCELLED)
     assert r.exit_code == 0, r.output

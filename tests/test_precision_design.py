@@ -223,7 +223,8 @@ def test_the_sweep_end_says_what_it_could_detect_and_warns_when_the_precision_wa
     assert all(re.search(r"detectable at this design \(3 vs 3 boots\): -\d+\.\d%/\+\d+\.\d%", x) for x in lines)
     # the plain Welch interval on boot means beside the product's (per cell, nothing borrowed)
     # (in the metric's unit: a plain difference interval on 2-3 boots can reach below minus the baseline's mean)
-    assert all(re.search(r"; Welch on boot means: difference \[[-+][\d.e+]+, [-+][\d.e+]+\]", x) for x in lines), lines
+    assert all(re.search(r"; Welch on boot means: difference \[[-+][\d.e+]+, [-+][\d.e+]+\] tokens/s", x)
+               for x in lines), lines  # with its unit (found by a fresh user)
     # the interval is the row's Welch interval (stats.verdict.ABRecord.welch_ci_*), not a percentage of the mean
     r0 = rows[0]
     assert f"[{r0['welch_ci_low']:+.4g}, {r0['welch_ci_high']:+.4g}]" in lines[0] and "%]" not in lines[0].split("Welch")[1]

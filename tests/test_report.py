@@ -211,12 +211,14 @@ def test_the_compare_table_shows_the_plain_welch_interval_beside_the_products(wa
     md = ab_markdown(df, {"config_key": "a"}, {"config_key": "b"})
     header = next(line for line in md.splitlines() if "verdict" in line and "CI" in line)
     cols = [c.strip() for c in header.split("|")]
-    assert cols.index("Welch on boot means") == cols.index("CI") + 1, cols
+    # the column names its unit (found by a fresh user: two 'Welch' columns, one in tokens/s and one in %)
+    name = f"Welch on boot means (tokens/s)" if df["metric"].iloc[0].endswith("tokens_per_s") else None
+    assert name is not None and cols.index(name) == cols.index("CI") + 1, cols
     table = [line for line in md.splitlines() if line.startswith("|")]
     rows = [[c.strip() for c in r.split("|")] for r in table[table.index(header) + 2:]]
     assert len(rows) == len(df)
     for r, rec in zip(rows, df.itertuples(index=False)):
-        assert r[cols.index("Welch on boot means")] == f"[{rec.welch_ci_low:+.4g}, {rec.welch_ci_high:+.4g}]"
+        assert r[cols.index(name)] == f"[{rec.welch_ci_low:+.4g}, {rec.welch_ci_high:+.4g}]"
     assert "Welch on boot means: the plain Welch t interval of candidate - baseline" in md
 
 
@@ -493,3 +495,26 @@ def test_the_terminal_table_never_cuts_the_config_names(warehouse, capsys):
     out = capsys.readouterr().out
     assert all(name in out for name in long.values()), out
     assert "…" not in "".join(ln for ln in out.splitlines() if "max-num-batched" in ln)
+
+
+def test_left_out_unvalidated_trials_name_the_recheck_that_judges_them():
+    """Found by a fresh user: after a cancelled sweep its finished trials stayed 'unvalidated' and every report left
+    them out with nothing saying how to judge them."""
+    from tunelab.reports.report import left_out_lines
+
+    lines = left_out_lines([{"config": "a", "replicate": 0, "verdict": None, "failed_checks": None, "sweep_id": "S"},
+                            {"config": "b", "replicate": 1, "verdict": "fail", "failed_checks": "x", "sweep_id": "S"}])
+    assert lines[0].startswith("left out: a r0 (quality unvalidated: not validated)")
+    assert lines[-1].startswith("1 finished trial(s) were never judged") and "`tunelab recheck --sweep S`" in lines[-1]
+    assert left_out_lines([{"config": "b", "replicate": 1, "verdict": "fail", "failed_checks": "x"}])[-1].startswith(
+        "left out: b r1")
+
+
+def test_the_terminal_tables_width_fits_the_quality_column(monkeypatch):
+    """Found by a fresh user: the comparison table was cut at 200 columns ('pass,wa'), in a pipe or with COLUMNS=300."""
+    from tunelab.reports.report import table_width
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert table_width() >= 250
+    monkeypatch.setenv("COLUMNS", "320")
+    assert table_width() == 320

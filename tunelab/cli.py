@@ -1071,7 +1071,9 @@ def compare_cmd(
         return
     from rich.markdown import Markdown
 
-    Console(width=200).print(Markdown(out["markdown"]))
+    from tunelab.reports.report import table_width
+
+    Console(width=table_width()).print(Markdown(out["markdown"]))
 
 
 def _what_exists(dbp: Path) -> str:

@@ -36,7 +36,7 @@ def anchored_markdown(xs: pd.DataFrame) -> str:
                "variance (never narrower than within one sweep); add `anchor:` to the plans."))
     if not len(xs):
         return head + "\n\nNo cell has boots of both sides."
-    lines = ["| config | runtime | workload | load | verdict | change [95 % CI] | anchored | method | Welch on boot means |",
+    lines = ["| config | runtime | workload | load | verdict | change [95 % CI] | anchored | method | Welch on boot means (%, log scale) |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in xs.itertuples(index=False):
         lines.append(f"| {r.config_key} | {getattr(r, 'runtimes', '')} | {r.workload} | {load_label(r.load_kind, r.load_value)} | {r.verdict} | "

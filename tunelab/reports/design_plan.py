@@ -406,7 +406,23 @@ def _welch_text(r: dict) -> str:
     lo, hi = r.get("welch_ci_low"), r.get("welch_ci_high")
     if lo is None or hi is None or not all(math.isfinite(x) for x in (lo, hi)):
         return ""
-    return f"; Welch on boot means: difference [{lo:+.4g}, {hi:+.4g}]"
+    unit = metric_unit(str(r.get("metric") or ""))
+    return f"; Welch on boot means: difference [{lo:+.4g}, {hi:+.4g}]" + (f" {unit}" if unit else "")
+
+
+def metric_unit(metric: str) -> str:
+    """The unit of a ``measurements`` column from its name's suffix (units are in the names): ``*_tokens_per_s``
+    tokens/s, ``request_throughput_per_s`` / ``goodput_per_s`` requests/s, other ``*_per_s`` 1/s, ``*_s`` s; ''
+    for another name."""
+    if metric.endswith("tokens_per_s"):
+        return "tokens/s"
+    if metric in ("request_throughput_per_s", "goodput_per_s"):
+        return "requests/s"
+    if metric.endswith("_per_s"):
+        return "1/s"
+    if metric.endswith("_s"):
+        return "s"
+    return ""
 
 
 def ab_lines(rows: list[dict]) -> list[str]:

@@ -16,6 +16,7 @@ import pandas as pd
 
 from tunelab.core.load_profiles import load_label
 from tunelab.core.markdown import markdown_table, shorten
+from tunelab.reports.design_plan import metric_unit
 from tunelab.stats.intervals import mde_text
 
 __all__ = [
@@ -94,7 +95,8 @@ def comparison_frame(db_path: Path | duckdb.DuckDBPyConnection, sweep_id: str,
             FROM trials t LEFT JOIN quality_checks q USING (trial_id)
             WHERE t.sweep_id = ? AND t.status = 'ok' AND coalesce(t.quality_verdict, 'unvalidated') NOT IN ('pass', 'warn')
             GROUP BY ALL ORDER BY 1, 2""", [sweep_id]).fetchall()
-    df.attrs["left_out"] = [{"config": c, "replicate": r, "verdict": v, "failed_checks": f} for c, r, v, f in left]
+    df.attrs["left_out"] = [{"config": c, "replicate": r, "verdict": v, "failed_checks": f, "sweep_id": sweep_id}
+                            for c, r, v, f in left]
     with _reader(db_path) as con:
         df.attrs["sla_search"] = sla_search_lines(con, sweep_id)
         df.attrs["slo"] = _plan_slo(con, sweep_id)
@@ -395,10 +397,31 @@ def trials_table(statuses: list[dict]) -> list[dict[str, str]]:
     return out
 
 
+def table_width() -> int:
+    """Columns for the terminal tables: ``COLUMNS`` when it is set wider, else 250 (the comparison table with the
+    SLO, failed and quality columns is about 230 wide; a pipe would otherwise get Rich's 80 and a narrower
+    fixed width cut the last column, found by a fresh user)."""
+    import os
+
+    try:
+        cols = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        cols = 0
+    return max(250, cols)
+
+
 def left_out_lines(left_out: list[dict]) -> list[str]:
-    """One line per trial left out of a comparison by its quality verdict, with the failed checks."""
-    return [f"left out: {x['config']} r{x['replicate']} (quality {x['verdict']}: {x['failed_checks'] or 'not validated'}); "
-            "`tunelab report --all-quality` includes it" for x in left_out]
+    """One line per trial left out of a comparison by its quality verdict, with the failed checks; when some were
+    never judged (a sweep cancelled before its quality gate ran), a last line with the command that judges them."""
+    lines = [f"left out: {x['config']} r{x['replicate']} (quality {x['verdict'] or 'unvalidated'}: "
+             f"{x['failed_checks'] or 'not validated'}); `tunelab report --all-quality` includes it" for x in left_out]
+    unjudged = [x for x in left_out if (x.get("verdict") or "unvalidated") == "unvalidated"]
+    if unjudged:
+        sweep = unjudged[0].get("sweep_id")
+        lines.append(f"{len(unjudged)} finished trial(s) were never judged by the quality gate (a sweep cancelled "
+                     "before it ran keeps them unvalidated): `tunelab recheck"
+                     + (f" --sweep {sweep}" if sweep else "") + "` judges them")
+    return lines
 
 
 def print_comparison(df: pd.DataFrame, title: str = "comparison", left_out: list[dict] | None = None,
@@ -412,28 +435,28 @@ def print_comparison(df: pd.DataFrame, title: str = "comparison", left_out: list
 
     sla_lines = df.attrs.get("sla_search", []) if sla_lines is None else sla_lines
     if sla_lines:
-        Console(width=200).print("max load under the SLO (sla_search):", highlight=False)
+        Console(width=table_width()).print("max load under the SLO (sla_search):", highlight=False)
         for line in sla_lines:
-            Console(width=200).print(f"  {line}", highlight=False, soft_wrap=True)
+            Console(width=table_width()).print(f"  {line}", highlight=False, soft_wrap=True)
 
     left_out = df.attrs.get("left_out", []) if left_out is None else left_out
     for line in left_out_lines(left_out):
-        Console(width=200).print(line, highlight=False)
+        Console(width=table_width()).print(line, highlight=False)
     t = Table(title=title)
     if df.empty:
-        Console(width=200).print(f"({empty_note})" if empty_note else "(no measurements)" if not left_out
+        Console(width=table_width()).print(f"({empty_note})" if empty_note else "(no measurements)" if not left_out
                                  else "(no measurement passed its quality gate)", highlight=False, soft_wrap=True)
         return
     spec, slo, ok_only = has_spec_decode(df), has_slo(df), has_failures(df)
     rows = [_fmt_row(r, spec, slo, ok_only) for _, r in df.iterrows()]
     if ok_only:
-        Console(width=200).print(f"latency columns{OK_ONLY}: percentiles over the completed requests; a failed "
+        Console(width=table_width()).print(f"latency columns{OK_ONLY}: percentiles over the completed requests; a failed "
                                  f"request has none ({FAILED_PCT} = failed / all requests, beside them)",
                                  highlight=False, soft_wrap=True)
     if slo:
-        Console(width=200).print(slo_legend(df), highlight=False, soft_wrap=True)
+        Console(width=table_width()).print(slo_legend(df), highlight=False, soft_wrap=True)
         if (df["slo_attainment"].fillna(0) == 0).all():
-            Console(width=200).print("no completed request met the slo: at any config and load: check its bounds "
+            Console(width=table_width()).print("no completed request met the slo: at any config and load: check its bounds "
                                      "against the latencies below", highlight=False, soft_wrap=True)
     for c in rows[0]:
         text = c in ("runtime", "config", "workload", "quality")
@@ -443,7 +466,7 @@ def print_comparison(df: pd.DataFrame, title: str = "comparison", left_out: list
         t.add_column(c, justify="left" if text else "right", min_width=width, overflow="fold")
     for r in rows:
         t.add_row(*r.values())
-    Console(width=200).print(t)
+    Console(width=table_width()).print(t)
 
 
 def latest_sweep_id(db_path: Path) -> str | None:
@@ -759,7 +782,7 @@ def ab_markdown(df: pd.DataFrame, baseline: dict, candidate: dict, title: str | 
             "baseline": "-" if pd.isna(r.baseline_mean) else f"{r.baseline_mean:.4g}",
             "candidate": "-" if pd.isna(r.candidate_mean) else f"{r.candidate_mean:.4g}",
             "change": pct(r.rel_diff), "CI": f"[{pct(r.rel_ci_low)}, {pct(r.rel_ci_high)}]",
-            **({"Welch on boot means": welch(r)} if has_welch else {}),
+            **({f"Welch on boot means ({metric_unit(metric) or 'metric unit'})": welch(r)} if has_welch else {}),
             "boots": f"{r.baseline_boots} vs {r.candidate_boots}",
             # The resolution of the verdict: effects smaller than this could not have been seen (80 % power).
             "MDE": "-" if pd.isna(getattr(r, "mde_rel", None)) else mde_text(r.mde_rel),

@@ -69,10 +69,13 @@ def _nth(con: duckdb.DuckDBPyConnection, key: str, which: str) -> str:
                            "WHERE vllm_version_key IS NOT NULL GROUP BY vllm_version_key "
                            "ORDER BY vllm_version_key DESC").fetchall()
     else:
-        rows = con.execute("SELECT sweep_id FROM trial_facts GROUP BY sweep_id ORDER BY max(run_at) DESC").fetchall()
+        # Sweeps with results only (an ok trial), as `tunelab report` picks its default sweep: a sweep cancelled
+        # before any trial finished is not the "latest" a comparison means (found by a fresh user).
+        rows = con.execute("SELECT sweep_id FROM trial_facts GROUP BY sweep_id HAVING bool_or(status = 'ok') "
+                           "ORDER BY max(run_at) DESC").fetchall()
     if len(rows) <= n:
-        raise ValueError(f"{key}={which}: the warehouse has {len(rows)} distinct {key} value(s); "
-                         f"'{which}' needs {n + 1}")
+        what = f"{key} value(s)" if key == "vllm_version" else "sweep(s) with results (an ok trial)"
+        raise ValueError(f"{key}={which}: the warehouse has {len(rows)} {what}; '{which}' needs {n + 1}")
     return rows[n][0]
 
 
