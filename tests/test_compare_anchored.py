@@ -94,6 +94,8 @@ def test_cross_sweep_compare_goes_through_the_recorded_anchor(tmp_path):
     assert row.welch_rel_low > 0.1
     md = out["markdown"]
     assert "## Across sweeps: anchored through pinned/" in md and "Welch on boot means" in md
+    # said before the per-cell table that reads the sweep shift as an effect (found by a fresh user)
+    assert md.index("The two sides ran in different sweeps") < md.index("| workload")
     assert "| anchored |" in md and "no significant change" in md
     # a verdict of B against A in its own rows is left as it was (same rows as without the section)
     assert out["rows"] and "verdict" in out["rows"][0]

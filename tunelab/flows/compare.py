@@ -54,6 +54,12 @@ REGRESSION_EVENT = "tunelab.regression.confirmed"
 REGRESSION_STATE = "Regression"
 
 
+#: Above the per-cell table when the two sides ran in different sweeps.
+ACROSS_SWEEPS_NOTE = ("> The two sides ran in different sweeps. The per-cell table compares their boots as if they had "
+                      "run together (no sweep term) and calls sweep-to-sweep shifts effects; the verdict of this "
+                      "comparison is the **Across sweeps** section below (through the anchor, or unanchored and "
+                      "widened), which also decides the confirmed regressions.")
+
 @flow(name="compare", flow_run_name="compare {metric}", log_prints=True)
 def compare(baseline: dict, candidate: dict, metric: str = "output_tokens_per_s", db: str | None = None,
             per_config: bool | None = None, min_boots: int = 2, with_regressions: bool = True,
@@ -131,6 +137,11 @@ def compare(baseline: dict, candidate: dict, metric: str = "output_tokens_per_s"
             # call about twice the nominal false calls across sweeps: issue 28): one family, Holm-adjusted.
             xs = family_adjust(xs)
         if xs is not None:
+            # Say it before the per-cell table a reader sees first (found by a fresh user: an A/A across two sweeps
+            # read "better" there and "no significant change" in the section below).
+            if len(xs):
+                title, _, rest = md.partition("\n")
+                md = title + "\n\n" + ACROSS_SWEEPS_NOTE + "\n" + rest
             md += "\n\n" + anchored_markdown(xs)
             unit = xs.attrs["anchor"]
         else:
