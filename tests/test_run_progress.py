@@ -83,6 +83,7 @@ def test_display_prints_plain_lines_per_phase_and_throttles_window_progress():
     # 0/4 (phase change), 3/4 (10 s after the last line; 1/4 and 2/4 came sooner), 4/4 (the window's end)
     assert [ln.split(": ")[2].split(" requests")[0] for ln in window] == ["0/4", "3/4", "4/4"]
     assert window[1].endswith("~8 s left in the window")  # 24 s for 3 requests -> 8 s for the last one
+    assert window[2].endswith("4/4 requests")  # a finished window says nothing is left (it read "~0 s left")
     # The first trial took 51 s: the second one's line estimates 51 s left (one trial x its mean duration).
     assert lines[-2] == "trial 2/2 default: starts; sweep time left 51 s"
     assert lines[-1] == "trial 2/2 default: validating (quality gate)"

@@ -174,8 +174,8 @@ class SweepDisplay:
             text = f"window {st.window} {st.window_label}"
             if st.done is not None and st.total:
                 text += f": {st.done}/{st.total} requests"
-                left = window_left_s(in_phase, st.done, st.total)
-                if left is not None:
+                left = window_left_s(in_phase, st.done, st.total) if st.done < st.total else None
+                if left is not None:  # a finished window has nothing left to say (it read "~0 s left")
                     text += f", ~{fmt_s(left)} left in the window"
             return text
         if st.phase == "wait":
