@@ -42,8 +42,8 @@ def test_default_staggers_a_closed_loop_over_one_request(tmp_path):
 def test_together_keeps_the_old_start_and_a_bad_value_names_the_field(tmp_path):
     plan = _plan(tmp_path, "closed_loop_start: together\n")
     assert stagger_schedule(Schedule(16, slots=4), plan, 8.0, None).stagger_s == 0
-    with pytest.raises(ValueError, match="closed_loop_start"):
-        _plan(tmp_path, "closed_loop_start: later\n")
+    with pytest.raises(ValueError, match="closed_loop_start: Input should be 'staggered' or 'together', got 'later'"):
+        _plan(tmp_path, "closed_loop_start: later\n")  # the bad value echoed (found by a fresh user)
 
 
 def test_a_staggered_ramp_is_not_read_as_a_client_that_fell_behind():

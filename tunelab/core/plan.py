@@ -1212,6 +1212,9 @@ def _error_lines(err: ValidationError) -> list[tuple[str, str]]:
             msg = "required field is missing"
             if loc in _MISSING_EXAMPLES:
                 msg += f", e.g. {_MISSING_EXAMPLES[loc]}"
+        elif e["type"] == "literal_error":
+            # pydantic names the allowed values, not the one written: "got 'later'" says which line to fix.
+            msg = f"{msg}, got {e.get('input')!r}"
         elif e["type"] == "value_error":
             msg = msg.removeprefix("Value error, ")  # pydantic's prefix for a validator's ValueError: noise here
             # A check across fields (a model validator) has no location; its message leads with the field it is
