@@ -77,9 +77,9 @@ def anchored_cells(con: duckdb.DuckDBPyConnection, metric: str, baseline: Unit, 
             v.loc[mine & v.sweep_id.isin(list(side_sweeps[0])), "config"] = names["baseline"]
             v.loc[mine & v.sweep_id.isin(list(side_sweeps[1])), "config"] = names["candidate"]
             v = v[v.config != _name(baseline)]
-    for role in ("baseline", "candidate"):
+    for role, u in (("baseline", baseline), ("candidate", candidate)):
         if not (v.config == names[role]).any():
-            raise ValueError(f"{role} {names[role]} has no ok boots with {metric} in the chosen sweeps")
+            raise ValueError(f"{role} {names[role] if same else u} has no ok boots with {metric} in the chosen sweeps")
     v = v.rename(columns={"sweep_id": "sweep", "boot_order": "order"})
     rows = []
     for (w, lk, lv), c in v.groupby(["workload", "load_kind", "load_value"], sort=True):
