@@ -173,8 +173,8 @@ def test_trial_facts_and_trials_table(warehouse):
                      "failure": "", "boot s": "23.5", "compile cache": "warm", "verdict": "pass", "notes": "2"}]
 
 
-def test_ab_markdown_from_compare(warehouse):
-    from tunelab.reports.report import ab_markdown
+def _ab_of(warehouse, ab_markdown):
+    """``compare()`` of config a against b in the fixture's sweep (every quality verdict) and its markdown."""
     from tunelab.warehouse.compare import compare
     from tunelab.warehouse.migrate import connect
 
@@ -184,7 +184,12 @@ def test_ab_markdown_from_compare(warehouse):
                      quality=("pass", "warn", "fail"))
     finally:
         con.close()
-    md = ab_markdown(df, {"config_key": "a"}, {"config_key": "b"})
+    return df, ab_markdown(df, {"config_key": "a"}, {"config_key": "b"})
+
+
+def test_ab_markdown_from_compare(warehouse):
+    from tunelab.reports.report import ab_markdown
+    df, md = _ab_of(warehouse, ab_markdown)
     assert "`config_key=a`" in md and "c=4" in md and "2 vs 2" in md
     assert any(v in md for v in ("**better**", "**no_significant_change**", "**worse**"))
     # every verdict states its resolution: the MDE column holds a percentage for each row
@@ -199,16 +204,7 @@ def test_the_compare_table_shows_the_plain_welch_interval_beside_the_products(wa
     """`tunelab compare` prints ab_markdown: a column 'Welch on boot means' (the ABRecord's welch_ci_low/high, in
     the metric's unit) beside CI, as the A/B lines give it."""
     from tunelab.reports.report import ab_markdown
-    from tunelab.warehouse.compare import compare
-    from tunelab.warehouse.migrate import connect
-
-    con = connect(warehouse, read_only=True)
-    try:
-        df = compare(con, {"config_key": "a", "sweep_id": SWEEP}, {"config_key": "b", "sweep_id": SWEEP},
-                     quality=("pass", "warn", "fail"))
-    finally:
-        con.close()
-    md = ab_markdown(df, {"config_key": "a"}, {"config_key": "b"})
+    df, md = _ab_of(warehouse, ab_markdown)
     header = next(line for line in md.splitlines() if "verdict" in line and "CI" in line)
     cols = [c.strip() for c in header.split("|")]
     # the column names its unit (found by a fresh user: two 'Welch' columns, one in tokens/s and one in %)
