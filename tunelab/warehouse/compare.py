@@ -44,6 +44,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import duckdb
 import numpy as np
@@ -348,6 +349,75 @@ def compare(
         raise ValueError(f"confidence must be in [0.5, 1), got {confidence}")
     if min_boots < 2:
         raise ValueError("min_boots must be >= 2: boot-to-boot variance needs two boots per side")
+    sides = _select_sides(con, baseline, candidate, metric, quality, statuses)
+    cells, gb, gc = _cells(sides.vb, sides.vc)
+    if paired:
+        gb, gc, unpaired = _pair_up(con, gb, gc, cells, sides.vb.iloc[0:0])
+        sides.exclude_unpaired(unpaired)
+    empty = sides.vb.iloc[0:0]
+    values = [(gb.get(cell, empty)["boot_value"].to_numpy(dtype=float),
+               gc.get(cell, empty)["boot_value"].to_numpy(dtype=float)) for cell in cells]
+    prior_var, prior_df = ([math.nan] * len(cells), [0.0] * len(cells)) if paired or not history else \
+        _history_priors(con, sides.keep_b + sides.keep_c, metric, quality, statuses, cells, values)
+    na_names = sorted({n for e in sides.not_applied.env for n in e.split(", ")}) if sides.na_sides else []
+    verdicts = cell_verdicts(values, design="paired" if paired else "fixed", higher_is_better=direction > 0,
+                             confidence=confidence, min_boots=min_boots, borrow=borrow, prior_var=prior_var,
+                             prior_df=prior_df, not_applied_sides=sides.na_sides, not_applied_names=na_names)
+    # Did both sides run the same work? Token counts per request from the server's usage (a tokenizer change
+    # between releases moves them); the change and its size are named on the row.
+    tok_b, tok_c = _token_counts(con, sides.keep_b), _token_counts(con, sides.keep_c)
+    rows = [_cell_row(cell, values[i], gb.get(cell, empty), gc.get(cell, empty), verdicts[i],
+                      tok_b, tok_c, sides, metric, direction, confidence)
+            for i, cell in enumerate(cells)]
+    out = pd.DataFrame(rows, columns=ABRecord.columns())
+    # The headline verdicts of this comparison as one family (Holm); a report that joins several comparisons
+    # (configs, metrics) adjusts their union again (warehouse.selection.compare_frames).
+    out = family_adjust(out, alpha=1.0 - confidence)
+    out.attrs = {}
+    out.attrs["excluded"] = sides.excluded()
+    out.attrs["not_applied"] = sides.not_applied
+    out.attrs["method"] = _method_text(confidence, paired, borrow, min_boots)
+    return out
+
+
+@dataclass
+class _Sides:
+    """The trials of each side kept for the comparison, their boot values and what was left out, and why.
+
+    ``keep_*``: trial ids kept; ``excl_*``: dicts (side, trial_id, reason) left out; ``vb``/``vc``: the boot
+    values (``_boot_values``); ``not_applied``: DataFrame (side, trial_id, env) of kept trials whose vLLM reported
+    env vars as unknown; ``na_sides``: the sides none of whose boots applied the setting.
+    """
+
+    keep_b: list[str]
+    keep_c: list[str]
+    excl_b: list[dict]
+    excl_c: list[dict]
+    vb: pd.DataFrame
+    vc: pd.DataFrame
+    not_applied: pd.DataFrame
+    na_sides: list[str]
+
+    def excluded(self) -> pd.DataFrame:
+        """All trials left out, as a DataFrame (side, trial_id, reason)."""
+        return pd.DataFrame(self.excl_b + self.excl_c, columns=["side", "trial_id", "reason"])
+
+    def exclude_unpaired(self, unpaired: list[tuple[str, str]]) -> None:
+        """Record the (side, trial_id) boots without a partner as left out of the pairs (once per trial)."""
+        for side, tid in unpaired:
+            excl = self.excl_b if side == "baseline" else self.excl_c
+            if not any(e["trial_id"] == tid for e in excl):
+                excl.append({"side": side, "trial_id": tid, "reason": "no partner boot (same sweep and replicate) "
+                                                                      "on the other side: left out of the pairs"})
+
+
+def _select_sides(con, baseline: dict, candidate: dict, metric: str, quality: Sequence[str],
+                  statuses: Sequence[str]) -> _Sides:
+    """Both sides' trials, filtered by status and quality, with their boot values of ``metric``.
+
+    Raises:
+        ValueError: the two selectors match a common trial.
+    """
     tb, tc = _trials(con, baseline), _trials(con, candidate)
     overlap = set(tb.trial_id) & set(tc.trial_id)
     if overlap:
@@ -360,94 +430,85 @@ def compare(
     for side, keep, vals, excl in (("baseline", keep_b, vb, excl_b), ("candidate", keep_c, vc, excl_c)):
         for tid in sorted(set(keep) - set(vals.trial_id)):
             excl.append({"side": side, "trial_id": tid, "reason": f"no {metric} values"})
-    excluded = pd.DataFrame(excl_b + excl_c, columns=["side", "trial_id", "reason"])
     na = _not_applied(tb, keep_b, "baseline") + _not_applied(tc, keep_c, "candidate")
     not_applied = pd.DataFrame(na, columns=["side", "trial_id", "env"])
     # A side none of whose boots applied the setting did not test it (its vLLM ignored the env var).
     na_sides = [side for side, keep in (("baseline", keep_b), ("candidate", keep_c))
                 if keep and set(keep) <= set(not_applied.trial_id[not_applied.side == side])]
+    return _Sides(keep_b, keep_c, excl_b, excl_c, vb, vc, not_applied, na_sides)
 
+
+def _cells(vb: pd.DataFrame, vc: pd.DataFrame) -> tuple[list[tuple], dict, dict]:
+    """The (workload, load_kind, load_value) cells either side measured, in report order, and each side's boot
+    values grouped by cell."""
     keys = ["workload", "load_kind", "load_value"]
     cells = sorted(set(map(tuple, vb[keys].itertuples(index=False))) | set(map(tuple, vc[keys].itertuples(index=False))),
                    key=lambda k: (str(k[0]), str(k[1]), float(k[2])))
     gb = {k: g for k, g in vb.groupby(keys)} if len(vb) else {}
     gc = {k: g for k, g in vc.groupby(keys)} if len(vc) else {}
-    def _side(g: dict, v: pd.DataFrame, cell) -> pd.DataFrame:
-        return g.get(cell, v.iloc[0:0])
+    return cells, gb, gc
 
-    if paired:
-        gb, gc, unpaired = _pair_up(con, gb, gc, cells, vb.iloc[0:0])
-        for side, tid in unpaired:
-            excl = excl_b if side == "baseline" else excl_c
-            if not any(e["trial_id"] == tid for e in excl):
-                excl.append({"side": side, "trial_id": tid, "reason": "no partner boot (same sweep and replicate) "
-                                                                      "on the other side: left out of the pairs"})
-        excluded = pd.DataFrame(excl_b + excl_c, columns=["side", "trial_id", "reason"])
-    values = [(_side(gb, vb, cell)["boot_value"].to_numpy(dtype=float),
-               _side(gc, vc, cell)["boot_value"].to_numpy(dtype=float)) for cell in cells]
-    positive = [bool(len(xb) and len(xc) and (xb > 0).all() and (xc > 0).all()) for xb, xc in values]
+
+def _history_priors(con, exclude: list[str], metric: str, quality: Sequence[str], statuses: Sequence[str],
+                    cells: list[tuple], values: list[tuple[np.ndarray, np.ndarray]]) -> tuple[list, list]:
+    """Per cell, the history's log-scale boot variance and its degrees of freedom (``_history_prior``), or
+    (nan, 0) for a cell without history or with a value <= 0 (the log scale does not apply)."""
     prior_var, prior_df = [math.nan] * len(cells), [0.0] * len(cells)
-    if history and not paired:
-        hist = _history_prior(con, keep_b + keep_c, metric, quality, statuses)
-        hmap = {(r.workload, r.load_kind, float(r.load_value)): (float(r.var_log), float(r.df))
-                for r in hist.itertuples(index=False)}
-        for i, ok in enumerate(positive):
-            if ok:
-                prior_var[i], prior_df[i] = hmap.get((cells[i][0], cells[i][1], float(cells[i][2])), (math.nan, 0.0))
-    na_names = sorted({n for e in not_applied.env for n in e.split(", ")}) if na_sides else []
-    verdicts = cell_verdicts(values, design="paired" if paired else "fixed", higher_is_better=direction > 0,
-                             confidence=confidence, min_boots=min_boots, borrow=borrow, prior_var=prior_var,
-                             prior_df=prior_df, not_applied_sides=na_sides, not_applied_names=na_names)
-    # Did both sides run the same work? Token counts per request from the server's usage (a tokenizer change
-    # between releases moves them); the change and its size are named on the row.
-    tok_b, tok_c = _token_counts(con, keep_b), _token_counts(con, keep_c)
-    no_tok = {"prompt": (0, math.nan, math.nan), "output": (0, math.nan, math.nan)}
-    rows = []
-    for i, cell in enumerate(cells):
-        b, c = _side(gb, vb, cell), _side(gc, vc, cell)
-        key = (cell[0], cell[1], float(cell[2]))
-        tb_, tc_ = tok_b.get(key, no_tok), tok_c.get(key, no_tok)
-        tokens = {"baseline_prompt_tokens": tb_["prompt"][1], "candidate_prompt_tokens": tc_["prompt"][1],
-                  "baseline_output_tokens": tb_["output"][1], "candidate_output_tokens": tc_["output"][1],
-                  "token_change": "; ".join(t for t in (token_change(w, tb_[w], tc_[w]) for w in ("prompt", "output"))
-                                            if t)}
-        xb, xc = values[i]
-        mb = float(xb.mean()) if len(xb) else math.nan
-        mc = float(xc.mean()) if len(xc) else math.nan
-        diff = mc - mb
-        row = {
-            "workload": cell[0], "load_kind": cell[1], "load_value": float(cell[2]), "metric": metric,
-            "higher_is_better": direction > 0,
-            "baseline_boots": len(xb), "candidate_boots": len(xc),
-            "baseline_repeats": int(b["repeats"].sum()), "candidate_repeats": int(c["repeats"].sum()),
-            "baseline_mean": mb, "candidate_mean": mc,
-            "baseline_boot_sd": float(xb.std(ddof=1)) if len(xb) > 1 else math.nan,
-            "candidate_boot_sd": float(xc.std(ddof=1)) if len(xc) > 1 else math.nan,
-            "diff": diff, "rel_diff": diff / mb if mb else math.nan,
-            "ci_low": math.nan, "ci_high": math.nan, "rel_ci_low": math.nan, "rel_ci_high": math.nan,
-            "p_value": math.nan, "df": math.nan, "se_log": math.nan, "mde_rel": math.nan, "variance_source": "",
-            "baseline_trials_excluded": len(excl_b), "candidate_trials_excluded": len(excl_c),
-            **verdicts[i].model_dump(exclude_unset=True), **tokens,
-        }
-        if len(xb) >= 2 and len(xc) >= 2:  # the plain per-cell Welch interval, reported beside the method's
-            w = welch_interval(xb, xc, confidence)
-            row.update(welch_ci_low=w.low, welch_ci_high=w.high)
-        rows.append(ABRecord(**row).model_dump())
-    out = pd.DataFrame(rows, columns=ABRecord.columns())
-    # The headline verdicts of this comparison as one family (Holm); a report that joins several comparisons
-    # (configs, metrics) adjusts their union again (warehouse.selection.compare_frames).
-    out = family_adjust(out, alpha=1.0 - confidence)
-    out.attrs = {}
-    out.attrs["excluded"] = excluded
-    out.attrs["not_applied"] = not_applied
-    out.attrs["method"] = (
+    hist = _history_prior(con, exclude, metric, quality, statuses)
+    hmap = {(r.workload, r.load_kind, float(r.load_value)): (float(r.var_log), float(r.df))
+            for r in hist.itertuples(index=False)}
+    for i, (xb, xc) in enumerate(values):
+        if len(xb) and len(xc) and (xb > 0).all() and (xc > 0).all():
+            prior_var[i], prior_df[i] = hmap.get((cells[i][0], cells[i][1], float(cells[i][2])), (math.nan, 0.0))
+    return prior_var, prior_df
+
+
+_NO_TOKENS = {"prompt": (0, math.nan, math.nan), "output": (0, math.nan, math.nan)}
+
+
+def _cell_row(cell: tuple, values: tuple[np.ndarray, np.ndarray], b: pd.DataFrame, c: pd.DataFrame, verdict,
+              tok_b: dict, tok_c: dict, sides: _Sides, metric: str, direction: int, confidence: float) -> dict:
+    """One cell's ``ABRecord`` as a dict: the boot means and SDs, the verdict's interval, the plain Welch
+    interval beside it and the token counts of both sides."""
+    key = (cell[0], cell[1], float(cell[2]))
+    tb_, tc_ = tok_b.get(key, _NO_TOKENS), tok_c.get(key, _NO_TOKENS)
+    tokens = {"baseline_prompt_tokens": tb_["prompt"][1], "candidate_prompt_tokens": tc_["prompt"][1],
+              "baseline_output_tokens": tb_["output"][1], "candidate_output_tokens": tc_["output"][1],
+              "token_change": "; ".join(t for t in (token_change(w, tb_[w], tc_[w]) for w in ("prompt", "output"))
+                                        if t)}
+    xb, xc = values
+    mb = float(xb.mean()) if len(xb) else math.nan
+    mc = float(xc.mean()) if len(xc) else math.nan
+    diff = mc - mb
+    row = {
+        "workload": cell[0], "load_kind": cell[1], "load_value": float(cell[2]), "metric": metric,
+        "higher_is_better": direction > 0,
+        "baseline_boots": len(xb), "candidate_boots": len(xc),
+        "baseline_repeats": int(b["repeats"].sum()), "candidate_repeats": int(c["repeats"].sum()),
+        "baseline_mean": mb, "candidate_mean": mc,
+        "baseline_boot_sd": float(xb.std(ddof=1)) if len(xb) > 1 else math.nan,
+        "candidate_boot_sd": float(xc.std(ddof=1)) if len(xc) > 1 else math.nan,
+        "diff": diff, "rel_diff": diff / mb if mb else math.nan,
+        "ci_low": math.nan, "ci_high": math.nan, "rel_ci_low": math.nan, "rel_ci_high": math.nan,
+        "p_value": math.nan, "df": math.nan, "se_log": math.nan, "mde_rel": math.nan, "variance_source": "",
+        "baseline_trials_excluded": len(sides.excl_b), "candidate_trials_excluded": len(sides.excl_c),
+        **verdict.model_dump(exclude_unset=True), **tokens,
+    }
+    if len(xb) >= 2 and len(xc) >= 2:  # the plain per-cell Welch interval, reported beside the method's
+        w = welch_interval(xb, xc, confidence)
+        row.update(welch_ci_low=w.low, welch_ci_high=w.high)
+    return ABRecord(**row).model_dump()
+
+
+def _method_text(confidence: float, paired: bool, borrow: bool, min_boots: int) -> str:
+    """The comparison's method in one sentence (``attrs["method"]``)."""
+    return (
         f"repeats averaged per trial (boot); {confidence:.0%} t interval of the log ratio across boots"
         f"{' paired by sweep and replicate (mean of the pairs log ratios)' if paired else ''}, variance "
         f"{'of the pairs log ratios' if paired else 'pooled'} in the cell"
         f"{' and moderated across cells (empirical Bayes)' if borrow else ''}; MDE at 80 % "
         f"power; inconclusive below {min_boots} {'pairs' if paired else 'boots per side'}"
     )
-    return out
 
 
 def _pair_up(con, gb: dict, gc: dict, cells: list, empty: pd.DataFrame) -> tuple[dict, dict, list]:
