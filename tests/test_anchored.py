@@ -127,3 +127,32 @@ def test_anchored_cells_from_the_versions_evidence(tmp_path):
     row = out[(out.workload == "long_summary") & (out.load_value == 32)].iloc[0]
     assert row.rel_low > 0  # 0.25.1 faster at long c=32, as compare() calls it (test_evidence)
     assert len(late) == 4 and late.anchored.all()
+
+
+def test_warehouse_from_parquet_joins_several_exports(tmp_path):
+    """Two runs' exports become one history (a later sweep's trials join the earlier ones); the same run twice is
+    refused by the primary keys, and an empty folder is named."""
+    import duckdb
+    import pandas as pd
+    from pathlib import Path
+
+    from tunelab.reports.evidence import warehouse_from_parquet
+
+    wh = Path(__file__).resolve().parents[1] / "evidence" / "h200-2026-11-29-versions" / "warehouse"
+    later = tmp_path / "later"
+    later.mkdir()
+    sweeps = pd.read_parquet(wh / "sweeps.parquet")
+    sweeps.assign(sweep_id=sweeps.sweep_id + "-later").to_parquet(later / "sweeps.parquet")
+    con = duckdb.connect(str(warehouse_from_parquet(wh, tmp_path / "w.duckdb", later)))
+    try:
+        n = con.execute("SELECT count(*) FROM sweeps").fetchone()[0]
+        trials = con.execute("SELECT count(*) FROM trials").fetchone()[0]
+    finally:
+        con.close()
+    assert n == 2 * len(sweeps) and trials == len(pd.read_parquet(wh / "trials.parquet"))
+    with pytest.raises(duckdb.ConstraintException):
+        warehouse_from_parquet(wh, tmp_path / "twice.duckdb", wh)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(FileNotFoundError, match="empty"):
+        warehouse_from_parquet(wh, tmp_path / "e.duckdb", empty)

@@ -113,6 +113,18 @@ def test_unanchored_cross_sweep_is_labelled_and_widened_by_history(tmp_path):
     assert "## Across sweeps: unanchored" in md
 
 
+def test_anchor_none_gives_the_same_comparison_without_the_anchor(tmp_path):
+    """``--anchor none``: the recorded anchor is left out on purpose, to show what it adds: the +20 % sweep shift
+    stays in the estimate and the interval is widened by the history's sweep variance."""
+    db = _warehouse(tmp_path / "w.duckdb", plan_yaml=ANCHOR_PLAN, history=True)
+    through, without = (pd.DataFrame(_compare(db, anchor=a)["anchored"]).iloc[0] for a in (None, "none"))
+    assert through.anchored and not without.anchored and without.method == "unanchored"
+    assert abs(through.rel) < 0.05 < without.rel  # the shift cancels only through the anchor
+    assert without.rel_high - without.rel_low > through.rel_high - through.rel_low
+    md = _compare(db, anchor="None")["markdown"]
+    assert "## Across sweeps: unanchored" in md and "left out on purpose (`--anchor none`)" in md
+
+
 def test_anchor_option_overrides_and_same_sweep_stays_as_it_was(tmp_path):
     db = _warehouse(tmp_path / "w.duckdb", plan_yaml=None)
     key = plan_anchor(ANCHOR_PLAN)[1]

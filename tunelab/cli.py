@@ -994,7 +994,8 @@ def compare_cmd(
                                   "error listing the keys."),
     anchor: Optional[str] = typer.Option(None, "--anchor", help="CONFIG_KEY_OR_LABEL of the anchor a comparison "
                                          "across sweeps goes through (default: the anchor the sweeps' plans booted; "
-                                         "without one the cross-sweep interval says 'unanchored' and is widened)."),
+                                         "without one the cross-sweep interval says 'unanchored' and is widened; "
+                                         "'none': the same comparison without the anchor, to see what it adds)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (rows, verdicts, regressions, the "
                                  "resolved selectors, mixed_keys) instead of the markdown report."),
     html_out: Optional[Path] = typer.Option(None, "--html", help="Also write the comparison as one self-contained "

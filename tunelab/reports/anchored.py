@@ -32,6 +32,9 @@ def anchored_markdown(xs: pd.DataFrame) -> str:
             f"{', '.join(sweeps.get('candidate', []))}. Intervals are 95 % per cell; "
             + ("the sweep effect cancels through the anchor (docs/statistics.md, \"How `tunelab compare` "
                "picks anchored or unanchored\")." if a else
+               "the anchor was left out on purpose (`--anchor none`): each interval is widened by the warehouse "
+               "history's sweep-to-sweep variance (never narrower than within one sweep)."
+               if xs.attrs.get("anchor_source", "").startswith("--anchor") else
                "no anchor links the sweeps: each interval is widened by the warehouse history's sweep-to-sweep "
                "variance (never narrower than within one sweep); add `anchor:` to the plans."))
     if not len(xs):

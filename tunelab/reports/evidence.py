@@ -22,26 +22,31 @@ __all__ = ["warehouse_from_parquet", "evidence_report"]
 _SKIP = {"schema_migrations", "loaded_bundles"}
 
 
-def warehouse_from_parquet(parquet_dir: Path, db_path: Path) -> Path:
+def warehouse_from_parquet(parquet_dir: Path, db_path: Path, *more_dirs: Path) -> Path:
     """Create a fresh warehouse at ``db_path`` (current schema and views) and insert every
-    ``<table>.parquet`` of ``parquet_dir`` into the table of that name, by column name.
+    ``<table>.parquet`` of ``parquet_dir`` into the table of that name, by column name; then the same for each
+    of ``more_dirs`` (exports of other runs, e.g. a later sweep on another host: their trials join the history).
 
     Raises:
-        FileNotFoundError: no Parquet files in ``parquet_dir``.
+        FileNotFoundError: no Parquet files in ``parquet_dir`` or in one of ``more_dirs`` (names it).
+        duckdb.ConstraintException: two exports hold the same trial (the same run exported twice).
     """
-    files = sorted(Path(parquet_dir).glob("*.parquet"))
-    if not files:
-        raise FileNotFoundError(f"no <table>.parquet files in {parquet_dir} (made by `tunelab export --out DIR`)")
+    dirs = [Path(parquet_dir), *map(Path, more_dirs)]
+    found = [sorted(d.glob("*.parquet")) for d in dirs]
+    for d, files in zip(dirs, found):
+        if not files:
+            raise FileNotFoundError(f"no <table>.parquet files in {d} (made by `tunelab export --out DIR`)")
     db_path = Path(db_path)
     if db_path.exists():
         db_path.unlink()
     con = connect(db_path)
     try:
         con.execute("BEGIN")
-        for f in files:
-            if f.stem in _SKIP:
-                continue
-            con.execute(f"INSERT INTO {f.stem} BY NAME SELECT * FROM read_parquet('{f}')")
+        for files in found:
+            for f in files:
+                if f.stem in _SKIP:
+                    continue
+                con.execute(f"INSERT INTO {f.stem} BY NAME SELECT * FROM read_parquet('{f}')")
         con.execute("COMMIT")
     finally:
         con.close()

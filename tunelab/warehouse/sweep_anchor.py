@@ -28,7 +28,7 @@ from tunelab.warehouse.anchored_compare import anchored_cells
 from tunelab.warehouse.boot_rows import boot_rows
 from tunelab.warehouse.compare import metric_direction, selector_where
 
-__all__ = ["comparison_anchor", "cross_sweep_compare", "plan_anchor", "recorded_anchor", "resolve_anchor", "sweep_anchors", "sweeps_of"]
+__all__ = ["NO_ANCHOR", "comparison_anchor", "cross_sweep_compare", "plan_anchor", "recorded_anchor", "resolve_anchor", "sweep_anchors", "sweeps_of"]
 
 Unit = tuple[str, str]
 
@@ -63,6 +63,11 @@ def sweep_anchors(con: duckdb.DuckDBPyConnection, sweep_ids: list[str]) -> dict[
     return {s: found.get(s) for s in sweep_ids}
 
 
+#: ``--anchor none``: compare across sweeps without the anchor (labelled unanchored, widened by the history's sweep
+#: variance), beside the anchored verdict.
+NO_ANCHOR = "none"
+
+
 def sweeps_of(con: duckdb.DuckDBPyConnection, selector: dict) -> list[str]:
     """The sweeps holding ok trials of a (resolved) selector, sorted."""
     where, params = selector_where(selector)
@@ -91,12 +96,15 @@ def resolve_anchor(con: duckdb.DuckDBPyConnection, text: str, sweep_ids: list[st
 def comparison_anchor(con: duckdb.DuckDBPyConnection, sweep_ids: list[str],
                       anchor: str | None = None) -> tuple[Unit | None, str]:
     """The anchor of a comparison over ``sweep_ids`` and where it came from: ``(unit, "--anchor")`` for a given
-    config key or label (:func:`resolve_anchor`), else ``(unit, "plan")`` when every sweep's recorded plan
+    config key or label (:func:`resolve_anchor`), ``(None, "--anchor none")`` for ``anchor="none"`` (the same
+    comparison without the anchor, to see what it adds), else ``(unit, "plan")`` when every sweep's recorded plan
     booted the same anchor, else ``(None, "none")``.
 
     Raises:
         ValueError: a bad ``anchor`` (:func:`resolve_anchor`).
     """
+    if anchor is not None and anchor.strip().lower() == NO_ANCHOR:
+        return None, f"--anchor {NO_ANCHOR}"
     if anchor is not None:
         return resolve_anchor(con, anchor, sweep_ids), "--anchor"
     recorded = set(sweep_anchors(con, sweep_ids).values()) if sweep_ids else set()
