@@ -1,0 +1,70 @@
+"""benchmarks/versions_anchored_report.py: two runs' exports joined into one history and read through the product's
+compare path. The committed H200 A/A with an anchor (evidence/h200-2026-12-03-aa-anchored) is split by sweep into two
+runs here (an "earlier" and a "later" export, as two hosts would write them): the within-sweep section compares the
+twin with the anchor, the across-sweep section reads the twin through the anchor and with ``--anchor none``, with the
+plain Welch interval beside each."""
+
+import importlib.util
+from pathlib import Path
+
+import duckdb
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FOLDER = ROOT / "evidence" / "h200-2026-12-03-aa-anchored" / "warehouse"
+
+
+def _split_by_sweep(dest: Path) -> list[Path]:
+    """One export folder per sweep of the committed run: every table's rows of that sweep's trials."""
+    sweeps = [r[0] for r in duckdb.sql(f"SELECT sweep_id FROM '{FOLDER}/sweeps.parquet' ORDER BY started_at").fetchall()]
+    runs = []
+    for i, s in enumerate(sweeps):
+        d = dest / f"run{i}" / "warehouse"
+        d.mkdir(parents=True)
+        con = duckdb.connect()
+        tids = [r[0] for r in con.execute(f"SELECT trial_id FROM '{FOLDER}/trials.parquet' WHERE sweep_id = ?",
+                                          [s]).fetchall()]
+        for f in FOLDER.glob("*.parquet"):
+            cols = [c[0] for c in con.execute(f"DESCRIBE SELECT * FROM '{f}'").fetchall()]
+            if "trial_id" in cols:
+                con.execute(f"COPY (SELECT * FROM '{f}' WHERE trial_id IN (SELECT unnest(?))) TO '{d / f.name}'", [tids])
+            elif "sweep_id" in cols:
+                con.execute(f"COPY (SELECT * FROM '{f}' WHERE sweep_id = ?) TO '{d / f.name}'", [s])
+            else:
+                con.execute(f"COPY (SELECT * FROM '{f}') TO '{d / f.name}'")
+        con.close()
+        runs.append(d.parent)
+    return runs
+
+
+@pytest.fixture(scope="module")
+def text(tmp_path_factory):
+    spec = importlib.util.spec_from_file_location("versions_anchored_report",
+                                                  ROOT / "benchmarks" / "versions_anchored_report.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    earlier, later = _split_by_sweep(tmp_path_factory.mktemp("runs"))
+    return mod.tables(later, [earlier])
+
+
+def test_boots_of_both_runs_are_in_one_history(text):
+    boots = text.split("### The boots")[1].split("###")[0]
+    rows = [ln for ln in boots.splitlines() if ln.startswith("| 2026")]
+    assert len(rows) == 4 and all(r.rstrip(" |").endswith("3") for r in rows)  # 2 sweeps x 2 configs, 3 boots
+
+
+def test_across_sweeps_reads_through_the_anchor_and_without_it(text):
+    across = text.split("### Across sweeps")[1]
+    rows = [ln.split("|") for ln in across.splitlines() if ln.startswith("| ") and "c=" in ln]
+    assert len(rows) == 16  # 4 metrics x 4 cells
+    assert all(r[7].strip() == "fixed sweep effects" for r in rows)  # anchored through the recorded anchor
+    # an A/A: nothing called through the anchor, nor without it; Welch beside every row
+    assert all(r[6].strip() == "no significant change" and r[9].strip() == "no significant change" for r in rows)
+    assert all("%" in r[10] for r in rows)
+    assert across.count("confirmed regressions (what raises the Prefect state Regression): none") == 4
+
+
+def test_within_the_later_sweep_the_config_is_compared_with_the_anchor(text):
+    within = text.split("### Within the later sweep")[1].split("###")[0]
+    rows = [ln for ln in within.splitlines() if ln.startswith("| ") and "c=" in ln]
+    assert len(rows) == 16 and " twin against anchor" in within.splitlines()[0]
