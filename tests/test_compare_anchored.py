@@ -123,6 +123,9 @@ def test_anchor_none_gives_the_same_comparison_without_the_anchor(tmp_path):
     assert without.rel_high - without.rel_low > through.rel_high - through.rel_low
     md = _compare(db, anchor="None")["markdown"]
     assert "## Across sweeps: unanchored" in md and "left out on purpose (`--anchor none`)" in md
+    # each row's note is named by its row (config, runtimes, workload, load), in the table's order
+    notes = md.split("Notes, per row:")[1].strip().splitlines()
+    assert len(notes) == 1 and notes[0].startswith("- ") and " chat " in notes[0] and "SD " in notes[0]
 
 
 def test_anchor_option_overrides_and_same_sweep_stays_as_it_was(tmp_path):

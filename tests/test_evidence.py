@@ -52,3 +52,14 @@ def test_versions_evidence_report_is_recreated_from_parquet(tmp_path):
     # two releases: the across-versions plots are written and linked
     for m in ("output_tokens_per_s", "ttft_p50_s"):
         assert (run / f"version_{m}.png").stat().st_size > 10_000 and f"(version_{m}.png)" in report
+
+
+def test_evidence_report_reads_the_folder_tunelab_export_wrote(tmp_path):
+    """`tunelab export --out DIR` writes DIR/*.parquet; `tunelab evidence-report DIR` reads it as it is (a fresh
+    user's export then report on one folder failed with "no <table>.parquet files in DIR/warehouse")."""
+    flat = tmp_path / "export"
+    shutil.copytree(VERSIONS / "warehouse", flat)
+    report = evidence_report(flat).read_text()
+    nested = tmp_path / "run"
+    shutil.copytree(VERSIONS / "warehouse", nested / "warehouse")
+    assert report == evidence_report(nested).read_text() and "VLLM_USE_FASTOKENS=1 vs default" in report

@@ -133,6 +133,41 @@ def test_series_markdown_marks_the_change_point_row(wh):
     assert "not anchored" in md2 and "vs anchor" not in md2
 
 
+def test_series_names_what_exists_for_a_key_anchor_or_workload_that_matches_nothing(wh):
+    """Found by a fresh user: ``--anchor bogus`` printed "anchored on config bogus" over rows that each said "no
+    anchor", and ``--key`` with a label gave "no points". A label is accepted as ``compare`` accepts it."""
+    from tunelab.reports.series import series_report
+
+    con, _ = wh
+    for kw, option in (({"config_key": "nosuch"}, "--key"), ({"anchor_key": "bogus"}, "--anchor")):
+        with pytest.raises(ValueError, match=f"{option} '.+': no ok trial has that config key or label; configs: .*cfg"):
+            series_report(con, "output_tokens_per_s", **kw)
+    with pytest.raises(ValueError, match="--workload 'nosuch': no measurement of that workload; workloads: chat"):
+        series_report(con, "output_tokens_per_s", workload="nosuch")
+
+
+def test_series_accepts_a_config_label_and_refuses_one_that_names_two_keys(tmp_path):
+    from tunelab.core.bundle import write_bundle
+    from tunelab.reports.series import series_report
+    from tunelab.warehouse.loader import load_pending
+    from tunelab.warehouse.synthetic import synthetic_trial
+
+    rng = np.random.default_rng(1)
+    for s, (key, label) in enumerate((("k1", "pinned"), ("k2", "tonight"), ("k3", "tonight"))):
+        t = synthetic_trial(sweep_id=f"s{s}", config_key=key, config_label=label, rng=rng)
+        write_bundle(tmp_path / "r", t.sweep, t.trial, t.tables)
+    load_pending(tmp_path / "w.duckdb", tmp_path / "r")
+    con = connect(tmp_path / "w.duckdb", read_only=True)
+    try:
+        by_label, _, _ = series_report(con, "output_tokens_per_s", config_key="pinned")
+        by_key, _, _ = series_report(con, "output_tokens_per_s", config_key="k1")
+        with pytest.raises(ValueError, match="--anchor 'tonight': the label names 2 config keys \\(k2, k3\\)"):
+            series_report(con, "output_tokens_per_s", anchor_key="tonight")
+    finally:
+        con.close()
+    assert len(by_label) == len(by_key) == 1 and set(by_label.config_key) == {"k1"}
+
+
 def test_series_cli_json_and_report_option(tmp_path):
     import json
     import os

@@ -33,10 +33,12 @@ def anchored_markdown(xs: pd.DataFrame) -> str:
             + ("the sweep effect cancels through the anchor (docs/statistics.md, \"How `tunelab compare` "
                "picks anchored or unanchored\")." if a else
                "the anchor was left out on purpose (`--anchor none`): each interval is widened by the warehouse "
-               "history's sweep-to-sweep variance (never narrower than within one sweep)."
+               "history's sweep-to-sweep variance (never narrower than these boots' own within-sweep interval; the "
+               "per-cell table above may be narrower, as it borrows the history's boot variance)."
                if xs.attrs.get("anchor_source", "").startswith("--anchor") else
                "no anchor links the sweeps: each interval is widened by the warehouse history's sweep-to-sweep "
-               "variance (never narrower than within one sweep); add `anchor:` to the plans."))
+               "variance (never narrower than these boots' own within-sweep interval; the per-cell table above may be "
+               "narrower, as it borrows the history's boot variance); add `anchor:` to the plans."))
     if not len(xs):
         return head + "\n\nNo cell has boots of both sides."
     lines = ["| config | runtime | workload | load | verdict | change [95 % CI] | anchored | method | Welch on boot means (%, log scale) |",
@@ -46,5 +48,8 @@ def anchored_markdown(xs: pd.DataFrame) -> str:
                      f"{_pct(r.rel)} [{_pct(r.rel_low)}, {_pct(r.rel_high)}] | "
                      f"{'anchored' if r.anchored else 'unanchored'} | {r.method} | "
                      f"[{_pct(r.welch_rel_low)}, {_pct(r.welch_rel_high)}] |")
-    notes = sorted({str(n) for n in xs["note"] if n})
-    return head + "\n\n" + "\n".join(lines) + ("\n\nNotes: " + " | ".join(notes) if notes else "")
+    # One note per row, named by its row and in the table's order (found by a fresh user: a sorted set of notes
+    # put the widest row's "SD 10.1 %" last and read as the first row's "SD 0.0 %").
+    notes = [f"- {r.config_key} {getattr(r, 'runtimes', '')} {r.workload} {load_label(r.load_kind, r.load_value)}: "
+             f"{r.note}" for r in xs.itertuples(index=False) if r.note]
+    return head + "\n\n" + "\n".join(lines) + ("\n\nNotes, per row:\n\n" + "\n".join(notes) if notes else "")

@@ -105,7 +105,8 @@ def _ab_sections(db: Path, plan: str, sweep_ids: list[str], baseline_label: str,
 def evidence_report(run_dir: Path, baseline_label: str = "default",
                     metrics: tuple[str, ...] = ("output_tokens_per_s", "ttft_p50_s", "tpot_p50_s"),
                     keep_db: Path | None = None) -> Path:
-    """Write ``run_dir/report.md`` and PNG plots from ``run_dir/warehouse/*.parquet``.
+    """Write ``run_dir/report.md`` and PNG plots from ``run_dir/warehouse/*.parquet`` (or ``run_dir/*.parquet``, the
+    folder ``tunelab export --out`` wrote, when there is no ``warehouse/`` in it).
 
     For every sweep with measurements: the comparison table (``reports.report``), the latency-vs-throughput plot
     (``reports.plots``); per plan (its sweeps pooled), for every other config an A/B against ``baseline_label`` on
@@ -120,7 +121,12 @@ def evidence_report(run_dir: Path, baseline_label: str = "default",
     from tunelab.reports.report import comparison_frame, comparison_markdown
 
     run_dir = Path(run_dir)
-    db = warehouse_from_parquet(run_dir / "warehouse", Path(keep_db) if keep_db else run_dir / ".report.duckdb")
+    # `tunelab export --out DIR` writes DIR/*.parquet; an evidence folder keeps them in DIR/warehouse/. Both are read
+    # (found by a fresh user: export then evidence-report on the same DIR failed).
+    parquet = run_dir / "warehouse"
+    if not parquet.is_dir() and any(run_dir.glob("*.parquet")):
+        parquet = run_dir
+    db = warehouse_from_parquet(parquet, Path(keep_db) if keep_db else run_dir / ".report.duckdb")
     lines: list[str] = []
     try:
         con = duckdb.connect(str(db), read_only=True)

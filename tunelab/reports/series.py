@@ -17,7 +17,7 @@ import pandas as pd
 
 from tunelab.core.load_profiles import load_label
 from tunelab.core.markdown import markdown_table
-from tunelab.warehouse.series import SERIES_KEYS, release_series, series_alarms
+from tunelab.warehouse.series import SERIES_KEYS, config_key_of, release_series, series_alarms, workload_of
 
 __all__ = ["CHANGE_MARK", "series_markdown", "series_report"]
 
@@ -35,7 +35,8 @@ def series_report(db: Path | str | duckdb.DuckDBPyConnection, metric: str = "out
         ``(series, alarms, markdown)``: the frames of ``warehouse.series.release_series`` and ``series_alarms``.
 
     Raises:
-        ValueError: no warehouse file at ``db``, unknown metric or order (from ``release_series``).
+        ValueError: no warehouse file at ``db``, unknown metric or order (from ``release_series``), a
+            ``config_key`` / ``anchor_key`` (key or label) or ``workload`` that no trial has (names what exists).
     """
     if isinstance(db, duckdb.DuckDBPyConnection):
         con, own = db, False
@@ -44,6 +45,11 @@ def series_report(db: Path | str | duckdb.DuckDBPyConnection, metric: str = "out
             raise ValueError(f"db: no warehouse at {db}; run a sweep first or pass --db PATH")
         con, own = duckdb.connect(str(db), read_only=True), True
     try:
+        # A key or label that matches nothing is an error naming what exists, not an empty series (found by a
+        # fresh user: --anchor bogus printed "anchored on config bogus" over rows that each said "no anchor").
+        config_key = config_key_of(con, config_key, "--key") if config_key is not None else None
+        anchor_key = config_key_of(con, anchor_key, "--anchor") if anchor_key is not None else None
+        workload = workload_of(con, workload) if workload is not None else None
         series = release_series(con, metric, config_key=config_key, workload=workload, anchor_key=anchor_key,
                                 anchor_runtime=anchor_runtime, order=order)
     finally:

@@ -23,7 +23,8 @@ from tunelab.stats.changepoints import detect_changepoints
 from tunelab.warehouse.compare import metric_direction
 from tunelab.warehouse.query import run_query
 
-__all__ = ["MIN_POINTS_FOR_ALARM", "SERIES_KEYS", "confirm_by_alarm", "release_series", "series_alarms"]
+__all__ = ["MIN_POINTS_FOR_ALARM", "SERIES_KEYS", "confirm_by_alarm", "config_key_of", "release_series", "series_alarms",
+           "workload_of"]
 
 #: What identifies one series.
 SERIES_KEYS = ["config_key", "gpu_name", "workload", "load_kind", "load_value", "metric"]
@@ -73,6 +74,41 @@ def release_series(con: duckdb.DuckDBPyConnection, metric: str = "output_tokens_
     df.attrs.update(metric=metric, anchor_key=anchor_key, anchor_runtime=anchor_runtime, order=order)
     return df
 
+
+
+def config_key_of(con: duckdb.DuckDBPyConnection, text: str, option: str) -> str:
+    """The config key that ``text`` names (a key, else a label) among the warehouse's ok trials.
+
+    Args:
+        text: a config key (``44bbf9bf51da``) or label (``max-num-seqs=4``), as ``tunelab compare`` accepts them.
+        option: the CLI option it came from (``--key``, ``--anchor``), named in the error.
+
+    Raises:
+        ValueError: no ok trial has that key or label, or the label names several keys; lists what exists.
+    """
+    rows = con.execute("SELECT DISTINCT config_key, config_label FROM trials WHERE status = 'ok' "
+                       "ORDER BY 1, 2").fetchall()
+    if any(k == text for k, _ in rows):
+        return text
+    keys = sorted({k for k, label in rows if label == text})
+    if len(keys) == 1:
+        return keys[0]
+    known = ", ".join(f"{k} ({label})" for k, label in rows) or "none: the warehouse has no ok trials"
+    if keys:
+        raise ValueError(f"{option} {text!r}: the label names {len(keys)} config keys ({', '.join(keys)}); give one key")
+    raise ValueError(f"{option} {text!r}: no ok trial has that config key or label; configs: {known}")
+
+
+def workload_of(con: duckdb.DuckDBPyConnection, text: str) -> str:
+    """``text`` when some measurement has that workload.
+
+    Raises:
+        ValueError: no such workload; lists the warehouse's workloads.
+    """
+    found = [r[0] for r in con.execute("SELECT DISTINCT workload FROM measurements ORDER BY 1").fetchall()]
+    if text not in found:
+        raise ValueError(f"--workload {text!r}: no measurement of that workload; workloads: {', '.join(found) or 'none'}")
+    return text
 
 def series_alarms(series: pd.DataFrame, *, alpha: float = 0.05, min_size: int = 3, n_permutations: int = 499,
                   confidence: float = 0.95, seed: int = 0) -> pd.DataFrame:
