@@ -5,7 +5,7 @@
   every validated trial run gets the tag ``quality:<verdict>`` (pass | warn | fail). Completed, not Failed: the trial
   ran and its data is in the warehouse; the gate left it out of comparisons.
 - A sweep in which no trial ended ``ok`` (``tunelab run`` exits 1): the run gets the tag ``status:all_failed`` and,
-  once the engine has ended it Completed, the FAILED-type state ``AllTrialsFailed`` (:func:`all_failed_hook`). The
+  once the engine has ended it Completed, the FAILED-type state ``AllTrialsFailed`` (:func:`final_state_hook`). The
   flow still returns its summary to a Python caller.
 - A run that an interruption nobody asked for through Prefect ended (Ctrl-C, a bare SIGTERM, SystemExit): Prefect
   ends it Crashed ("Crash detected!"); :func:`cancelled_not_crashed_hook` sets it Cancelled, as ``tunelab run``
@@ -21,7 +21,7 @@ from typing import Any, Iterable, Mapping
 
 from tunelab.core.markdown import shorten
 
-__all__ = ["ALL_FAILED_TAG", "QUALITY_FAILED", "all_failed_hook", "cancelled_not_crashed_hook", "mark_all_failed",
+__all__ = ["ALL_FAILED_TAG", "QUALITY_FAILED", "final_state_hook", "cancelled_not_crashed_hook", "mark_all_failed",
            "mark_quality", "quality_failed_state"]
 
 #: State name of a trial run that failed the quality gate (a COMPLETED-type state).
@@ -85,7 +85,7 @@ def mark_quality(trials: Iterable[tuple[Any, Mapping[str, Any], Path | None]], l
 
 def mark_all_failed(flow_run_id: Any, statuses: list[Mapping[str, Any]], logger: Any) -> bool:
     """Tag the sweep run :data:`ALL_FAILED_TAG` when it has trials and none ended ``ok`` (what makes ``tunelab run``
-    exit 1); :func:`all_failed_hook` then ends it ``AllTrialsFailed``. Returns whether every trial failed."""
+    exit 1); :func:`final_state_hook` then ends it ``AllTrialsFailed``. Returns whether every trial failed."""
     every = bool(statuses) and all(s.get("status") != "ok" for s in statuses)
     if every and flow_run_id is not None:
         try:
@@ -98,8 +98,9 @@ def mark_all_failed(flow_run_id: Any, statuses: list[Mapping[str, Any]], logger:
     return every
 
 
-def all_failed_hook(flow: Any, flow_run: Any, state: Any) -> None:
-    """Prefect ``on_completion`` hook of the sweep: a run tagged :data:`ALL_FAILED_TAG` (read back from the API: the
+def final_state_hook(flow: Any, flow_run: Any, state: Any) -> None:
+    """Prefect ``on_completion`` hook of the sweep (named for what it decides, since Prefect logs the name on every
+    completed run): a run tagged :data:`ALL_FAILED_TAG` (read back from the API: the
     tag is the record) ends in the FAILED-type state ``AllTrialsFailed``."""
     from prefect.client.orchestration import get_client
     from prefect.states import Failed

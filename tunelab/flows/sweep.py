@@ -59,7 +59,7 @@ import tunelab
 from tunelab.core import progress
 from tunelab.core import records
 from tunelab.designs import Design, TrialResult, TrialSpec
-from tunelab.flows.run_states import all_failed_hook, cancelled_not_crashed_hook, mark_all_failed, mark_quality
+from tunelab.flows.run_states import final_state_hook, cancelled_not_crashed_hook, mark_all_failed, mark_quality
 from tunelab.flows.trial import TrialContext, run_trial, trial_row_base
 from tunelab.core.bundle import bundle_dir_for, read_bundle, update_bundle_table, write_bundle, write_sweep_row
 from tunelab.tasks.engine import stop_leftovers, tracked_servers
@@ -398,7 +398,7 @@ def sweep_run_name() -> str:
 
 
 @flow(name="tuning_sweep", flow_run_name=sweep_run_name, log_prints=True, validate_parameters=False,
-      on_completion=[all_failed_hook], on_crashed=[cancelled_not_crashed_hook])
+      on_completion=[final_state_hook], on_crashed=[cancelled_not_crashed_hook])
 def tuning_sweep(plan_path: str, db: str | None = None, results: str | None = None,
                  gpus: list[int] | None = None, plots: bool = True,
                  lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> dict:
