@@ -30,33 +30,17 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from aa_anchored_report import _welch  # noqa: E402  (the plain Welch interval on one cell's boot means)
+
 from tunelab.flows.compare import compare  # noqa: E402
 from tunelab.reports.evidence import warehouse_from_parquet  # noqa: E402
-from tunelab.stats.bounds import welch_interval  # noqa: E402
-from tunelab.warehouse.boot_rows import boot_rows  # noqa: E402
 
 METRICS = ("output_tokens_per_s", "tpot_p50_s", "ttft_p50_s", "itl_p99_s")
 
 
 def _pct(x: float) -> str:
     return f"{x:+.1%}" if np.isfinite(x) else "n/a"
-
-
-def _welch(con, metric: str, base: dict, cand: dict, cell: tuple) -> str:
-    """The plain Welch interval on the two sides' boot means of one cell: metric unit and relative to the
-    baseline's mean."""
-    v = boot_rows(con, metric)
-    v = v[(v.workload == cell[0]) & (v.load_value == cell[1])]
-
-    def side(sel):
-        return v[(v.sweep_id == sel["sweep_id"]) & (v.config_label == sel["config_label"])].value.to_numpy(float)
-
-    a, b = side(base), side(cand)
-    if len(a) < 2 or len(b) < 2:
-        return "-"
-    w = welch_interval(a, b, 0.95)
-    m = float(np.mean(a))
-    return f"{_pct(w.low / m)}, {_pct(w.high / m)}"
 
 
 def _by_cell(records: list[dict]) -> dict[tuple, pd.Series]:
@@ -81,7 +65,7 @@ def tables(later: Path, earlier: list[Path], config: str = "twin", anchor: str =
             last = sweeps[-1]
             within = ({"sweep_id": last, "config_label": anchor}, {"sweep_id": last, "config_label": config})
             out += ["", f"### Within the later sweep ({last}): {config} against {anchor}", "",
-                    "| metric | cell | per cell [95 %] | verdict | headline (Holm) | Welch on boot means (relative) |",
+                    "| metric | cell | per cell [95 %] | verdict | headline (Holm) | Welch on boot means: difference (relative) |",
                     "|---|---|---|---|---|---|"]
             for m in METRICS:
                 res = compare.fn(*within, metric=m, db=str(db), with_regressions=False)
@@ -94,7 +78,7 @@ def tables(later: Path, earlier: list[Path], config: str = "twin", anchor: str =
                 b, c = {"sweep_id": s, "config_label": config}, {"sweep_id": last, "config_label": config}
                 out += ["", f"### Across sweeps: {config} in {s} against {config} in {last}", "",
                         "| metric | cell | per cell, sweep ignored [95 %] | verdict | anchored [95 %] | verdict | "
-                        "method | without the anchor (`--anchor none`) [95 %] | verdict | Welch on boot means |",
+                        "method | without the anchor (`--anchor none`) [95 %] | verdict | Welch on boot means: difference (relative) |",
                         "|---|---|---|---|---|---|---|---|---|---|"]
                 confirmed: dict[str, list] = {}
                 for m in METRICS:
