@@ -153,3 +153,10 @@ def test_sweep_preflight_and_plan_check_reject_a_typo_before_any_server_starts(c
     out = " ".join((r.stdout + r.stderr).split())  # rich wraps long lines
     assert r.returncode == 2, out
     assert "'max-num-seq'" in out and "did you mean 'max-num-seqs'" in out, out
+    # `tunelab run` refuses the same plan before Prefect or any server starts, and names the plan file as
+    # `plan check` does (a fresh user saw the bare message from `run`)
+    r = subprocess.run([sys.executable, "-m", "tunelab.cli", "run", str(plan_path)], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=300)
+    out = " ".join((r.stdout + r.stderr).split())
+    assert r.returncode == 2, out
+    assert f"error: {plan_path}: " in out and "did you mean 'max-num-seqs'" in out, out

@@ -340,8 +340,8 @@ def run(
 
     try:
         preflight(p)
-    except PlanError as e:
-        _fail(str(e))
+    except PlanError as e:  # named after the plan file, as `plan check` names it
+        _fail(f"{plan}: {e}")
     from prefect.exceptions import TerminationSignal
 
     from tunelab.host.cancel_watch import clear_cancel_intent
@@ -389,6 +389,7 @@ def run(
         err.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
     bad = [t for t in summary.trials if t["status"] != "ok"]
     _print_notes([(t["config"], t.get("replicate"), t.get("measurement_notes")) for t in summary.trials])
+    _print_bottlenecks(summary.bottlenecks)  # as `tunelab report` ends (a fresh user saw it only there)
     console.print(f"warehouse: {summary.db}  bundles: {summary.results}", highlight=False, soft_wrap=True)
     if bad:
         console.print(f"[yellow]{len(bad)} trial(s) not ok:[/]")
@@ -427,6 +428,20 @@ def _not_loaded_line(db: str | Path, results: str | Path, pid: int | None, exe: 
     who = f"PID {pid}" + (f" ({exe})" if exe else "") if pid is not None else "another process (DuckDB did not say which)"
     err.print(f"[yellow]not loaded:[/] warehouse {db} is locked by {who}; {safe}; run `{load_command(db, results)}` "
               "when that process has ended", highlight=False, soft_wrap=True)
+
+
+def _print_bottlenecks(findings) -> None:
+    """The report's "Bottlenecks" section on the terminal (``reports.report.bottlenecks_markdown`` of the rows of
+    ``bottleneck_findings``, a DataFrame or records), rendered; nothing when no window had a finding."""
+    import pandas as pd
+
+    findings = findings if isinstance(findings, pd.DataFrame) else pd.DataFrame(findings)
+    if len(findings):
+        from rich.markdown import Markdown  # the same text as the artifact's section, rendered (no raw '##', '**')
+
+        from tunelab.reports.report import bottlenecks_markdown
+
+        console.print(Markdown(bottlenecks_markdown(findings)))
 
 
 def _print_notes(rows: list[tuple]) -> list:
@@ -901,13 +916,9 @@ def report(
         console.print(line, highlight=False, soft_wrap=True, markup=False)
     _print_failed(failed, sweep)
     _print_notes(notes)
-    from tunelab.reports.report import bottleneck_findings, bottlenecks_markdown
+    from tunelab.reports.report import bottleneck_findings
 
-    findings = bottleneck_findings(Path(dbp), sweep)  # one line per window with a finding (tunelab.core.bottleneck_rules)
-    if len(findings):
-        from rich.markdown import Markdown  # the same text as the artifact's section, rendered (no raw '##', '**')
-
-        console.print(Markdown(bottlenecks_markdown(findings)))
+    _print_bottlenecks(bottleneck_findings(Path(dbp), sweep))  # a line per window with a finding
     for p in plot_paths:
         console.print(f"plot: {p}", highlight=False, soft_wrap=True)
     if series_metric:
