@@ -94,7 +94,10 @@ def series_markdown(series: pd.DataFrame, alarms: pd.DataFrame, alpha: float = 0
         # a sweep may hold two points of one config (two releases): a mark is the sweep's point of that release
         marks = {(r.sweep_id, str(r.vllm_version_key)): r for r in mine.itertuples(index=False)}
         gpu = "" if k["gpu_name"] is None or pd.isna(k["gpu_name"]) else f" on {k['gpu_name']}"
-        lines.append(f"**{k['config_key']}** {k['workload']} {load_label(k['load_kind'], k['load_value'])}{gpu}"
+        # the plan's label first (what a user typed), the key after it (what the warehouse joins on)
+        labels = [x for x in g["config_label"].dropna().unique()] if "config_label" in g else []
+        name = f"**{labels[-1]}** (`{k['config_key']}`)" if labels else f"**{k['config_key']}**"
+        lines.append(f"{name} {k['workload']} {load_label(k['load_kind'], k['load_value'])}{gpu}"
                      f": {len(g)} point(s), {len(mine)} change point(s)")
         lines.append("")
         valid = g["series_log_value"].dropna()

@@ -1,5 +1,6 @@
 -- Question: how did each config move over the scheduled runs (and vLLM releases), against the sweep's anchor?
 -- One row per (config_key, gpu_name, workload, load level, metric, sweep, vLLM release): a point of a series.
+-- config_label: the config's label in the point's latest trial (a label is the plan's name for a key, e.g. 'twin').
 -- log_value = mean over the point's boots of ln(boot value) (boot value = mean over its repeats); log_sd = their
 -- spread. With $anchor_key (the anchor config's key), anchor_log_value is the anchor's mean ln(boot value) in the
 -- same sweep, GPU, workload and load level, and adjusted_log_value = log_value - anchor_log_value (NULL where the
@@ -27,6 +28,7 @@ WITH bv AS (
 pts AS (
     SELECT config_key, gpu_name, workload, load_kind, load_value, metric, sweep_id, vllm_version_key,
            min(coalesce(vllm_public_version, vllm_version)) AS vllm_version,
+           arg_max(config_label, run_at) AS config_label,
            list(DISTINCT vllm_version ORDER BY vllm_version) AS builds,
            bool_and(higher_is_better) AS higher_is_better,
            count(*)                   AS boots,
@@ -45,7 +47,7 @@ anchor AS (
     WHERE config_key = $anchor_key AND ($anchor_runtime IS NULL OR runtime_name = $anchor_runtime)
     GROUP BY gpu_name, workload, load_kind, load_value, sweep_id
 )
-SELECT p.config_key, p.gpu_name, p.workload, p.load_kind, p.load_value, p.metric, p.sweep_id,
+SELECT p.config_key, p.config_label, p.gpu_name, p.workload, p.load_kind, p.load_value, p.metric, p.sweep_id,
        p.vllm_version, p.vllm_version_key, p.builds, p.higher_is_better, p.boots, p.log_value, p.log_sd, p.run_at,
        a.anchor_log_value, coalesce(a.anchor_boots, 0) AS anchor_boots,
        p.log_value - a.anchor_log_value AS adjusted_log_value
