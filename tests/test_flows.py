@@ -473,7 +473,7 @@ def test_sweep_with_a_locked_warehouse_prints_the_table_from_its_bundles(prefect
     db, res = tmp_path / "wh.duckdb", tmp_path / "results"
     plan = _write_plan(tmp_path / "plan.yaml", "fake-locked", {"max-model-len": [128, 256]})
     env = dict(os.environ, PREFECT_API_URL=prefect_server, TUNELAB_DB=str(db), TUNELAB_RESULTS=str(res),
-               COLUMNS="220")
+               COLUMNS="220", FAKE_FINDING="1")
     holder = subprocess.Popen(
         [sys.executable, "-c",
          "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('ready', flush=True); time.sleep(300)",
@@ -492,6 +492,9 @@ def test_sweep_with_a_locked_warehouse_prints_the_table_from_its_bundles(prefect
     assert len(pid_lines) == 1 and "`tunelab load`" in pid_lines[0] and "2 bundle(s)" in pid_lines[0], r.stderr[-3000:]
     table = _table_lines(r.stdout)
     assert sum("max-model-len=" in ln for ln in table) == 2, r.stdout
+    # the run ends with the bottlenecks `tunelab report` shows (here from the bundles: the file is locked)
+    found = [ln for ln in r.stdout.splitlines() if "FAKE 3 preemptions" in ln]
+    assert len(found) == 2 and all("kv_cache" in ln for ln in found), r.stdout[-3000:]
     assert not db.exists() or not duckdb.connect(str(db), read_only=True).execute(
         "SELECT count(*) FROM information_schema.tables WHERE table_name = 'trials'").fetchall()[0][0]
     r = subprocess.run([sys.executable, "-m", "tunelab.cli", "load"], cwd=REPO, env=env, capture_output=True,
@@ -501,6 +504,7 @@ def test_sweep_with_a_locked_warehouse_prints_the_table_from_its_bundles(prefect
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert _table_lines(r.stdout) == table  # the table from the bundles is the warehouse's table
+    assert [ln for ln in r.stdout.splitlines() if "FAKE 3 preemptions" in ln] == found
 
 
 # -- compare ---------------------------------------------------------------------------------------------------

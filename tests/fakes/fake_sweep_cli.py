@@ -9,7 +9,8 @@ that need no real server, e.g. a warehouse file locked by another process when t
 creating the file ``FAKE_BLOCK_MARK``; interrupted (Ctrl-C, SIGTERM), such a trial writes a ``cancelled`` bundle
 and re-raises, as the real trial flow does. For tests of cancelling a running sweep. With ``FAKE_BLOCK_KEPT=1`` a
 blocking trial first writes the windows-so-far bundle (``status='incomplete'``, as ``flows.trial._keep_windows``)
-and, interrupted, writes nothing more: a trial interrupted after its windows, in its teardown.
+and, interrupted, writes nothing more: a trial interrupted after its windows, in its teardown. ``FAKE_FINDING=1``:
+each trial's first window has a flagged (FAKE) kv_cache finding.
 """
 
 from __future__ import annotations
@@ -67,6 +68,15 @@ def _install_fakes() -> None:
         m = tables["measurements"]  # the columns the quality gate needs that synthetic trials leave out
         tables["measurements"] = m.assign(tpot_p50_s=m["tpot_mean_s"], itl_mean_s=m["tpot_mean_s"],
                                           achieved_concurrency=m["load_value"], client_cpu_frac=0.1)
+        if os.environ.get("FAKE_FINDING") == "1":  # one flagged bottleneck in each trial's first window
+            import pandas as pd
+
+            w = tables["measurements"].iloc[0]
+            tables["window_diagnoses"] = pd.DataFrame([{
+                "trial_id": trial_id, "workload": w["workload"], "load_kind": w["load_kind"],
+                "load_value": float(w["load_value"]), "repeat": int(w["repeat"]), "bottleneck": "kv_cache",
+                "flagged": True, "metric": "preemptions", "value": 3.0, "threshold": 0.0,
+                "summary": "FAKE 3 preemptions", "evidence": "{}", "remedy": "FAKE remedy", "sources": "fake"}])
         row.update(status="ok", boot_s=0.5, teardown_s=0.1, teardown_clean=True,
                    finished_at=dt.datetime.now(dt.timezone.utc).isoformat())
         return write_bundle(Path(ctx.results_dir), ctx.sweep, row, tables)

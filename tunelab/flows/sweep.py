@@ -178,6 +178,9 @@ class SweepSummary:
     #: ``sla_search:`` plans: one line per trial and workload, the max load under the SLO
     #: (``reports.report.sla_search_lines``).
     sla_search: list[str] = dataclasses.field(default_factory=list)
+    #: The windows with a bottleneck finding (records of ``reports.report.bottleneck_findings``; the report's
+    #: "Bottlenecks" section), so that ``tunelab run`` ends with what ``tunelab report`` shows.
+    bottlenecks: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
 
 def trial_run_name(trial: Trial, devices: Sequence[Device]) -> str:
@@ -937,13 +940,26 @@ def _fixed_ab(plan: Plan, sweep_id: str, db_path: Path, summary: SweepSummary, d
     except Exception as e:  # a view of the results; the sweep's data is loaded either way
         logger.warning("could not compute the sweep's A/B: %s", e)
         return
-    for line in summary.ab_lines:
-        logger.info(line)
     for line in summary.precision_warnings:
         logger.warning(line)
     if summary.ab_lines:
-        summary.report_markdown += "\n\n## A/B (what this design could detect)\n\n" + "\n".join(
+        section = "## A/B (what this design could detect)\n\n" + "\n".join(
             f"- {x}" for x in summary.ab_lines + summary.precision_warnings)
+        summary.report_markdown += "\n\n" + section
+        # The lines go to the UI as an artifact of their own (the sweep report's artifact was made before them), and
+        # the log says where: logged one by one they were printed twice by `tunelab run`, once by Prefect's
+        # console handler and once by the command's own closing lines (found by a fresh user).
+        key = _artifact_key("sweep-ab", plan.name)
+        try:
+            from prefect.artifacts import create_markdown_artifact
+
+            create_markdown_artifact(section, key=key, description=f"A/B per cell of {sweep_id}")
+            logger.info("A/B per cell: %d line(s) in the artifact %s (and at the end of `tunelab run`)",
+                        len(summary.ab_lines), key)
+        except Exception as e:  # a view; the lines are in the summary either way
+            logger.warning("could not create the A/B artifact: %s", e)
+            for line in summary.ab_lines:
+                logger.info(line)
 
 
 def _announce(plan: Plan, runtimes: dict[str, Runtime], n_trials: int | None) -> None:
@@ -1010,4 +1026,5 @@ def _report(plan: Plan, sweep_id: str, db_path: Path, results_dir: Path, run: _S
                         comparison=comp.to_dict("records"), left_out=comp.attrs.get("left_out", []),
                         quality=counts, report_markdown=md,
                         timings=run.timings, plots=[str(p) for p in plot_paths], not_loaded=not_loaded,
-                        sla_search=comp.attrs.get("sla_search", []))
+                        sla_search=comp.attrs.get("sla_search", []),
+                        bottlenecks=findings.to_dict("records") if findings is not None else [])
