@@ -36,8 +36,11 @@ def _welch(con, metric: str, base: dict, cand: dict, cell: tuple) -> str:
     v = boot_rows(con, metric)
     v = v[(v.workload == cell[0]) & (v.load_value == cell[1])]
 
-    def side(sel):
-        return v[(v.sweep_id == sel["sweep_id"]) & (v.config_label == sel["config_label"])].value.to_numpy(float)
+    def side(sel):  # every key of the selector that boot_rows has (sweep_id, config_label, runtime_name)
+        mask = np.ones(len(v), dtype=bool)
+        for k, val in sel.items():
+            mask &= (v[k] == val).to_numpy()
+        return v[mask].value.to_numpy(float)
 
     a, b = side(base), side(cand)
     if len(a) < 2 or len(b) < 2:

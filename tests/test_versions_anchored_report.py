@@ -68,3 +68,47 @@ def test_within_the_later_sweep_the_config_is_compared_with_the_anchor(text):
     within = text.split("### Within the later sweep")[1].split("###")[0]
     rows = [ln for ln in within.splitlines() if ln.startswith("| ") and "c=" in ln]
     assert len(rows) == 16 and " twin against anchor" in within.splitlines()[0]
+
+
+def test_a_later_sweep_with_the_config_on_two_runtimes_reads_each_and_finds_an_injected_change(tmp_path):
+    """The later sweep boots the twin on the pinned runtime and on a newer one (here: a copy of its twin boots on a
+    runtime ``gpu-zz`` with output tokens/s x 0.8, a -20 % change injected): one within-sweep section per runtime
+    against the anchor plus newer against pinned, and one across-sweep section per runtime; the pinned one is the
+    A/A (nothing called), the newer one finds the -20 % in every cell, through the anchor too."""
+    spec = importlib.util.spec_from_file_location("versions_anchored_report",
+                                                  ROOT / "benchmarks" / "versions_anchored_report.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    earlier, later = _split_by_sweep(tmp_path)
+    w = later / "warehouse"
+    con = duckdb.connect()
+    tids = [r[0] for r in con.execute(f"SELECT trial_id FROM '{w}/trials.parquet' WHERE config_label = 'twin'").fetchall()]
+    for f in w.glob("*.parquet"):
+        cols = [c[0] for c in con.execute(f"DESCRIBE SELECT * FROM '{f}'").fetchall()]
+        if "trial_id" not in cols:
+            continue
+        sel = ", ".join(
+            "trial_id || '-zz' AS trial_id" if c == "trial_id" else
+            "'gpu-zz' AS runtime_name" if (c == "runtime_name" and f.stem == "trials") else
+            "output_tokens_per_s * 0.8 AS output_tokens_per_s" if (c == "output_tokens_per_s" and f.stem == "measurements")
+            else f'"{c}"' for c in cols)
+        con.execute(f"COPY (SELECT * FROM '{f}' UNION ALL BY NAME SELECT {sel} FROM '{f}' "
+                    f"WHERE trial_id IN (SELECT unnest(?))) TO '{f}.new' (FORMAT parquet)", [tids])
+        Path(f"{f}.new").replace(f)
+    con.close()
+    text = mod.tables(later, [earlier])
+    heads = [ln for ln in text.splitlines() if ln.startswith("### ")]
+    assert sum("Within the later sweep" in h for h in heads) == 3, heads
+    assert any("twin on gpu-zz against twin on gpu-0.25.1" in h for h in heads), heads
+    assert sum(h.startswith("### Across sweeps") for h in heads) == 2, heads
+
+    def rows(head_part: str) -> list[list[str]]:
+        sec = [s for s in text.split("\n### ") if s.splitlines()[0].find(head_part) >= 0]
+        assert len(sec) == 1, head_part
+        return [ln.split("|") for ln in sec[0].splitlines() if ln.startswith("| output_tokens_per_s")]
+
+    zz_within = rows("twin on gpu-zz against twin on gpu-0.25.1")
+    assert len(zz_within) == 4 and all(r[4].strip() == "worse" and "-20.0%" in r[3] for r in zz_within)
+    aa, zz = rows("against twin on gpu-0.25.1 in"), rows("against twin on gpu-zz in")
+    assert all(r[6].strip() == "no significant change" for r in aa)  # the A/A across sweeps, through the anchor
+    assert len(zz) == 4 and all(r[6].strip() == "worse" for r in zz)
