@@ -6,7 +6,10 @@ an A/A comparison (both sides are the same engine). Every balanced split is run 
 
 * ``sweep-vs-sweep``: each half is the boots of one sweep (the nightly use: a config against itself a sweep later);
 * ``early-vs-late``: the first half of the boots in start order against the second, within one sweep;
-* ``interleaved``: any other balanced split (odd vs even, outer vs inner).
+* ``interleaved``: any other balanced split (odd vs even, outer vs inner);
+* ``run-vs-run (two evidence folders)``: no relabelling: a (runtime, config) that two committed runs (two sessions,
+  possibly two cards) both measured with >= 2 boots a sweep, each sweep of one against each of the other, read as
+  ``tunelab compare`` reads a cross-sweep comparison (its anchored "Across sweeps" rows only; anchored path).
 
 Each split goes through two of the product's paths, 4 metrics (output tokens/s, p50 TPOT, p50 TTFT, p99 ITL) x
 every cell:
@@ -148,6 +151,58 @@ def _folder_verdicts(con, folder: Path, metrics, max_boots: int) -> list[dict]:
     return out
 
 
+RUN_VS_RUN = "run-vs-run (two evidence folders)"
+
+
+def _units(folder: Path) -> dict[tuple[str, str], dict[str, int]]:
+    """(runtime, config_key) -> {sweep_id: ok boots} of one evidence folder (quality pass or warn)."""
+    t = pd.read_parquet(folder / "trials.parquet", columns=["sweep_id", "runtime_name", "config_key", "status",
+                                                            "quality_verdict"])
+    t = t[(t.status == "ok") & t.quality_verdict.isin(["pass", "warn"])]
+    out: dict[tuple[str, str], dict[str, int]] = {}
+    for (rt, key, sw), g in t.groupby(["runtime_name", "config_key", "sweep_id"]):
+        out.setdefault((rt, key), {})[sw] = len(g)
+    return out
+
+
+def across_run_verdicts(folders: list[Path] | None = None, metrics: tuple[str, ...] = METRICS) -> list[dict]:
+    """A/A across runs: a (runtime, config) measured in two committed evidence folders (two sessions, maybe two
+    cards) with >= 2 ok boots in a sweep of each, compared sweep against sweep as ``tunelab compare --baseline
+    sweep=S1,... --candidate sweep=S2,...`` reads it (``flows.compare.compare``, its "Across sweeps" rows): only the
+    rows anchored through a config both runs booted count (an unanchored row or the anchor against itself is left
+    out). A false call is an anchored verdict other than "no significant change"."""
+    folders = folders if folders is not None else evidence_warehouses()
+    from tunelab.flows.compare import compare as compare_flow
+
+    units = {f: _units(f) for f in folders}
+    out: list[dict] = []
+    for early, late in itertools.combinations(folders, 2):
+        shared = [u for u in units[early] if u in units[late]]
+        if len(shared) < 2:  # the unit and an anchor
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            db = warehouse_from_parquet(early, Path(tmp) / "w.duckdb", late)
+            for rt, key in shared:
+                for s1, n1 in units[early][(rt, key)].items():
+                    for s2, n2 in units[late][(rt, key)].items():
+                        if n1 < 2 or n2 < 2:
+                            continue
+                        b, c = ({"sweep_id": s, "config_key": key, "runtime_name": rt} for s in (s1, s2))
+                        for m in metrics:
+                            res = compare_flow.fn(b, c, metric=m, db=str(db), with_regressions=False)
+                            for r in res["anchored"]:
+                                if not r.get("anchored") or r.get("anchor") == f"{rt}/{key}":
+                                    continue
+                                out.append({"folder": f"{early.relative_to(ROOT).as_posix()} + "
+                                                      f"{late.relative_to(ROOT).as_posix()}",
+                                            "unit": f"{rt}/{key}", "split": f"{s1}|{s2}", "split_type": RUN_VS_RUN,
+                                            "metric": m, "cell": f"{r['workload']} {r['load_kind']}={r['load_value']:g}",
+                                            "path": "anchored", "rel_low": r["rel_low"], "rel_high": r["rel_high"],
+                                            "p_value": r["p_value"],
+                                            "false_call": r["verdict"] != "no significant change"})
+    return out
+
+
 def _anchor_for(v: pd.DataFrame, rt: str, key: str, sweeps: set[str]) -> str | None:
     """The anchor of a unit's A/A, as a plan would name it: another config measured in every one of the unit's
     sweeps, on the same runtime where one exists (the ``default`` config first), else on another runtime."""
@@ -244,9 +299,15 @@ def main() -> None:
     a = ap.parse_args()
     t0 = time.perf_counter()
     ev = evidence_verdicts()
-    print(f"evidence: {ev.folder.nunique()} folder(s) with a config of >= 4 ok boots, {ev.groupby(['folder', 'unit']).ngroups} "
-          f"(runtime, config) units, {ev.groupby(['folder', 'unit', 'split']).ngroups} A/A splits, "
-          f"{len(ev[ev.path == 'anchored'])} verdicts per path")
+    ev = pd.concat([ev, pd.DataFrame(across_run_verdicts())], ignore_index=True)
+    within = ev[ev.split_type != RUN_VS_RUN]
+    runs = ev[ev.split_type == RUN_VS_RUN]
+    print(f"evidence: {within.folder.nunique()} folder(s) with a config of >= 4 ok boots, "
+          f"{within.groupby(['folder', 'unit']).ngroups} (runtime, config) units, "
+          f"{within.groupby(['folder', 'unit', 'split']).ngroups} A/A splits, "
+          f"{len(within[within.path == 'anchored'])} verdicts per path; across runs: "
+          f"{runs.groupby(['folder', 'unit', 'split']).ngroups} sweep pairs of {runs.folder.nunique()} folder pair(s), "
+          f"{len(runs)} anchored verdicts")
     print(_table(summarise(ev), report=True))
     print()
     print(f"simulations: {a.sims} A/A per row, boot SD 2 %, sweep SD 5 %, drift 8 % over a sweep (seed {a.seed})")

@@ -3,7 +3,7 @@ simulations with drift and sweep shifts, the anchored path's per-cell false call
 naive path (no sweep, no order) is shown failing in simulation.
 
 Bounds: the upper end of the 95 % Clopper-Pearson interval of the per-cell false-call rate under 8 % where the
-sample can show it (all evidence splits together: 608 verdicts; both simulated split types together: 600
+sample can show it (all evidence splits together: 640 verdicts, the 32 across two runs included; both simulated split types together: 600
 comparisons); each simulated split type within simulation error of nominal (<= 5 % + 3 SE). A single evidence
 split type holds 32-480 verdicts (0 of 32 already has an upper end of 10.9 %), so there the
 gate is that the rate is not above nominal beyond doubt: the interval's lower end under 5 %.
@@ -31,19 +31,24 @@ def bench():
 
 @pytest.fixture(scope="module")
 def evidence(bench):
-    return bench.summarise(bench.evidence_verdicts()).set_index(["path", "split_type"])
+    import pandas as pd
+
+    both = pd.concat([bench.evidence_verdicts(), pd.DataFrame(bench.across_run_verdicts())], ignore_index=True)
+    return bench.summarise(both).set_index(["path", "split_type"])
 
 
 def test_evidence_splits_are_the_committed_ones(bench, evidence):
     # 6 (runtime, config) units of 4 boots (3 balanced splits each) and 2 of 6 boots (10 each), 4 cells x 4 metrics
-    # per split
-    assert evidence.loc[("anchored", "all"), "verdicts"] == 608 and evidence.loc[("anchored", "all"), "reports"] == 38
+    # per split: 608 verdicts in 38 reports; across runs, the twin on vLLM 0.25.1 of 2026-12-03 (H200, two sweeps)
+    # against the twin of 2026-12-07 (H100) through the anchor both booted: 2 sweep pairs x 16 = 32 in 2 reports
+    assert evidence.loc[("anchored", "all"), "verdicts"] == 640 and evidence.loc[("anchored", "all"), "reports"] == 40
+    assert evidence.loc[("anchored", "run-vs-run (two evidence folders)"), "verdicts"] == 32
     assert {"early-vs-late", "interleaved", "sweep-vs-sweep"} <= {k for _, k in evidence.index}
 
 
 def test_anchored_path_on_evidence_within_bound(evidence):
     assert evidence.loc[("anchored", "all"), "rate_high"] < 0.08, evidence.loc[("anchored", "all")]
-    for kind in ("early-vs-late", "interleaved", "sweep-vs-sweep"):
+    for kind in ("early-vs-late", "interleaved", "sweep-vs-sweep", "run-vs-run (two evidence folders)"):
         assert evidence.loc[("anchored", kind), "rate_low"] < 0.05, evidence.loc[("anchored", kind)]
 
 
