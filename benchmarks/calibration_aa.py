@@ -165,6 +165,22 @@ def _units(folder: Path) -> dict[tuple[str, str], dict[str, int]]:
     return out
 
 
+def _plans_name_an_anchor(folder: Path) -> bool:
+    """Whether a sweep of the folder recorded a plan with an ``anchor:`` (``sweeps.plan_yaml``)."""
+    import yaml
+
+    if not (folder / "sweeps.parquet").exists():
+        return False
+    for text in pd.read_parquet(folder / "sweeps.parquet", columns=["plan_yaml"]).plan_yaml.dropna():
+        try:
+            plan = yaml.safe_load(text)
+        except yaml.YAMLError:
+            continue
+        if isinstance(plan, dict) and plan.get("anchor"):
+            return True
+    return False
+
+
 def across_run_verdicts(folders: list[Path] | None = None, metrics: tuple[str, ...] = METRICS) -> list[dict]:
     """A/A across runs: a (runtime, config) measured in two committed evidence folders (two sessions, maybe two
     cards) with >= 2 ok boots in a sweep of each, compared sweep against sweep as ``tunelab compare --baseline
@@ -174,6 +190,9 @@ def across_run_verdicts(folders: list[Path] | None = None, metrics: tuple[str, .
     folders = folders if folders is not None else evidence_warehouses()
     from tunelab.flows.compare import compare as compare_flow
 
+    # only runs whose plans named an anchor (``anchor:`` in the recorded plan): without one, compare's rows across
+    # sweeps are unanchored and not counted, and building their joined warehouses cost minutes
+    folders = [f for f in folders if _plans_name_an_anchor(f)]
     units = {f: _units(f) for f in folders}
     out: list[dict] = []
     for early, late in itertools.combinations(folders, 2):
