@@ -99,6 +99,11 @@ def test_cross_sweep_compare_goes_through_the_recorded_anchor(tmp_path):
     assert "| anchored |" in md and "no significant change" in md
     # a verdict of B against A in its own rows is left as it was (same rows as without the section)
     assert out["rows"] and "verdict" in out["rows"][0]
+    # the summary a script reads (`--json` "verdicts") is the anchored section's, not the per-cell rows' that read
+    # the +20 % sweep shift as an effect (a fresh user: "worse" there for an A/A across two cards)
+    assert out["verdicts_from"] == "across_sweeps" and out["verdicts"] == {"no significant change": 1}
+    assert out["per_cell_verdicts"] == pd.DataFrame(out["rows"]).verdict.value_counts().to_dict()
+    assert "better" in out["per_cell_verdicts"] or "worse" in out["per_cell_verdicts"]
 
 
 def test_unanchored_cross_sweep_is_labelled_and_widened_by_history(tmp_path):
@@ -142,6 +147,7 @@ def test_anchor_option_overrides_and_same_sweep_stays_as_it_was(tmp_path):
 
     same = compare.fn({"config_key": "A"}, {"config_key": key}, db=db, with_regressions=False)
     assert same["anchored"] == [] and "Across sweeps" not in same["markdown"]
+    assert same["verdicts_from"] == "per_cell" and same["verdicts"] == same["per_cell_verdicts"]
 
 
 def test_series_default_anchor_is_the_recorded_one(tmp_path):

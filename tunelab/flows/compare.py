@@ -88,7 +88,9 @@ def compare(baseline: dict, candidate: dict, metric: str = "output_tokens_per_s"
             ``warehouse.selection.MixedConfigKeys``, a ValueError naming them); the keys pooled are reported.
 
     Returns:
-        dict with ``rows`` (records of the comparison), ``verdicts`` ({verdict: count}), ``regressions``
+        dict with ``rows`` (records of the comparison), ``verdicts`` ({verdict: count}: of the anchored section's
+        rows when the sides ran in different sweeps, else of ``rows``; ``verdicts_from`` says which:
+        ``across_sweeps`` | ``per_cell``), ``per_cell_verdicts`` ({verdict: count} of ``rows``), ``regressions``
         (records flagged regression/violation_unconfirmed), ``markdown``, ``baseline``/``candidate`` (resolved),
         ``mixed_keys`` (side -> config keys pooled on that side; empty unless ``mixed_keys`` let them mix),
         ``confirmed`` (:func:`confirmed_regressions`), ``anchored`` (records of
@@ -157,8 +159,13 @@ def compare(baseline: dict, candidate: dict, metric: str = "output_tokens_per_s"
                                    anchor_runtime=unit[0] if unit else None)
     finally:
         con.close()
-    verdicts = df["verdict"].value_counts().to_dict() if len(df) else {}
-    logger.info("compare %s: %s vs %s: %s", metric, df.attrs["baseline"], df.attrs["candidate"], verdicts or "no rows")
+    per_cell = df["verdict"].value_counts().to_dict() if len(df) else {}
+    # Across sweeps the verdicts are the anchored section's (the per-cell rows carry no sweep term; the report says
+    # to read the section): a script reading `verdicts` got "worse" for an A/A across two cards (a fresh user).
+    across = xs is not None and len(xs) > 0 and "verdict" in xs.columns
+    verdicts = xs["verdict"].value_counts().to_dict() if across else per_cell
+    logger.info("compare %s: %s vs %s: %s%s", metric, df.attrs["baseline"], df.attrs["candidate"],
+                verdicts or "no rows", " (across sweeps)" if across else "")
     try:
         from prefect.artifacts import create_markdown_artifact
 
@@ -171,6 +178,7 @@ def compare(baseline: dict, candidate: dict, metric: str = "output_tokens_per_s"
         logger.warning("could not create the artifact: %s", e)
     flagged = reg[reg["status"].isin(["regression", "regression_no_alarm", "violation_unconfirmed"])] if len(reg) else reg
     out = {"rows": df.astype(object).where(df.notna(), None).to_dict("records"), "verdicts": verdicts,
+           "verdicts_from": "across_sweeps" if across else "per_cell", "per_cell_verdicts": per_cell,
            "regressions": flagged.astype(str).to_dict("records") if len(flagged) else [],
            "markdown": md, "baseline": df.attrs["baseline"], "candidate": df.attrs["candidate"],
            "mixed_keys": df.attrs.get("mixed_keys", {}),
