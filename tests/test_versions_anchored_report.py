@@ -112,3 +112,23 @@ def test_a_later_sweep_with_the_config_on_two_runtimes_reads_each_and_finds_an_i
     aa, zz = rows("against twin on gpu-0.25.1 in"), rows("against twin on gpu-zz in")
     assert all(r[6].strip() == "no significant change" for r in aa)  # the A/A across sweeps, through the anchor
     assert len(zz) == 4 and all(r[6].strip() == "worse" for r in zz)
+
+
+def test_compare_warns_when_a_side_pools_cards_or_sweeps(tmp_path):
+    """The committed H200 (2026-12-03) and H100 (2026-12-07) runs in one warehouse: `version=0.25.1` against
+    `version=0.26.0` pools the twin of both cards and three sweeps on one side; the report says so before its table
+    (a fresh user saw "worse" in 4 of 4 cells with no word about the cards), and a like-with-like selection says
+    nothing."""
+    from tunelab.flows.compare import compare
+    from tunelab.reports.evidence import warehouse_from_parquet
+
+    db = warehouse_from_parquet(FOLDER, tmp_path / "w.duckdb",
+                                ROOT / "evidence" / "h100-2026-12-07-versions-anchored" / "warehouse")
+    out = compare.fn({"vllm_version": "0.25.1"}, {"vllm_version": "0.26.0"}, db=str(db), with_regressions=False)
+    note = out["mixed_sides"]
+    assert note and "2 GPUs (NVIDIA H100 80GB HBM3, NVIDIA H200)" in note and "neither a within-sweep" in note
+    assert out["markdown"].index("Mixed sides") < out["markdown"].index("| workload")
+    like = compare.fn({"sweep_id": "latest", "config_label": "twin", "runtime_name": "gpu-0.25.1"},
+                      {"sweep_id": "latest", "config_label": "twin", "runtime_name": "gpu-0.26.0"}, db=str(db),
+                      with_regressions=False)
+    assert like["mixed_sides"] is None and "Mixed sides" not in like["markdown"]

@@ -60,6 +60,37 @@ ACROSS_SWEEPS_NOTE = ("> The two sides ran in different sweeps. The per-cell tab
                       "comparison is the **Across sweeps** section below (through the anchor, or unanchored and "
                       "widened), which also decides the confirmed regressions.")
 
+
+def mixed_sides_note(con, baseline: dict, candidate: dict) -> str | None:
+    """A warning (markdown quote) when a side pools boots of several GPUs, or when the sides share a sweep but one
+    of them also holds boots of other sweeps (e.g. ``version=0.25.1`` over every sweep that ran it against
+    ``version=0.26.0`` of one sweep): the per-cell table then treats a card's or a sweep's shift as part of the
+    change, and the comparison is neither within one sweep nor across sweeps (no anchored section). None when the
+    sides are alike. Found by a fresh user: an A/A of 0.25.1 across an H200 and an H100 read "worse" in 4 of 4
+    cells with no word about the cards."""
+    from tunelab.warehouse.compare import selector_where
+
+    def facts(sel: dict) -> tuple[list[str], list[str]]:
+        where, params = selector_where(sel)
+        rows = con.execute(f"SELECT DISTINCT coalesce(f.gpu_name, '?'), f.sweep_id FROM trial_facts f WHERE {where} "
+                           "AND f.status = 'ok'", params).fetchall()
+        return sorted({r[0] for r in rows}), sorted({r[1] for r in rows})
+
+    (gb, sb), (gc, sc) = facts(baseline), facts(candidate)
+    lines = [f"{side} pools boots of {len(g)} GPUs ({', '.join(g)})" for side, g in (("the baseline", gb),
+                                                                                  ("the candidate", gc)) if len(g) > 1]
+    if set(sb) & set(sc) and set(sb) != set(sc):
+        lines.append(f"the sides share sweep(s) {', '.join(sorted(set(sb) & set(sc)))} but the baseline holds "
+                     f"{len(sb)} sweep(s) and the candidate {len(sc)}, so this is neither a within-sweep comparison "
+                     "nor one across sweeps (which would go through the anchor)")
+    if not lines:
+        return None
+    return ("> **Mixed sides**: " + "; ".join(lines) + ". The per-cell table treats every boot of a side as "
+            "interchangeable, so a card's or a sweep's shift reads as the change. Compare like with like: add "
+            "`sweep=...` (one sweep each side: across sweeps it goes through the anchor) or `gpu=...` to the "
+            "selectors.")
+
+
 @flow(name="compare", flow_run_name="compare {metric}", log_prints=True)
 def compare(baseline: dict, candidate: dict, metric: str = "output_tokens_per_s", db: str | None = None,
             per_config: bool | None = None, min_boots: int = 2, with_regressions: bool = True,
@@ -138,6 +169,10 @@ def compare(baseline: dict, candidate: dict, metric: str = "output_tokens_per_s"
             # The cross-sweep rows are the comparison's headline (the per-cell rows above carry no sweep term and
             # call about twice the nominal false calls across sweeps: issue 28): one family, Holm-adjusted.
             xs = family_adjust(xs)
+        mixed = mixed_sides_note(con, df.attrs["baseline"], df.attrs["candidate"])
+        if mixed:  # before the table: a side pooling cards or sweeps reads their shift as the change
+            title, _, rest = md.partition("\n")
+            md = title + "\n\n" + mixed + "\n" + rest
         if xs is not None:
             # Say it before the per-cell table a reader sees first (found by a fresh user: an A/A across two sweeps
             # read "better" there and "no significant change" in the section below).
@@ -179,6 +214,7 @@ def compare(baseline: dict, candidate: dict, metric: str = "output_tokens_per_s"
     flagged = reg[reg["status"].isin(["regression", "regression_no_alarm", "violation_unconfirmed"])] if len(reg) else reg
     out = {"rows": df.astype(object).where(df.notna(), None).to_dict("records"), "verdicts": verdicts,
            "verdicts_from": "across_sweeps" if across else "per_cell", "per_cell_verdicts": per_cell,
+           "mixed_sides": mixed,
            "regressions": flagged.astype(str).to_dict("records") if len(flagged) else [],
            "markdown": md, "baseline": df.attrs["baseline"], "candidate": df.attrs["candidate"],
            "mixed_keys": df.attrs.get("mixed_keys", {}),
