@@ -133,6 +133,18 @@ def test_series_markdown_marks_the_change_point_row(wh):
     assert "not anchored" in md2 and "vs anchor" not in md2
 
 
+def test_an_anchor_runtime_the_anchor_never_ran_on_is_an_error_naming_its_runtimes(wh):
+    from tunelab.reports.series import series_report
+
+    con, _ = wh
+    with pytest.raises(ValueError, match="--anchor-runtime 'nosuch': no ok trial of the anchor anc ran on that "
+                                         "runtime; it ran on: rt-0.29.0"):
+        series_report(con, "output_tokens_per_s", config_key="cfg", anchor_key="anc", anchor_runtime="nosuch")
+    series, _, _ = series_report(con, "output_tokens_per_s", config_key="cfg", anchor_key="anc",
+                                 anchor_runtime="rt-0.29.0")
+    assert series["adjusted_log_value"].notna().all()
+
+
 def test_series_names_what_exists_for_a_key_anchor_or_workload_that_matches_nothing(wh):
     """Found by a fresh user: ``--anchor bogus`` printed "anchored on config bogus" over rows that each said "no
     anchor", and ``--key`` with a label gave "no points". A label is accepted as ``compare`` accepts it."""

@@ -36,7 +36,8 @@ def series_report(db: Path | str | duckdb.DuckDBPyConnection, metric: str = "out
 
     Raises:
         ValueError: no warehouse file at ``db``, unknown metric or order (from ``release_series``), a
-            ``config_key`` / ``anchor_key`` (key or label) or ``workload`` that no trial has (names what exists).
+            ``config_key`` / ``anchor_key`` (key or label) or ``workload`` that no trial has (names what exists),
+            an ``anchor_runtime`` the anchor (or any trial) never ran on (names the runtimes it ran on).
     """
     if isinstance(db, duckdb.DuckDBPyConnection):
         con, own = db, False
@@ -50,6 +51,17 @@ def series_report(db: Path | str | duckdb.DuckDBPyConnection, metric: str = "out
         config_key = config_key_of(con, config_key, "--key") if config_key is not None else None
         anchor_key = config_key_of(con, anchor_key, "--anchor") if anchor_key is not None else None
         workload = workload_of(con, workload) if workload is not None else None
+        if anchor_runtime is not None:  # a runtime the anchor never ran on gave a series of "no anchor" points
+            where = "runtime_name = ?" + (" AND config_key = ?" if anchor_key is not None else "")
+            found = con.execute(f"SELECT count(*) FROM trials WHERE {where} AND status = 'ok'",
+                                [anchor_runtime, *([anchor_key] if anchor_key is not None else [])]).fetchone()[0]
+            if not found:
+                q = ("SELECT DISTINCT runtime_name FROM trials WHERE status = 'ok'"
+                     + (" AND config_key = ?" if anchor_key is not None else "") + " ORDER BY 1")
+                have = [r[0] for r in con.execute(q, [anchor_key] if anchor_key is not None else []).fetchall()]
+                raise ValueError(f"--anchor-runtime {anchor_runtime!r}: no ok trial "
+                                 + (f"of the anchor {anchor_key} " if anchor_key is not None else "")
+                                 + f"ran on that runtime; it ran on: {', '.join(have) or 'none'}")
         series = release_series(con, metric, config_key=config_key, workload=workload, anchor_key=anchor_key,
                                 anchor_runtime=anchor_runtime, order=order)
     finally:
