@@ -553,3 +553,19 @@ def test_clean_on_a_clean_host_starts_no_server_keeps_brackets_and_counts_device
     assert r.exit_code == 0, (r.output, r.exception)
     assert "cfg-a [bc24dfb25695] r0" in r.output
     assert "device locks: 1 free, 0 held" in r.output
+
+
+@pytest.mark.parametrize("args", [["compare", "--baseline", "config=a", "--candidate", "config=b"], ["report"],
+                                  ["tuning-report"], ["recheck"]])
+def test_a_mistyped_db_path_is_named_with_the_fix(tmp_path, args):
+    """A --db that does not exist: exit 2, the option and the path named, the fix first (a fresh user mistyped the
+    path and was told to run a sweep)."""
+    from typer.testing import CliRunner
+
+    from tunelab.cli import app
+
+    missing = tmp_path / "nosuch.duckdb"
+    out = CliRunner().invoke(app, [*args, "--db", str(missing)], env={"COLUMNS": "400"})
+    text = " ".join(out.output.split())
+    assert out.exit_code == 2, text
+    assert f"--db: no warehouse at {missing}; check the path" in text, text

@@ -630,7 +630,7 @@ def recheck_cmd(
 
     dbp = db or paths.db_path()
     if not Path(dbp).is_file():
-        _fail(f"no warehouse at {dbp}: give --db, or run a sweep first (tunelab run PLAN)")
+        _fail(f"--db: no warehouse at {dbp}; check the path (--db PATH, or TUNELAB_DB / TUNELAB_HOME), or run a sweep first (tunelab run PLAN)")
 
     def warn(line: str) -> None:
         err.print(f"[yellow]note:[/] {line}", highlight=False, soft_wrap=True)
@@ -819,7 +819,7 @@ def report(
 
     dbp = db or paths.db_path()
     if not Path(dbp).exists():
-        _fail(f"no warehouse at {dbp}: run a sweep first (tunelab run PLAN)")
+        _fail(f"--db: no warehouse at {dbp}; check the path (--db PATH, or TUNELAB_DB / TUNELAB_HOME), or run a sweep first (tunelab run PLAN)")
     _need_folder("--plots", plots)
     try:
         con = duckdb.connect(str(dbp), read_only=True)
@@ -966,7 +966,7 @@ def tuning_report_cmd(
 
     dbp = db or paths.db_path()
     if not Path(dbp).exists():
-        _fail(f"no warehouse at {dbp}: run a sweep first (tunelab run PLAN)")
+        _fail(f"--db: no warehouse at {dbp}; check the path (--db PATH, or TUNELAB_DB / TUNELAB_HOME), or run a sweep first (tunelab run PLAN)")
     _need_folder("--plots", plots)
     try:
         if price_per_gpu_hour is not None and not price_per_gpu_hour > 0:
@@ -1032,7 +1032,7 @@ def compare_cmd(
 
     dbp = db or paths.db_path()
     if not Path(dbp).exists():
-        _fail(f"--db: no warehouse at {dbp}; run a sweep first (tunelab run PLAN)")
+        _fail(f"--db: no warehouse at {dbp}; check the path (--db PATH, or TUNELAB_DB / TUNELAB_HOME), or run a sweep first (tunelab run PLAN)")
     import duckdb
 
     try:
