@@ -88,6 +88,13 @@ def _need_folder(option: str, path: Path | None) -> None:
         _fail(f"{option} {path}: a file is there; give a folder (it is created if missing)")
 
 
+def _no_db(dbp: Path | str) -> str:
+    """The error for a --db (or default warehouse) that does not exist: the path first (a mistyped one is the
+    common case), then where a warehouse comes from."""
+    return (f"--db: no warehouse at {dbp}; check the path (--db PATH, or TUNELAB_DB / TUNELAB_HOME), or run a sweep "
+            "first (tunelab run PLAN)")
+
+
 def _fail(msg: str, code: int = EXIT_BAD_INPUT) -> None:
     # The message is text, not rich markup: a YAML excerpt like "[bfloat16, float32}" or a config key "[bc24dfb25695]"
     # would otherwise be taken for markup tags and vanish.
@@ -630,7 +637,7 @@ def recheck_cmd(
 
     dbp = db or paths.db_path()
     if not Path(dbp).is_file():
-        _fail(f"--db: no warehouse at {dbp}; check the path (--db PATH, or TUNELAB_DB / TUNELAB_HOME), or run a sweep first (tunelab run PLAN)")
+        _fail(_no_db(dbp))
 
     def warn(line: str) -> None:
         err.print(f"[yellow]note:[/] {line}", highlight=False, soft_wrap=True)
@@ -819,7 +826,7 @@ def report(
 
     dbp = db or paths.db_path()
     if not Path(dbp).exists():
-        _fail(f"--db: no warehouse at {dbp}; check the path (--db PATH, or TUNELAB_DB / TUNELAB_HOME), or run a sweep first (tunelab run PLAN)")
+        _fail(_no_db(dbp))
     _need_folder("--plots", plots)
     try:
         con = duckdb.connect(str(dbp), read_only=True)
@@ -966,7 +973,7 @@ def tuning_report_cmd(
 
     dbp = db or paths.db_path()
     if not Path(dbp).exists():
-        _fail(f"--db: no warehouse at {dbp}; check the path (--db PATH, or TUNELAB_DB / TUNELAB_HOME), or run a sweep first (tunelab run PLAN)")
+        _fail(_no_db(dbp))
     _need_folder("--plots", plots)
     try:
         if price_per_gpu_hour is not None and not price_per_gpu_hour > 0:
@@ -1032,7 +1039,7 @@ def compare_cmd(
 
     dbp = db or paths.db_path()
     if not Path(dbp).exists():
-        _fail(f"--db: no warehouse at {dbp}; check the path (--db PATH, or TUNELAB_DB / TUNELAB_HOME), or run a sweep first (tunelab run PLAN)")
+        _fail(_no_db(dbp))
     import duckdb
 
     try:
