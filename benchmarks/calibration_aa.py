@@ -195,15 +195,15 @@ def across_run_verdicts(folders: list[Path] | None = None, metrics: tuple[str, .
     folders = [f for f in folders if _plans_name_an_anchor(f)]
     units = {f: _units(f) for f in folders}
     out: list[dict] = []
-    for early, late in itertools.combinations(folders, 2):
-        shared = [u for u in units[early] if u in units[late]]
+    for one, other in itertools.combinations(folders, 2):  # an A/A: which side is which does not matter
+        shared = [u for u in units[one] if u in units[other]]
         if len(shared) < 2:  # the unit and an anchor
             continue
         with tempfile.TemporaryDirectory() as tmp:
-            db = warehouse_from_parquet(early, Path(tmp) / "w.duckdb", late)
+            db = warehouse_from_parquet(one, Path(tmp) / "w.duckdb", other)
             for rt, key in shared:
-                for s1, n1 in units[early][(rt, key)].items():
-                    for s2, n2 in units[late][(rt, key)].items():
+                for s1, n1 in units[one][(rt, key)].items():
+                    for s2, n2 in units[other][(rt, key)].items():
                         if n1 < 2 or n2 < 2:
                             continue
                         b, c = ({"sweep_id": s, "config_key": key, "runtime_name": rt} for s in (s1, s2))
@@ -212,8 +212,8 @@ def across_run_verdicts(folders: list[Path] | None = None, metrics: tuple[str, .
                             for r in res["anchored"]:
                                 if not r.get("anchored") or r.get("anchor") == f"{rt}/{key}":
                                     continue
-                                out.append({"folder": f"{early.relative_to(ROOT).as_posix()} + "
-                                                      f"{late.relative_to(ROOT).as_posix()}",
+                                out.append({"folder": f"{one.relative_to(ROOT).as_posix()} + "
+                                                      f"{other.relative_to(ROOT).as_posix()}",
                                             "unit": f"{rt}/{key}", "split": f"{s1}|{s2}", "split_type": RUN_VS_RUN,
                                             "metric": m, "cell": f"{r['workload']} {r['load_kind']}={r['load_value']:g}",
                                             "path": "anchored", "rel_low": r["rel_low"], "rel_high": r["rel_high"],
