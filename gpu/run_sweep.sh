@@ -3,7 +3,9 @@
 #   bash gpu/run_sweep.sh start PLAN...  register the installed vLLM runtimes with tunelab (gpu-<version>),
 #                                        link the model(s), start `tunelab run PLAN` detached (survives this shell);
 #                                        several plans run one after the other in that one detached job
-#   bash gpu/run_sweep.sh wait SECONDS   wait until the sweep ends (or SECONDS pass), print progress
+#   bash gpu/run_sweep.sh wait SECONDS   wait until the sweep ends (or SECONDS pass), print progress; with OUT set
+#                                        it then collects (below) what has finished so far, so that a machine
+#                                        given back before the next call loses only the trials after this one
 #   bash gpu/run_sweep.sh stop           end the sweep early (its process group and any vLLM server left)
 #   bash gpu/run_sweep.sh collect        pack the warehouse export, report.md + plots (tunelab evidence-report),
 #                                        logs and bundles into $OUT/evidence.tar.gz (RESULTS=0: without bundles)
@@ -46,6 +48,9 @@ wait)
   grep -a -E "trial [0-9]+/|ready in|boot failed|: ok;|: boot_failed|: failed|loaded|Finished in state" "$RUN/sweep.log" | grep -av "Task run" | tail -40
   alive "$(cat "$RUN/pid")" && echo "STILL RUNNING" || echo "SWEEP DONE"
   nvidia-smi --query-gpu=memory.used --format=csv,noheader
+  # Why: on 2026-12-07 a machine was given back between a `wait` that ended with the sweep still running and the
+  # next call, and the three finished trials went with it. Every wait now brings back what it can.
+  [ -n "${OUT:-}" ] && bash "$REPO/gpu/run_sweep.sh" collect | tail -2
   ;;
 collect)
   OUTD=${OUT:?set OUT}

@@ -171,3 +171,25 @@ def test_run_sweep_stop_ends_the_sweeps_process_group(tmp_path):
                          text=True, timeout=60)
     assert out.returncode == 0 and "SWEEP STOPPED" in out.stdout, out.stdout + out.stderr
     assert job.wait(timeout=10) is not None
+
+
+def test_run_sweep_wait_collects_what_finished_when_out_is_set(tmp_path):
+    """A machine can be given back between two calls: `wait` with OUT set packs what has finished so far into
+    $OUT/evidence.tar.gz (the sweep log here); without OUT it leaves nothing behind, as before."""
+    import tarfile
+    dest, out = tmp_path / "rt", tmp_path / "out"
+    (dest / "sweep").mkdir(parents=True)
+    (dest / "sweep" / "pid").write_text("999999999\n")  # no such process: the sweep has ended
+    (dest / "sweep" / "sweep.log").write_text("trial 1/6 anchor: ok\n")
+    env = {k: v for k, v in os.environ.items() if k != "OUT"}
+    env.update(DEST=str(dest), TUNELAB_HOME=str(tmp_path / "home"), PYTHON=sys.executable, RESULTS="0")
+    run = ["bash", str(REPO / "gpu" / "run_sweep.sh"), "wait", "0"]
+    r = subprocess.run(run, env=env, capture_output=True, text=True, timeout=120)
+    assert "SWEEP DONE" in r.stdout and not out.exists()
+    out.mkdir()
+    r = subprocess.run(run, env={**env, "OUT": str(out)}, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    with tarfile.open(out / "evidence.tar.gz") as tar:
+        names = tar.getnames()
+        log = tar.extractfile("evidence/sweep.log").read().decode()
+    assert "evidence/sweep.log" in names and "trial 1/6 anchor: ok" in log
