@@ -254,10 +254,10 @@ def plan_check(
     from tunelab.core.plan import runtime_checks
 
     runtimes, problems = _readiness(p)
-    # What the plan will cost (tunelab.core.plan_cost: counts from the plan, time from typical figures).
+    # What the plan will cost (tunelab.core.plan_cost: counts from the plan, time from this host's boots or typical figures).
     from tunelab.core.plan_cost import cost_lines, plan_cost
 
-    cost = plan_cost(p, {n: r.device for n, r in runtimes.items()})
+    cost = plan_cost(p, {n: r.device for n, r in runtimes.items()}, **_cost_inputs(runtimes))
     for line in cost_lines(cost):
         console.print(line, highlight=False, soft_wrap=True)
     for msg in cost.warnings:
@@ -286,6 +286,14 @@ def plan_check(
             raise typer.Exit(2)
     else:
         console.print("runnable here: runtimes and model found")
+
+
+def _cost_inputs(runtimes: dict) -> dict:
+    """This host's boot history and the runtimes that will compile from scratch, for ``plan_cost``."""
+    from tunelab.tasks.compile_cache import uncompiled
+    from tunelab.warehouse.boot_history import boot_history
+
+    return {"history": boot_history(paths.db_path()), "cold_runtimes": uncompiled(runtimes)}
 
 
 def _precision_design(p, db: Path | None = None):

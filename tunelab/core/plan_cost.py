@@ -8,7 +8,11 @@ How the time is estimated (a rough guide, not a measurement; the first sweep's o
 
 with the typical figures of :data:`TYPICAL`: boots of 15-40 s on a 2-core CPU host with the tiny model and
 45-110 s on an H200 with an 8B model (seen in the sweeps of docs/measurement.md and the evidence reports; the
-middle is taken). Expected rate: a request-rate level sends its rate, a trace level its replay's mean rate
+middle is taken). Where this host's warehouse holds boots of a runtime (``warehouse.boot_history``, passed in as
+``history``), their mean warm boot replaces the typical one; and a GPU runtime whose compile cache is empty
+(``cold_runtimes``: ``tasks.compile_cache.has_compiled`` false) pays for one cold compile on top, the history's
+cold-minus-warm mean or :data:`COLD_COMPILE_S` (cold boots were 56-71 s longer than warm ones on the H100 and
+H200 runs of 2026-12-03 and 2026-12-07; one compile a runtime: configs that differ only in env share it). Expected rate: a request-rate level sends its rate, a trace level its replay's mean rate
 (requests over the trace's span / speedup); a concurrency level ``c`` keeps ``c``
 requests in flight, each lasting ``TTFT + output_tokens x TPOT`` with the device's typical TTFT and TPOT, so
 ``c / (ttft_s + output_tokens x tpot_s)`` requests/s. ``output_tokens`` is the workload's longest output, except
@@ -27,12 +31,14 @@ plan may be meant.
 from __future__ import annotations
 
 import os
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 # The limits live with the plan's validation, which enforces them; named here too, where they are explained.
 from tunelab.core.plan import MAX_WINDOW_PROMPT_TOKENS, MAX_WINDOW_REQUESTS, Plan, requests_for_level
 
-__all__ = ["CHARS_PER_TOKEN", "MAX_WINDOW_PROMPT_TOKENS", "MAX_WINDOW_REQUESTS", "TYPICAL", "WARN_REQUESTS",
+__all__ = ["CHARS_PER_TOKEN", "COLD_COMPILE_S", "MAX_WINDOW_PROMPT_TOKENS", "MAX_WINDOW_REQUESTS", "TYPICAL", "WARN_REQUESTS",
            "WARN_SWEEP_S", "DeviceFigures", "PlanCost", "cost_lines", "dataset_output_tokens", "load_note", "load_now",
            "plan_cost", "sla_reach_warnings"]
 
@@ -54,6 +60,9 @@ class DeviceFigures:
 #: ``'cpu'``: the tiny model on a 2-core host; ``'cuda'``: an 8B model on one H200 (module docstring).
 TYPICAL = {"cpu": DeviceFigures(boot_s=30.0, ttft_s=0.05, tpot_s=0.02),
            "cuda": DeviceFigures(boot_s=80.0, ttft_s=0.05, tpot_s=0.01)}
+#: Seconds a GPU runtime's first boot adds when its compile cache is empty and the warehouse has no cold boot of it
+#: to say better (module docstring). The CPU runtime keeps no torch.compile cache: nothing is added there.
+COLD_COMPILE_S = 60.0
 
 
 @dataclass
@@ -137,18 +146,23 @@ def _rate_per_s(profile, output_tokens: int, fig: DeviceFigures, arrivals_s: lis
     return profile.offered_rate_per_s(arrivals_s) or float(profile.value)
 
 
-def plan_cost(plan: Plan, devices: dict[str, str] | None = None) -> PlanCost:
-    """The cost of ``plan``: counts from its expansion, the time from :data:`TYPICAL`.
+def plan_cost(plan: Plan, devices: dict[str, str] | None = None, history: Mapping[str, Any] | None = None,
+              cold_runtimes: Collection[str] = ()) -> PlanCost:
+    """The cost of ``plan``: counts from its expansion, the time from :data:`TYPICAL` or this host's history.
 
     Args:
         plan: a validated plan.
         devices: runtime name -> ``'cpu'`` | ``'cuda'`` (``Runtime.device``) for the runtimes known here; a
             runtime not in it is taken as ``'cpu'`` when it is named ``cpu`` or starts with ``cpu``, else ``'cuda'``.
+        history: runtime name -> its measured boots (``warehouse.boot_history.BootHistory``: ``warm_boot_s``,
+            ``warm_boots``, ``cold_extra_s``, ``cold_boots``); a runtime with a measured warm boot uses it.
+        cold_runtimes: GPU runtimes whose compile cache is empty: one cold compile each is added to the boots.
 
     Returns:
-        :class:`PlanCost`.
+        :class:`PlanCost`; its ``how`` says which figures were measured here and which are typical.
     """
     devices = dict(devices or {})
+    history = dict(history or {})
     trials = plan.trials()
     profiles = plan.load_profiles()
     duration_s = plan.window.duration_s if getattr(plan, "window", None) else None
@@ -163,7 +177,8 @@ def plan_cost(plan: Plan, devices: dict[str, str] | None = None) -> PlanCost:
         dev = devices.get(t.runtime) or ("cpu" if t.runtime.startswith("cpu") else "cuda")
         used[t.runtime] = dev
         fig = TYPICAL.get(dev, TYPICAL["cuda"])
-        boot_s += fig.boot_s
+        h = history.get(t.runtime)
+        boot_s += h.warm_boot_s if h is not None and h.warm_boot_s else fig.boot_s
         for w in plan.workloads:
             for lv in profiles:
                 n = requests_for_level(plan, w, lv)
@@ -181,11 +196,26 @@ def plan_cost(plan: Plan, devices: dict[str, str] | None = None) -> PlanCost:
                 measured += plan.repeats * n
                 biggest_n = max(biggest_n, n)
                 biggest_tok = max(biggest_tok, n * w.prompt_tokens)
-    figs = "; ".join(f"{rt}: {dev} (boot ~{TYPICAL[dev].boot_s:g} s, TTFT ~{TYPICAL[dev].ttft_s:g} s, "
-                     f"TPOT ~{TYPICAL[dev].tpot_s:g} s)" for rt, dev in used.items())
-    how = (f"boots x typical boot + each window's requests / expected rate (concurrency c: c / (TTFT + "
-           f"output_tokens x TPOT); a rate level: its rate){'; duration windows: their duration' if duration_s else ''}"
-           f"; typical figures, not measured here: {figs}")
+    booted_here = {rt for rt in used if rt in history and history[rt].warm_boot_s}
+    figs = "; ".join(f"{rt}: {dev} ({'' if rt in booted_here else f'boot ~{TYPICAL[dev].boot_s:g} s, '}"
+                     f"TTFT ~{TYPICAL[dev].ttft_s:g} s, TPOT ~{TYPICAL[dev].tpot_s:g} s)" for rt, dev in used.items())
+    # "warm" only where cold boots were recorded apart (the CPU runtime keeps no compile cache to be cold)
+    measured_here = [f"{rt} ~{history[rt].warm_boot_s:.0f} s, the mean of {history[rt].warm_boots} "
+                     f"{'warm ' if history[rt].cold_boots else ''}boot(s)" for rt in used if rt in booted_here]
+    cold_notes = []
+    for rt in used:
+        if rt in cold_runtimes and used[rt] == "cuda":
+            h = history.get(rt)
+            extra = h.cold_extra_s if h is not None and h.cold_extra_s is not None else COLD_COMPILE_S
+            boot_s += extra
+            cold_notes.append(f"{rt} +{extra:.0f} s (" + (f"cold minus warm boots here, {h.cold_boots} cold"
+                              if h is not None and h.cold_extra_s is not None else "typical") + ")")
+    how = (f"boots x {'boot' if measured_here else 'typical boot'} + each window's requests / expected rate "
+           f"(concurrency c: c / (TTFT + output_tokens x TPOT); a rate level: its rate)"
+           f"{'; duration windows: their duration' if duration_s else ''}"
+           + (f"; boots measured in this warehouse: {', '.join(measured_here)}" if measured_here else "")
+           + (f"; first boot compiles, the compile cache being empty: {', '.join(cold_notes)}" if cold_notes else "")
+           + f"; typical figures, not measured here: {figs}")
     for name, (mean, source) in ds_out.items():
         how += f"; output_tokens of dataset workload {name}: ~{mean:.0f}, the {source}"
     if getattr(plan, "replicates", None) == "auto":

@@ -774,7 +774,7 @@ def _sweep(plan_path: str, db: str | None, results: str | None, gpus: list[int] 
     if design is not None:
         for line in design.lines():
             (logger.warning if line.startswith("warning") else logger.info)(line)
-    _announce(plan, runtimes, n_total)
+    _announce(plan, runtimes, n_total, db_path)
     run = _SweepTrials(plan=plan, runtimes=runtimes, sweep_id=sweep_id, slot_names=slot_names,
                        base_ctx=base_ctx, use_slots=use_slots, flow_run_id=flow_run_id,
                        progress_id=_progress_artifact(plan, sweep_id, n_total, logger), logger=logger,
@@ -962,19 +962,23 @@ def _fixed_ab(plan: Plan, sweep_id: str, db_path: Path, summary: SweepSummary, d
                 logger.info(line)
 
 
-def _announce(plan: Plan, runtimes: dict[str, Runtime], n_trials: int | None) -> None:
+def _announce(plan: Plan, runtimes: dict[str, Runtime], n_trials: int | None, db_path: Path | None = None) -> None:
     """The live display's ``sweep`` event: trials (a search's budget of boots; None: not known, a search bound by
-    GPU-minutes only) and the plan's time estimate (``tunelab.core.plan_cost``; never fatal: the display is a view)."""
+    GPU-minutes only) and the plan's time estimate (``tunelab.core.plan_cost``, with the boots of the warehouse at
+    ``db_path`` and the runtimes whose compile cache is empty; never fatal: the display is a view)."""
     if not progress.sinks():
         return
     try:
         from tunelab.core.plan_cost import plan_cost
+        from tunelab.tasks.compile_cache import uncompiled
+        from tunelab.warehouse.boot_history import boot_history
 
-        est = plan_cost(plan, {n: r.device for n, r in runtimes.items()}).estimate_s
+        est = plan_cost(plan, {n: r.device for n, r in runtimes.items()}, boot_history(db_path or paths.db_path()),
+                        uncompiled(runtimes)).estimate_s
     except Exception:
         est = None
     progress.emit("sweep", trials_total=n_trials, estimate_s=est,
-                  detail="from the plan and typical figures; `tunelab plan check` says how")
+                  detail="from the plan, this warehouse's boots and typical figures; `tunelab plan check` says how")
 
 
 def _report(plan: Plan, sweep_id: str, db_path: Path, results_dir: Path, run: _SweepTrials,

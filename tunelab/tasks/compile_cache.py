@@ -29,11 +29,11 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 from tunelab.host import paths
 
-__all__ = ["CompileSlot", "cache_root", "first_compile", "is_warm", "mark_warm", "move_aside"]
+__all__ = ["CompileSlot", "cache_root", "first_compile", "has_compiled", "is_warm", "uncompiled", "mark_warm", "move_aside"]
 
 
 def cache_root(runtime_name: str) -> Path:
@@ -47,6 +47,20 @@ def _safe(s: str) -> str:
 
 def _marker(runtime_name: str, key: str) -> Path:
     return cache_root(runtime_name) / "tunelab-warm" / _safe(key)
+
+
+def has_compiled(runtime_name: str) -> bool:
+    """Whether any boot of this runtime has left torch.compile artefacts (``<cache root>/torch_compile_cache`` holds
+    something): false on a fresh host, where the first boot compiles from scratch. ``tunelab plan check`` adds a
+    cold compile to its estimate for a GPU runtime without them (``core.plan_cost``). The CPU runtime leaves none."""
+    d = cache_root(runtime_name) / "torch_compile_cache"
+    return d.is_dir() and any(d.iterdir())
+
+
+def uncompiled(runtimes: Mapping[str, Any]) -> list[str]:
+    """The GPU runtimes (``Runtime.device == 'cuda'``) of ``runtimes`` (name -> Runtime) with no compile artefacts
+    yet (:func:`has_compiled`): the ones whose first boot in a sweep compiles from scratch."""
+    return [n for n, r in runtimes.items() if getattr(r, "device", None) == "cuda" and not has_compiled(n)]
 
 
 def is_warm(runtime_name: str, key: str) -> bool:
