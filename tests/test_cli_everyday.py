@@ -569,3 +569,128 @@ def test_a_mistyped_db_path_is_named_with_the_fix(tmp_path, args):
     text = " ".join(out.output.split())
     assert out.exit_code == 2, text
     assert f"--db: no warehouse at {missing}; check the path" in text, text
+
+
+# -- a new user's report and series (--series checked first, names with runtimes, one status line, note headings) --
+TWO_RT = "20260201T000000Z-twin-0001"
+GAP_NOTES = ("short c=1 #0: 2.5% of inter-chunk gaps fell inside one read (0 s ITL): the server sent those chunks "
+             "together\nshort c=32 #0: 26% of inter-chunk gaps fell inside one read (0 s ITL): the server sent those "
+             "chunks together")
+
+
+@pytest.fixture(scope="module")
+def two_runtimes(tmp_path_factory) -> Path:
+    """One sweep that ran config ``twin`` (and ``anchor``) on two runtimes: each trial warned one quality check,
+    has a note and a flagged bottleneck; one more boot of ``twin`` failed on rt-b."""
+    import json as _json
+
+    from tunelab.core import records as R
+    from tunelab.core.bundle import write_bundle
+    from tunelab.warehouse.loader import load_pending
+    from tunelab.warehouse.synthetic import synthetic_trial
+
+    tmp = tmp_path_factory.mktemp("two-runtimes")
+    res, db = tmp / "results", tmp / "wh.duckdb"
+    rng = np.random.default_rng(3)
+    t0 = dt.datetime(2026, 2, 1, tzinfo=dt.timezone.utc)
+    for i, (key, label, rt) in enumerate((("k-anc", "anchor", "rt-a"), ("k-twin", "twin", "rt-a"),
+                                          ("k-twin", "twin", "rt-b"))):
+        s = synthetic_trial(sweep_id=TWO_RT, config_key=key, config_label=label, runtime_name=rt, boot_sd_rel=0.01,
+                            started_at=t0 + dt.timedelta(minutes=i), rng=rng, quality_verdict="warn")
+        s.trial["measurement_notes"] = GAP_NOTES
+        tid = s.trial["trial_id"]
+        s.tables["quality_checks"] = pd.concat([s.tables["quality_checks"], pd.DataFrame([
+            {"trial_id": tid, "suite": "aggregates", "expectation": "repeats_for_cv", "success": False,
+             "severity": "warn", "observed": "1 repeat", "threshold": ">= 2 repeats"}])], ignore_index=True)
+        s.tables["window_diagnoses"] = R.frame(R.WindowDiagnosis, pd.DataFrame([dict(
+            trial_id=tid, workload="chat", load_kind="concurrency", load_value=4.0, repeat=0, bottleneck="gpu_floor",
+            flagged=True, metric="tpot_over_floor", value=1.4, threshold=1.5, summary="TPOT at the floor",
+            evidence=_json.dumps({"tpot_over_floor": 1.4}), remedy="fewer weight bytes", sources="nvml")]))
+        write_bundle(res, s.sweep, s.trial, s.tables)
+    bad = synthetic_trial(sweep_id=TWO_RT, config_key="k-twin", config_label="twin", runtime_name="rt-b", replicate=1,
+                          started_at=t0 + dt.timedelta(minutes=5), rng=rng, status="boot_failed",
+                          quality_verdict="unvalidated")
+    bad.trial.update(failure_class="invalid_config", failure_reason="vllm serve exited with code 1")
+    write_bundle(res, bad.sweep, bad.trial, {})
+    assert all(r.status == "loaded" for r in load_pending(db, res))
+    return db
+
+
+def test_report_checks_series_and_anchor_before_it_prints_anything(warehouse):
+    """Found by a new user: `tunelab report --series nosuch` printed the whole report, then the error."""
+    db = str(warehouse[0])
+    for args, said in ((["--series", "nosuch"], ["'nosuch'", "output_tokens_per_s", "tpot_p50_s"]),
+                       (["--series", "output_tokens_per_s", "--anchor", "bogus"], ["'bogus'", "cfg-a", "cfg-b"]),
+                       (["--anchor", "a"], ["--anchor", "--series"])):
+        r = cli("report", "--db", db, "--sweep", OLD, *args)
+        text = " ".join(r.output.split())
+        assert r.exit_code == 2, text
+        assert all(s in text for s in said), text
+        assert f"sweep {OLD}" not in text and "quality:" not in text and "cfg-c r0" not in text, text  # nothing else
+
+
+def test_report_names_trials_with_their_runtime_where_the_sweep_ran_on_two(two_runtimes, warehouse):
+    r = cli("report", "--db", str(two_runtimes))
+    assert r.exit_code == 0, r.output
+    out = " ".join(r.output.split())
+    quality = next(ln for ln in r.output.splitlines() if "repeats_for_cv" in ln)
+    assert "anchor r0 on rt-a, twin r0 on rt-a, twin r0 on rt-b" in quality, quality  # quality check line
+    assert "(anchor r0 on rt-a, twin r0 on rt-a, twin r0 on rt-b)" in out, out  # the note's trials
+    for name in ("anchor r0 on rt-a", "twin r0 on rt-a", "twin r0 on rt-b"):  # bottlenecks
+        assert f"gpu_floor {name} chat c=4 #1" in out, out
+    assert "twin r1 on rt-b: boot_failed" in out, out  # failed trials
+    doc = json.loads(cli("report", "--db", str(two_runtimes), "--json").stdout)
+    assert {f["trial"] for f in doc["window_findings"]} == {"anchor r0 on rt-a", "twin r0 on rt-a", "twin r0 on rt-b"}
+    # one runtime: the names stay short
+    one = " ".join(cli("report", "--db", str(warehouse[0]), "--sweep", OLD).output.split())
+    assert "cfg-c r0: boot_failed" in one and "(cfg-a r0, cfg-a r1)" in one and " on synthetic" not in one, one
+
+
+def test_left_out_trials_are_named_with_their_runtime_where_the_sweep_ran_on_two():
+    from tunelab.reports.report import left_out_lines
+
+    assert left_out_lines([{"config": "twin", "replicate": 0, "runtime": "rt-b", "verdict": "fail",
+                            "failed_checks": "x"}])[0].startswith("left out: twin r0 on rt-b (quality fail: x)")
+    assert left_out_lines([{"config": "twin", "replicate": 0, "verdict": "fail",
+                            "failed_checks": "x"}])[0].startswith("left out: twin r0 (quality fail: x)")
+
+
+def test_report_of_an_incomplete_sweep_says_so_once(tmp_path):
+    """The status line and the table's title both said "incomplete" (one command printed it twice)."""
+    import yaml
+
+    from tunelab.warehouse.loader import insert_trial_tables
+    from tunelab.warehouse.migrate import connect
+    from tunelab.warehouse.synthetic import synthetic_trial
+
+    db = tmp_path / "wh.duckdb"
+    plan = {"name": "stopped", "model": "m", "runtime": "cpu", "engine_args": {"max-num-seqs": [1, 2, 4]},
+            "workloads": [{"name": "chat", "prompt_tokens": 8, "output_tokens": 4, "num_requests": 4}]}
+    st = synthetic_trial(sweep_id="20260101T000000Z-stopped-0001", config_key="k1", boot_sd_rel=0.01,
+                         rng=np.random.default_rng(1))
+    st.sweep["plan_yaml"] = yaml.safe_dump(plan)
+    con = connect(db)
+    con.execute("BEGIN")
+    insert_trial_tables(con, st.trial["trial_id"], {"sweep": pd.DataFrame([st.sweep]),
+                                                    "trial": pd.DataFrame([st.trial]), **st.tables}, source="test")
+    con.execute("COMMIT")
+    con.close()
+    r = cli("report", "--db", str(db))
+    assert r.exit_code == 0, r.output
+    assert r.output.count("incomplete") == 1, r.output
+    assert "sweep 20260101T000000Z-stopped-0001" in r.output  # the table still names its sweep
+
+
+def test_a_note_heading_gives_the_range_of_its_numbers_not_n(two_runtimes):
+    from tunelab.reports.notes import group_notes
+
+    (g,) = group_notes([("twin", 0, GAP_NOTES), ("twin", 1, "short c=1 #0: 3.7% of inter-chunk gaps fell inside "
+                                                            "one read (0 s ITL)")])
+    assert g.cause == "N% of inter-chunk gaps fell inside one read"  # the grouping is kept
+    assert g.heading == "2.5-26% of inter-chunk gaps fell inside one read" and (g.windows, g.trials) == (3, 2)
+    (one,) = group_notes([("twin", 0, "chat c=4 #0: 3.7% of inter-chunk gaps fell inside one read (0 s ITL)")])
+    assert one.heading == "3.7% of inter-chunk gaps fell inside one read"
+    r = cli("report", "--db", str(two_runtimes))
+    (line,) = [ln for ln in r.output.splitlines() if ln.startswith("note ")]
+    assert line.startswith("note 2.5-26% of inter-chunk gaps fell inside one read: 6 window(s) in 3 trial(s)"), line
+    assert "N%" not in r.output

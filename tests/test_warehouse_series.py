@@ -221,3 +221,29 @@ def test_an_anchor_that_is_the_same_config_on_a_pinned_runtime(tmp_path):
         assert a.sweep_id == f"s{DROP_AT:02d}" and a.direction == "worse"
     finally:
         con.close()
+
+
+def test_the_anchor_key_is_said_to_be_left_out_of_anchored_series_with_the_fix(wh, tmp_path):
+    """Found by a new user: `tunelab series --key <the anchor's key>` said "no ok trials" although the key had
+    them (anchored series leave the anchor out)."""
+    from typer.testing import CliRunner
+
+    from tunelab.cli import app
+    from tunelab.reports.series import series_report
+
+    con, _ = wh
+    with pytest.raises(ValueError, match=r"--key 'anc' is the anchor: anchored series leave the anchor out.*"
+                                         r"`--key anc --anchor none`"):
+        series_report(con, config_key="anc", anchor_key="anc")
+    with pytest.raises(ValueError, match=r"is the anchor on runtime rt-0\.29\.0.*it ran only on rt-0\.29\.0"):
+        series_report(con, config_key="anc", anchor_key="anc", anchor_runtime="rt-0.29.0")
+    assert len(series_report(con, config_key="anc")[0]) == SWEEPS  # --anchor none: its plain series
+    # the same config on a pinned runtime as the anchor: its other runtimes are the series (no error)
+    db = tmp_path / "pinned.duckdb"
+    _series_warehouse(db, tmp_path / "results", anchor_key="cfg")
+    s, _, _ = series_report(db, config_key="cfg", anchor_key="cfg", anchor_runtime="rt-0.29.0")
+    assert len(s) == SWEEPS
+    r = CliRunner().invoke(app, ["series", "--db", str(db), "--key", "cfg", "--anchor", "cfg"],
+                           env={"COLUMNS": "200"})
+    text = " ".join(r.output.split())
+    assert r.exit_code == 2 and "is the anchor" in text and "--anchor none" in text and "no ok trials" not in text, text

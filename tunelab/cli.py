@@ -460,8 +460,9 @@ def _print_bottlenecks(findings) -> None:
 
 
 def _print_notes(rows: list[tuple]) -> list:
-    """Print the measurement notes of trials (``(config label, replicate, trials.measurement_notes)`` each) as
-    one line per cause with its count (``reports.notes.group_notes``); returns the groups."""
+    """Print the measurement notes of trials (``(config label, replicate, trials.measurement_notes)`` each, a
+    runtime fourth to name the trial with it) as one line per cause with its count, headed by the cause with the
+    range of its numbers (``reports.notes.group_notes``); returns the groups."""
     from rich.markup import escape
 
     from tunelab.reports.notes import group_notes
@@ -469,7 +470,8 @@ def _print_notes(rows: list[tuple]) -> list:
     groups = group_notes(rows)
     for g in groups:
         where = ", ".join(g.where[:3]) + (f" +{len(g.where) - 3} more" if len(g.where) > 3 else "")
-        console.print(f"[yellow]note[/] {escape(g.cause)}: {g.windows} window(s) in {g.trials} trial(s) ({where}); e.g. ",
+        console.print(f"[yellow]note[/] {escape(g.heading or g.cause)}: {g.windows} window(s) in {g.trials} trial(s) "
+                      f"({where}); e.g. ",
                       highlight=False, soft_wrap=True, end="")
         console.print(g.example, highlight=False, soft_wrap=True, markup=False)
     if groups:
@@ -487,12 +489,18 @@ def short_reason(reason: str | None, trial_id: str, sweep_id: str, limit: int = 
             f" or trials.failure_reason of {trial_id}]")
 
 
-def _print_failed(rows: list[dict], sweep_id: str) -> None:
-    """One line per trial that is not ok (label, replicate, status, class, shortened reason) and its server log."""
+def _print_failed(rows: list[dict], sweep_id: str, by_runtime: bool = False) -> None:
+    """One line per trial that is not ok (label, replicate, with its ``runtime_name`` when ``by_runtime``: the
+    sweep ran on several runtimes; status, class, shortened reason) and its server log."""
+    from rich.markup import escape
+
+    from tunelab.reports.report import trial_name
+
     for t in rows:
         why = short_reason(t.get("failure_reason"), t.get("trial_id", ""), sweep_id)
         cls = f" ({t['failure_class']})" if t.get("failure_class") else ""
-        console.print(f"[yellow]{t['label']} r{t.get('replicate')}: {t['status']}[/]{cls}: ",
+        name = trial_name(t["label"], t.get("replicate"), t.get("runtime_name") if by_runtime else None)
+        console.print(f"[yellow]{escape(name)}: {t['status']}[/]{cls}: ",
                       highlight=False, soft_wrap=True, end="")
         console.print(why, highlight=False, soft_wrap=True, markup=False)
         if t.get("eager_diagnosis"):  # the --enforce-eager re-boot's finding (plan eager_diagnosis: true)
@@ -836,6 +844,17 @@ def report(
     if not Path(dbp).exists():
         _fail(_no_db(dbp))
     _need_folder("--plots", plots)
+    # What can be checked before anything is printed is checked here (a fresh user's `--series nosuch` printed the
+    # whole report, then the error).
+    if anchor is not None and not series_metric:
+        _fail(f"--anchor {anchor!r}: only with --series METRIC (the anchor of the release series)")
+    if series_metric:
+        from tunelab.warehouse.compare import metric_direction
+
+        try:
+            metric_direction(series_metric)
+        except ValueError as e:
+            _fail(f"--series: {e}")
     try:
         con = duckdb.connect(str(dbp), read_only=True)
     except duckdb.IOException as e:
@@ -857,16 +876,27 @@ def report(
                 skipped.append(state[r[0]])
         elif sweep not in state:
             _fail(f"no sweep {sweep!r} in {dbp}; latest: {', '.join(r[0] for r in states[:5])}")
+        if anchor is not None:  # a key or label that no ok trial has: named with the configs that exist
+            from tunelab.warehouse.series import config_key_of
+
+            try:
+                anchor = config_key_of(con, anchor, "--anchor")
+            except ValueError as e:
+                _fail(str(e))
+        from tunelab.reports.report import names_runtime
+
+        # one config on two runtimes is two "twin r0": names carry the runtime then (reports.report.trial_name)
+        by_runtime = names_runtime(con, sweep)
         failed = con.execute("SELECT trial_id, config_label, replicate, status, failure_class, failure_reason, log_path, "
-                             "eager_diagnosis FROM trials WHERE sweep_id = ? AND status <> 'ok' ORDER BY started_at",
-                             [sweep]).fetchall()
+                             "eager_diagnosis, runtime_name FROM trials WHERE sweep_id = ? AND status <> 'ok' "
+                             "ORDER BY started_at", [sweep]).fetchall()
         failed = [dict(zip(("trial_id", "label", "replicate", "status", "failure_class", "failure_reason", "log_path",
-                            "eager_diagnosis"), r)) for r in failed]
+                            "eager_diagnosis", "runtime_name"), r)) for r in failed]
         # Windows of trials that did not end ok (cancelled mid-sweep, failed part-way): stored, never compared.
         uncompared = con.execute("SELECT count(*) FROM measurements m JOIN trials t USING (trial_id) "
                                  "WHERE t.sweep_id = ? AND t.status <> 'ok'", [sweep]).fetchone()[0]
-        notes = con.execute("SELECT config_label, replicate, measurement_notes FROM trials WHERE sweep_id = ? "
-                            "ORDER BY started_at", [sweep]).fetchall()
+        notes = con.execute("SELECT config_label, replicate, measurement_notes, CASE WHEN ? THEN runtime_name END "
+                            "FROM trials WHERE sweep_id = ? ORDER BY started_at", [by_runtime, sweep]).fetchall()
         plan_yaml = con.execute("SELECT plan_yaml FROM sweeps WHERE sweep_id = ?", [sweep]).fetchone()
     finally:
         con.close()
@@ -917,11 +947,11 @@ def report(
                                 "between trials, killed (`tunelab clean` then stops what it left and marks its runs) "
                                 "or is still running)" if status == "incomplete" else "")
     if status in ("cancelled", "incomplete") or comp.empty:
-        console.print(title, highlight=False, soft_wrap=True)
+        console.print(title, highlight=False, soft_wrap=True)  # the status line, once: the table is titled by the id
     from collections import Counter
 
     by_status = Counter(f["status"] for f in failed)
-    print_comparison(comp, title=title, empty_note=(
+    print_comparison(comp, title=f"sweep {sweep}" if status in ("cancelled", "incomplete") else title, empty_note=(
         f"nothing to compare: no trial ended ok ({', '.join(f'{n} {s}' for s, n in sorted(by_status.items()))}); "
         f"the {uncompared} window(s) they measured are stored, not compared: `tunelab export --sweep {sweep}`"
         if uncompared and not comp.attrs.get("left_out") else None))
@@ -929,7 +959,7 @@ def report(
 
     for line in quality_terminal_lines(quality_summary(Path(dbp), sweep)):  # counts, rule version, checks
         console.print(line, highlight=False, soft_wrap=True, markup=False)
-    _print_failed(failed, sweep)
+    _print_failed(failed, sweep, by_runtime)
     _print_notes(notes)
     from tunelab.reports.report import bottleneck_findings
 

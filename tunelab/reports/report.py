@@ -47,8 +47,10 @@ __all__ = [
     "regressions_markdown",
     "sweep_markdown",
     "trial_facts_markdown",
+    "trial_name",
     "trial_table",
     "trials_table",
+    "names_runtime",
 ]
 
 #: Quality verdicts in the order reports list them (tunelab/tasks/quality.py defines them).
@@ -71,6 +73,22 @@ def _reader(db: Path | str | duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckD
         con.close()
 
 
+def trial_name(label: Any, replicate: Any, runtime: Any = None) -> str:
+    """How a report names a trial: ``"<config> r<replicate>"`` (``twin r0``), and ``" on <runtime>"`` after it
+    when ``runtime`` is given (``twin r0 on gpu-0.26.0``): a sweep that ran one config on two runtimes has two
+    ``twin r0``. Pass a runtime only where :func:`names_runtime` says so, to keep the short names otherwise."""
+    name = f"{label} r{replicate}"
+    return name if runtime is None or (isinstance(runtime, float) and pd.isna(runtime)) else f"{name} on {runtime}"
+
+
+def names_runtime(db: Path | str | duckdb.DuckDBPyConnection, sweep_id: str) -> bool:
+    """Whether the trials of a sweep ran on more than one runtime, so that a trial's name (:func:`trial_name`)
+    must carry its runtime. Opens the DuckDB file read-only, or reads an open connection as it is."""
+    with _reader(db) as con:
+        return bool(con.execute("SELECT count(DISTINCT runtime_name) > 1 FROM trials WHERE sweep_id = ?",
+                                [sweep_id]).fetchone()[0])
+
+
 def comparison_frame(db_path: Path | duckdb.DuckDBPyConnection, sweep_id: str,
                      all_quality: bool = False) -> pd.DataFrame:
     """One row per (runtime, config, workload, load level) of the sweep; latencies in seconds.
@@ -81,7 +99,8 @@ def comparison_frame(db_path: Path | duckdb.DuckDBPyConnection, sweep_id: str,
 
     By default only trials whose quality verdict is pass or warn are used (issue: a measurement that failed
     its quality gate is not a number to compare); the trials left out are in ``df.attrs["left_out"]`` (list of
-    dicts: config, replicate, verdict, failed checks). ``all_quality=True`` uses every measured trial.
+    dicts: config, replicate, runtime (None unless the sweep ran on several runtimes: :func:`names_runtime`),
+    verdict, failed checks). ``all_quality=True`` uses every measured trial.
     Opens the DuckDB file read-only (the sweep's writer has already closed it); an open connection (the
     sweep's bundles in memory when the file is locked) is read as it is.
 
@@ -91,12 +110,13 @@ def comparison_frame(db_path: Path | duckdb.DuckDBPyConnection, sweep_id: str,
         df = con.execute(_SQL.read_text(), {"sweep_id": sweep_id, "all_quality": all_quality}).df()
         left = [] if all_quality else con.execute("""
             SELECT t.config_label, t.replicate, t.quality_verdict,
-                   string_agg(DISTINCT q.expectation, ', ') FILTER (WHERE q.success = false AND q.severity = 'fail')
+                   string_agg(DISTINCT q.expectation, ', ') FILTER (WHERE q.success = false AND q.severity = 'fail'),
+                   CASE WHEN ? THEN t.runtime_name END
             FROM trials t LEFT JOIN quality_checks q USING (trial_id)
             WHERE t.sweep_id = ? AND t.status = 'ok' AND coalesce(t.quality_verdict, 'unvalidated') NOT IN ('pass', 'warn')
-            GROUP BY ALL ORDER BY 1, 2""", [sweep_id]).fetchall()
-    df.attrs["left_out"] = [{"config": c, "replicate": r, "verdict": v, "failed_checks": f, "sweep_id": sweep_id}
-                            for c, r, v, f in left]
+            GROUP BY ALL ORDER BY 1, 2, 5""", [names_runtime(con, sweep_id), sweep_id]).fetchall()
+    df.attrs["left_out"] = [{"config": c, "replicate": r, "runtime": rt, "verdict": v, "failed_checks": f,
+                             "sweep_id": sweep_id} for c, r, v, f, rt in left]
     with _reader(db_path) as con:
         df.attrs["sla_search"] = sla_search_lines(con, sweep_id)
         df.attrs["slo"] = _plan_slo(con, sweep_id)
@@ -413,8 +433,9 @@ def table_width() -> int:
 def left_out_lines(left_out: list[dict]) -> list[str]:
     """One line per trial left out of a comparison by its quality verdict, with the failed checks; when some were
     never judged (a sweep cancelled before its quality gate ran), a last line with the command that judges them."""
-    lines = [f"left out: {x['config']} r{x['replicate']} (quality {x['verdict'] or 'unvalidated'}: "
-             f"{x['failed_checks'] or 'not validated'}); `tunelab report --all-quality` includes it" for x in left_out]
+    lines = [f"left out: {trial_name(x['config'], x['replicate'], x.get('runtime'))} "
+             f"(quality {x['verdict'] or 'unvalidated'}: {x['failed_checks'] or 'not validated'}); "
+             "`tunelab report --all-quality` includes it" for x in left_out]
     unjudged = [x for x in left_out if (x.get("verdict") or "unvalidated") == "unvalidated"]
     if unjudged:
         sweep = unjudged[0].get("sweep_id")
@@ -541,7 +562,8 @@ def quality_summary(db_path: Path | duckdb.DuckDBPyConnection, sweep_id: str) ->
     """How many trials of a sweep pass / warn / fail / are unvalidated, and why.
 
     Returns a dict: ``counts`` ({verdict: trials}, every verdict of :data:`VERDICT_ORDER` present, 0 if none),
-    ``reasons`` (DataFrame: severity, suite, expectation, trials, which (its trials as ``config rN``; the check's
+    ``reasons`` (DataFrame: severity, suite, expectation, trials, which (its trials as ``config rN``, with
+    `` on <runtime>`` when the sweep ran on several runtimes: :func:`trial_name`; the check's
     outcome there is its severity, not the trial's verdict: :func:`quality_check_lines` words it),
     example observed / threshold / detail: one row per quality check that failed in at least one trial, from
     ``quality_checks``),
@@ -552,6 +574,7 @@ def quality_summary(db_path: Path | duckdb.DuckDBPyConnection, sweep_id: str) ->
     empty for a sweep without shape rows).
     Opens the DuckDB file read-only, or reads an open connection as :func:`comparison_frame` does."""
     with _reader(db_path) as con:
+        by_runtime = names_runtime(con, sweep_id)
         counts = dict(con.execute(
             "SELECT coalesce(quality_verdict, 'unvalidated'), count(*) FROM trials WHERE sweep_id = ? GROUP BY 1",
             [sweep_id]).fetchall())
@@ -562,13 +585,16 @@ def quality_summary(db_path: Path | duckdb.DuckDBPyConnection, sweep_id: str) ->
                       count(DISTINCT q.trial_id) AS trials,
                       -- the trials only: the trial's own verdict beside a check that only warned read as if
                       -- the check had failed it (a warn check in a trial that another check failed)
-                      string_agg(DISTINCT t.config_label || ' r' || t.replicate, ', '
-                                 ORDER BY t.config_label || ' r' || t.replicate) AS which,
+                      string_agg(DISTINCT t.config_label || ' r' || t.replicate
+                                          || CASE WHEN $by_runtime THEN ' on ' || t.runtime_name ELSE '' END, ', '
+                                 ORDER BY t.config_label || ' r' || t.replicate
+                                          || CASE WHEN $by_runtime THEN ' on ' || t.runtime_name ELSE '' END) AS which,
                       any_value(q.observed) AS observed, any_value(q.threshold) AS threshold,
                       any_value(q.detail) AS detail
                FROM quality_checks q JOIN trials t USING (trial_id)
-               WHERE t.sweep_id = ? AND q.success = false
-               GROUP BY ALL ORDER BY q.severity, trials DESC, q.expectation""", [sweep_id]).fetchdf()
+               WHERE t.sweep_id = $sweep_id AND q.success = false
+               GROUP BY ALL ORDER BY q.severity, trials DESC, q.expectation""",
+            {"sweep_id": sweep_id, "by_runtime": by_runtime}).fetchdf()
         # The rule versions that judged the sweep (quality_thresholds.RULE_VERSIONS; NULL: unversioned rows).
         has_version = con.execute("SELECT count(*) FROM information_schema.columns WHERE table_name = 'quality_checks' "
                                   "AND column_name = 'rule_version'").fetchone()[0]
@@ -662,28 +688,38 @@ def sweep_quality_markdown(q: dict[str, Any]) -> str:
 def bottleneck_findings(db_path: Path | duckdb.DuckDBPyConnection, sweep_id: str) -> pd.DataFrame:
     """The flagged bottleneck findings of a sweep's windows (view ``window_findings``, table ``window_diagnoses``;
     checks in ``tunelab.core.bottleneck_rules``): columns config_label, replicate, workload, load_kind, load_value, repeat,
-    bottleneck, metric, value, threshold, summary, remedy; one row per window and finding. Empty for a warehouse
-    older than schema version 16. Opens the DuckDB file read-only, or reads an open connection."""
+    bottleneck, metric, value, threshold, summary, remedy, runtime_name and trial (the trial's name,
+    :func:`trial_name`: with its runtime when the sweep ran on several); one row per window and finding. Empty for
+    a warehouse older than schema version 16. Opens the DuckDB file read-only, or reads an open connection."""
     with _reader(db_path) as con:
         try:
-            return con.execute(
-                """SELECT config_label, replicate, workload, load_kind, load_value, repeat, bottleneck, metric, value,
-                          threshold, summary, remedy
-                   FROM window_findings WHERE sweep_id = ?""", [sweep_id]).fetchdf()
+            df = con.execute(
+                """SELECT f.config_label, f.replicate, f.workload, f.load_kind, f.load_value, f.repeat, f.bottleneck,
+                          f.metric, f.value, f.threshold, f.summary, f.remedy, t.runtime_name
+                   FROM window_findings f JOIN trials t USING (trial_id) WHERE f.sweep_id = ?
+                   ORDER BY f.config_label, f.replicate, t.runtime_name, f.workload, f.load_kind, f.load_value,
+                            f.repeat, f.bottleneck""", [sweep_id]).fetchdf()
         except duckdb.CatalogException:
             return pd.DataFrame(columns=["config_label", "replicate", "workload", "load_kind", "load_value", "repeat",
-                                         "bottleneck", "metric", "value", "threshold", "summary", "remedy"])
+                                         "bottleneck", "metric", "value", "threshold", "summary", "remedy",
+                                         "runtime_name", "trial"])
+        by_runtime = names_runtime(con, sweep_id)
+    df["trial"] = [trial_name(r.config_label, r.replicate, r.runtime_name if by_runtime else None)
+                   for r in df.itertuples(index=False)]
+    return df
 
 
 def bottlenecks_markdown(findings: pd.DataFrame) -> str:
-    """Markdown of :func:`bottleneck_findings`: one line per window with a finding (config, boot, workload, load,
-    repeat: bottleneck, its evidence figures, the remedy to try), or a line saying no window had one."""
+    """Markdown of :func:`bottleneck_findings`: one line per window with a finding (the trial's name, config and
+    boot with its runtime where the sweep ran on several: column ``trial``; workload, load, repeat: bottleneck, its
+    evidence figures, the remedy to try), or a line saying no window had one."""
     lines = ["## Bottlenecks (docs/measurement.md, \"Bottleneck diagnosis\")", ""]
     if findings is None or not len(findings):
         return "\n".join(lines + ["No window showed a bottleneck the checks know (api_server, kv_cache, "
                                    "prefill_interference, client, gpu_floor)."])
     for r in findings.itertuples(index=False):
-        where = f"{r.config_label} r{r.replicate} {r.workload} {load_label(r.load_kind, r.load_value)} #{int(r.repeat) + 1}"
+        name = getattr(r, "trial", None) or trial_name(r.config_label, r.replicate)  # records of an older summary
+        where = f"{name} {r.workload} {load_label(r.load_kind, r.load_value)} #{int(r.repeat) + 1}"
         lines.append(f"- **{r.bottleneck}** {where}: {r.summary}. Try: {r.remedy}")
     return "\n".join(lines)
 

@@ -37,7 +37,9 @@ def series_report(db: Path | str | duckdb.DuckDBPyConnection, metric: str = "out
     Raises:
         ValueError: no warehouse file at ``db``, unknown metric or order (from ``release_series``), a
             ``config_key`` / ``anchor_key`` (key or label) or ``workload`` that no trial has (names what exists),
-            an ``anchor_runtime`` the anchor (or any trial) never ran on (names the runtimes it ran on).
+            an ``anchor_runtime`` the anchor (or any trial) never ran on (names the runtimes it ran on), a
+            ``config_key`` that is the anchor and has no ok trial off the anchor's runtime (an anchored series
+            leaves the anchor out: says so, and that ``--anchor none`` gives its plain series).
     """
     if isinstance(db, duckdb.DuckDBPyConnection):
         con, own = db, False
@@ -62,6 +64,19 @@ def series_report(db: Path | str | duckdb.DuckDBPyConnection, metric: str = "out
                 raise ValueError(f"--anchor-runtime {anchor_runtime!r}: no ok trial "
                                  + (f"of the anchor {anchor_key} " if anchor_key is not None else "")
                                  + f"ran on that runtime; it ran on: {', '.join(have) or 'none'}")
+        if config_key is not None and config_key == anchor_key:
+            # The anchor's own rows are left out of anchored series (queries/release_series.sql): a user who asked
+            # for the anchor's key got "no ok trials" although it had them. Only the anchor's runtime is left out
+            # when one is named (the same config on the release under test is then the series).
+            rts = [r[0] for r in con.execute(
+                "SELECT DISTINCT runtime_name FROM trials WHERE status = 'ok' AND config_key = ? ORDER BY 1",
+                [config_key]).fetchall()]
+            if not [r for r in rts if anchor_runtime is not None and r != anchor_runtime]:
+                on = f" on runtime {anchor_runtime}" if anchor_runtime is not None else ""
+                raise ValueError(f"--key {config_key!r} is the anchor{on}: anchored series leave the anchor out "
+                                 "(every point would be the anchor against itself); "
+                                 f"`--key {config_key} --anchor none` shows its plain series"
+                                 + (f"; it ran only on {', '.join(rts)}" if anchor_runtime is not None else ""))
         series = release_series(con, metric, config_key=config_key, workload=workload, anchor_key=anchor_key,
                                 anchor_runtime=anchor_runtime, order=order)
     finally:
