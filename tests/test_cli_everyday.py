@@ -464,6 +464,45 @@ def test_compare_names_the_closest_metrics_for_a_typo(warehouse):
     assert "flow run" not in r.output.lower() and "Traceback" not in r.output
 
 
+def test_compare_selector_that_matches_nothing_names_the_key_value_and_what_exists(warehouse, monkeypatch):
+    """Found by a fresh user: `--baseline config=nosuch` said only "no measurements match" with the whole
+    warehouse listed; now the failing key=value, the values of that key and a near one. `gpu=` takes a part of the
+    GPU name."""
+    _no_temporary_server(monkeypatch)
+    db, _ = warehouse
+    r = cli("compare", "--db", str(db), "--baseline", f"sweep={OLD},config=nosuch", "--candidate", "config=cfg-b")
+    assert r.exit_code == 2, r.output
+    out = " ".join(r.output.split())
+    assert (f"error: no measurements match both selectors: the baseline selector 'sweep={OLD},config=nosuch' "
+            "selects no trial with results: no ok trial has config=nosuch; config values in the warehouse: cfg-a, "
+            "cfg-b") in out, out
+    r = cli("compare", "--db", str(db), "--baseline", "config=cfg-a", "--candidate", "runtime=synthetik,config=cfg-b")
+    out = " ".join(r.output.split())
+    assert r.exit_code == 2 and "the candidate selector 'runtime=synthetik,config=cfg-b'" in out, out
+    assert "no ok trial has runtime=synthetik; did you mean runtime=synthetic? runtime values" in out
+    r = cli("compare", "--db", str(db), "--baseline", f"sweep={OLD},config=cfg-a", "--candidate",
+            f"sweep={OLD},config=cfg-b,gpu=SYNTH", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["candidate"]["gpu_name"] == "synthetic"
+
+
+def test_compare_anchor_that_is_a_compared_side_is_refused_naming_the_side(warehouse, monkeypatch):
+    """`--anchor <a compared config's key>` (any case) said "... give one config key"; the anchor cannot be a
+    compared side: the message names the side and what can serve (here nothing: both sweeps share no other
+    config, so `--anchor none`)."""
+    _no_temporary_server(monkeypatch)
+    db, _ = warehouse
+    r = cli("compare", "--db", str(db), "--baseline", f"sweep={OLD},config=cfg-a", "--candidate",
+            f"sweep={MIX},config=cfg-a", "--anchor", "A")
+    assert r.exit_code == 2, (r.output, r.exception)
+    out = " ".join(r.output.split())
+    assert ("error: --anchor 'A' names the baseline (synthetic/a 'cfg-a'): the anchor cannot be one of the compared "
+            "sides") in out, out
+    assert (f"no other config was measured in every compared sweep ({OLD}, {MIX}), so none can serve as anchor: "
+            "use --anchor none") in out
+    assert "give one config key" not in out and "Traceback" not in out
+
+
 def test_plan_check_names_the_resolved_model_path_of_a_copied_plan(tmp_path):
     """experiments/demo.yaml copied elsewhere: its relative model path is read from the new folder, and the message
     shows where that is and the rule (found by a fresh user who copied the demo plan to another folder)."""

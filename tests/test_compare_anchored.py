@@ -266,3 +266,55 @@ def test_a_key_on_several_runtimes_is_paired_runtime_by_runtime(tmp_path):
     assert sorted(xs.runtimes) == ["synthetic", "synthetic -> newer"], xs.T
     assert (xs.verdict == "no significant change").all() and xs.anchored.all()
     assert "| A | synthetic -> newer |" in out["markdown"]
+
+
+def _cross(db, anchor, baseline=None, candidate=None):
+    from tunelab.warehouse.sweep_anchor import cross_sweep_compare
+
+    con = connect(db, read_only=True)
+    try:
+        return cross_sweep_compare(con, baseline or {"config_key": "A"}, candidate or {"config_key": "B"},
+                                   "output_tokens_per_s", anchor=anchor)
+    finally:
+        con.close()
+
+
+def test_anchor_that_is_a_compared_side_says_so_and_lists_the_anchors(tmp_path):
+    """Found by a fresh user: ``--anchor <the twin's key>`` said "... give one config key" (or compared nothing);
+    the anchor can be none of the compared sides, and the message names the side and the configs that can be."""
+    db = _warehouse(tmp_path / "w.duckdb", plan_yaml=ANCHOR_PLAN)
+    akey = plan_anchor(ANCHOR_PLAN)[1]
+    for name, side in (("A", "baseline"), ("B", "candidate")):
+        with pytest.raises(ValueError) as e:
+            _cross(db, name)
+        msg = str(e.value)
+        assert f"--anchor {name!r} names the {side} (synthetic/{name} " in msg, msg
+        assert "the anchor cannot be one of the compared sides" in msg and "give one config key" not in msg
+        # the pinned anchor is in both sweeps; A and B are each in one (and a side): only the anchor is offered
+        assert f"can serve as anchor (measured in every compared sweep): {akey} ({akey!r} on pinned)" in msg
+        assert f"--anchor KEY (e.g. --anchor {akey}), or --anchor none" in msg
+
+
+def test_anchor_bogus_names_the_value_and_the_valid_anchors(tmp_path):
+    db = _warehouse(tmp_path / "w.duckdb", plan_yaml=ANCHOR_PLAN)
+    akey = plan_anchor(ANCHOR_PLAN)[1]
+    con = connect(db)
+    con.execute("UPDATE trials SET config_label = 'the-anchor' WHERE config_key = ?", [akey])
+    con.close()
+    with pytest.raises(ValueError) as e:
+        _cross(db, "bogus")
+    msg = str(e.value)
+    assert msg.startswith("--anchor 'bogus': no ok trial has that config key or label in the compared sweeps (s1, s2)")
+    assert f"{akey} ('the-anchor' on pinned)" in msg and "--anchor none" in msg
+    # the label works as the key does
+    assert _cross(db, "the-anchor").attrs["anchor"] == ("pinned", akey)
+
+
+def test_anchor_key_is_matched_ignoring_case(tmp_path):
+    """Keys are lower-case hex; ``--anchor NONE`` was accepted, ``--anchor 630C1D61A446`` was not."""
+    db = _warehouse(tmp_path / "w.duckdb", plan_yaml=None)
+    akey = plan_anchor(ANCHOR_PLAN)[1]
+    assert akey != akey.upper()
+    xs = _cross(db, f" {akey.upper()} ")
+    assert xs.attrs["anchor"] == ("pinned", akey) and xs.attrs["anchor_source"] == "--anchor"
+    assert bool(xs.anchored.iloc[0]) and xs.anchored_text.iloc[0] == f"anchored through pinned/{akey}"

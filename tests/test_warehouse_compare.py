@@ -191,6 +191,61 @@ def test_version_selector_takes_every_build_of_the_release(con):
     assert resolve_selector(con, {"version": "previous"}) == {"vllm_version": "0.26.0"}
 
 
+def test_a_selector_that_matches_nothing_names_the_item_and_the_values_there_are(con):
+    """Found by a fresh user: a selector that matched nothing said only that, with everything the warehouse holds.
+    Now the failing key=value is named with the values of that key, and a near one is suggested."""
+    from tunelab.warehouse.selection import parse_selector, require_matches
+
+    rng = np.random.default_rng(3)
+    for key, sweep, rt in (("A", "s1", "gpu-0.25.1"), ("B", "s2", "gpu-0.26.0")):
+        add(con, sweep_id=sweep, config_key=key, config_label=f"cfg-{key.lower()}", runtime_name=rt, rng=rng)
+
+    def err(text, side="baseline"):
+        with pytest.raises(ValueError) as e:
+            require_matches(con, parse_selector(text), side, text)
+        return str(e.value)
+
+    assert require_matches(con, parse_selector("config=cfg-a"), "baseline") == {"config_label": "cfg-a"}
+    assert err("sweep=s1,config=nosuch") == ("the baseline selector 'sweep=s1,config=nosuch' selects no trial with "
+                                             "results: no ok trial has config=nosuch; config values in the "
+                                             "warehouse: cfg-a, cfg-b")
+    msg = err("runtime=gpu-9.9,config=cfg-b", "candidate")
+    assert msg.startswith("the candidate selector 'runtime=gpu-9.9,config=cfg-b'") and "runtime=gpu-9.9" in msg
+    assert "runtime values in the warehouse: gpu-0.25.1, gpu-0.26.0" in msg
+    assert "did you mean config=cfg-b or config=cfg-a? config values in the warehouse" in err("config=cfg-bb")
+    # each item matches trials, together they do not: the values there (within the items before it)
+    assert err("sweep=s1,runtime=gpu-0.26.0").endswith(
+        "runtime=gpu-0.26.0 matches none together with sweep=s1; did you mean runtime=gpu-0.25.1? runtime values "
+        "there: gpu-0.25.1")
+
+
+def test_gpu_selector_takes_a_part_of_one_gpu_name(con):
+    """``gpu=`` needed the whole name ("NVIDIA H100 80GB HBM3"); a case-insensitive part of one name now works, a
+    part of several names is an error naming them."""
+    from tunelab.warehouse.selection import parse_selector, require_matches, resolve_selector
+
+    rng = np.random.default_rng(4)
+    add(con, sweep_id="s1", config_key="A", rng=rng)
+    add(con, sweep_id="s2", config_key="A", rng=rng)
+    con.execute("UPDATE trials SET gpu_name = CASE sweep_id WHEN 's1' THEN 'NVIDIA H100 80GB HBM3' "
+                "ELSE 'NVIDIA H200' END")
+    assert resolve_selector(con, parse_selector("gpu=h100")) == {"gpu_name": "NVIDIA H100 80GB HBM3"}
+    assert resolve_selector(con, {"gpu": "nvidia h200"}) == {"gpu_name": "NVIDIA H200"}
+    assert resolve_selector(con, {"gpu": "NVIDIA H200"}) == {"gpu_name": "NVIDIA H200"}
+    assert resolve_selector(con, parse_selector("gpu=H100|h200")) == {"gpu_name": ["NVIDIA H100 80GB HBM3",
+                                                                                   "NVIDIA H200"]}
+    sel = require_matches(con, parse_selector("gpu=h200,config=A"), "candidate")
+    assert sel["gpu_name"] == "NVIDIA H200"
+    with pytest.raises(ValueError, match=r"gpu='nvidia' matches 2 GPU names in the warehouse: "
+                                         r"'NVIDIA H100 80GB HBM3', 'NVIDIA H200'; give a part"):
+        resolve_selector(con, {"gpu": "nvidia"})
+    with pytest.raises(ValueError, match=r"^the baseline selector 'gpu=nvidia': gpu='nvidia' matches 2"):
+        require_matches(con, parse_selector("gpu=nvidia"), "baseline", "gpu=nvidia")
+    with pytest.raises(ValueError, match=r"no ok trial has gpu=a100; gpu values in the warehouse: "
+                                         r"NVIDIA H100 80GB HBM3, NVIDIA H200"):
+        require_matches(con, parse_selector("gpu=a100"), "baseline")
+
+
 def test_version_series_has_one_point_per_release_and_no_untagged_build(con):
     rng = np.random.default_rng(8)
     for i, build in enumerate(["0.25.1", "0.26.0", "0.26.0+empty", "0.1.dev123+gabc1234", "0.27.0"]):

@@ -1073,7 +1073,7 @@ def compare_cmd(
     except ValueError as e:
         _fail(f"--metric: {e}")
     # Selector problems are input errors: found before the flow starts (no Prefect traceback for them).
-    from tunelab.warehouse.selection import check_config_keys, matched_trials
+    from tunelab.warehouse.selection import check_config_keys, require_matches
 
     dbp = db or paths.db_path()
     if not Path(dbp).exists():
@@ -1085,11 +1085,15 @@ def compare_cmd(
     except duckdb.IOException as e:
         _fail_db_open(dbp, e)
     try:
-        empty = [f"{side} {sel_text!r}" for side, sel, sel_text in (("baseline", b, baseline), ("candidate", c, candidate))
-                 if matched_trials(con, sel) == 0]
+        # Each side that selects nothing names its failing key=value and the values that key has.
+        empty = []
+        for side, sel, sel_text in (("baseline", b, baseline), ("candidate", c, candidate)):
+            try:
+                require_matches(con, sel, side, sel_text)
+            except ValueError as e:
+                empty.append(str(e))
         if empty:
-            _fail(f"no measurements match both selectors: {' and '.join(empty)} "
-                  f"select{'s' if len(empty) == 1 else ''} no trial with results. In the warehouse: {_what_exists(dbp)}")
+            _fail("no measurements match both selectors: " + " | ".join(empty))
         check_config_keys(con, b, c, per_config=per_config, mixed_keys=mix_keys)
     except ValueError as e:
         _fail(str(e))

@@ -18,7 +18,7 @@ from tunelab.stats.family import family_adjust
 from tunelab.warehouse.compare import SELECTOR_KEYS, compare as ab_compare, selector_where
 
 __all__ = ["SELECTOR_ALIASES", "MixedConfigKeys", "check_config_keys", "compare_frames", "matched_trials", "parse_selector", "family_text",
-           "primary_mask", "report_family", "resolve_selector"]
+           "primary_mask", "report_family", "require_matches", "resolve_selector"]
 
 SELECTOR_ALIASES = {"runtime": "runtime_name", "version": "vllm_version", "config": "config_label",
                     "key": "config_key", "sweep": "sweep_id", "gpu": "gpu_name", "release": "vllm_release"}
@@ -79,19 +79,119 @@ def _nth(con: duckdb.DuckDBPyConnection, key: str, which: str) -> str:
     return rows[n][0]
 
 
+def _gpu_name(con: duckdb.DuckDBPyConnection, value: Any) -> Any:
+    """The warehouse's GPU name that ``gpu=value`` means: the exact name, else the one name equal to it ignoring
+    case, else the one name holding it as a case-insensitive substring (``h100``); else ``value`` unchanged."""
+    if isinstance(value, (list, tuple, set)):
+        return [_gpu_name(con, v) for v in value]
+    names = [r[0] for r in con.execute("SELECT DISTINCT gpu_name FROM trial_facts WHERE gpu_name IS NOT NULL "
+                                       "ORDER BY 1").fetchall()]
+    text = str(value).strip()
+    if text in names:
+        return text
+    for hits in ([n for n in names if n.lower() == text.lower()], [n for n in names if text.lower() in n.lower()]):
+        if len(hits) == 1:
+            return hits[0]
+        if len(hits) > 1:
+            raise ValueError(f"gpu={text!r} matches {len(hits)} GPU names in the warehouse: "
+                             f"{', '.join(repr(h) for h in hits)}; give a part of the name that only one of "
+                             "them holds, or the whole name")
+    return value
+
+
 def resolve_selector(con: duckdb.DuckDBPyConnection, selector: dict[str, Any]) -> dict[str, Any]:
-    """Replace symbolic values (``latest``/``previous`` of ``vllm_version`` or ``sweep_id``) by real ones.
+    """Replace symbolic values (``latest``/``previous`` of ``vllm_version`` or ``sweep_id``) by real ones, and a
+    ``gpu_name`` that is a case-insensitive part of one GPU name in the warehouse (``gpu=h100``) by that name.
 
     Raises:
-        ValueError: the warehouse has too few versions/sweeps for the symbol.
+        ValueError: the warehouse has too few versions/sweeps for the symbol, or a ``gpu_name`` part fits several
+            GPU names (names them).
     """
     out = {}
     for k, v in selector.items():
         k = SELECTOR_ALIASES.get(k, k)
         if k in ("vllm_version", "sweep_id") and v in ("latest", "previous"):
             v = _nth(con, k, v)
+        elif k == "gpu_name":
+            v = _gpu_name(con, v)
         out[k] = v
     return out
+
+
+_SHORT_NAMES = {v: k for k, v in SELECTOR_ALIASES.items()}
+
+
+def _item_text(key: str, value: Any) -> str:
+    vals = list(value) if isinstance(value, (list, tuple, set)) else [value]
+    return f"{_SHORT_NAMES.get(key, key)}={'|'.join(str(v) for v in vals)}"
+
+
+def _ok_count(con: duckdb.DuckDBPyConnection, sel: dict) -> int:
+    if not sel:
+        return con.execute("SELECT count(*) FROM trial_facts WHERE status = 'ok'").fetchone()[0]
+    where, params = selector_where(sel)
+    return con.execute(f"SELECT count(*) FROM trial_facts f WHERE {where} AND f.status = 'ok'", params).fetchone()[0]
+
+
+def _values_text(con: duckdb.DuckDBPyConnection, key: str, value: Any, within: dict, limit: int = 12) -> str:
+    """The values ``key`` has among the ok trials ``within`` selects, with a "did you mean" for ``value``."""
+    where, params = selector_where(within) if within else ("TRUE", [])
+    order = "max(f.run_at) DESC" if key == "sweep_id" else "1"  # sweeps latest first, as `_what_exists` lists them
+    found = [str(r[0]) for r in con.execute(f"SELECT f.{key} FROM trial_facts f WHERE {where} AND f.status = 'ok' "
+                                            f"AND f.{key} IS NOT NULL GROUP BY 1 ORDER BY {order}", params).fetchall()]
+    import difflib
+
+    wanted = list(value) if isinstance(value, (list, tuple, set)) else [value]
+    close: list[str] = []
+    for w in wanted:
+        if str(w) in found:
+            continue
+        # compared ignoring case ('nvidia h200' is 'NVIDIA H200'), suggested as the warehouse spells it
+        low = {f.lower(): f for f in found}
+        close += [low[c] for c in difflib.get_close_matches(str(w).lower(), list(low), n=3, cutoff=0.6)
+                  if low[c] not in close]
+    name = _SHORT_NAMES.get(key, key)
+    shown = ", ".join(found[:limit]) + (f", ... ({len(found)} in all)" if len(found) > limit else "")
+    return ((f"did you mean {' or '.join(f'{name}={c}' for c in close)}? " if close else "")
+            + f"{name} values {'there' if within else 'in the warehouse'}: {shown or 'none'}")
+
+
+def require_matches(con: duckdb.DuckDBPyConnection, selector: dict[str, Any], side: str = "selector",
+                    text: str | None = None) -> dict[str, Any]:
+    """The resolved selector (:func:`resolve_selector`) when it selects an ok trial; else an error naming the
+    ``key=value`` it fails on and the values that key has, with a "did you mean" for a near one.
+
+    The failing item is the first that matches no ok trial by itself (values listed: the warehouse's); when every
+    item matches some, the first that leaves nothing together with the items before it (values listed: those
+    among the trials the items before it select).
+
+    Args:
+        side: named in the message ("baseline", "candidate").
+        text: the selector as the user wrote it, quoted in the message.
+
+    Raises:
+        ValueError: see above, and :func:`resolve_selector`.
+    """
+    shown = text if text is not None else ",".join(_item_text(k, v) for k, v in selector.items())
+    head = f"the {side} selector {shown!r}"
+    try:
+        sel = resolve_selector(con, selector)
+    except ValueError as e:
+        raise ValueError(f"{head}: {e}") from None
+    if _ok_count(con, sel):
+        return sel
+    for k, v in sel.items():
+        if not _ok_count(con, {k: v}):
+            raise ValueError(f"{head} selects no trial with results: no ok trial has {_item_text(k, v)}; "
+                             + _values_text(con, k, v, {}))
+    before: dict[str, Any] = {}
+    for k, v in sel.items():
+        if not _ok_count(con, {**before, k: v}):
+            raise ValueError(f"{head} selects no trial with results: {_item_text(k, v)} matches none together with "
+                             f"{', '.join(_item_text(a, b) for a, b in before.items())}; "
+                             + _values_text(con, k, v, before))
+        before[k] = v
+    return sel  # not reached: the whole selector matched nothing, so some item did
 
 
 def _keys_of(con: duckdb.DuckDBPyConnection, sel: dict) -> list[tuple[str, str, list[str]]]:

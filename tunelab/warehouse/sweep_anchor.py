@@ -28,7 +28,7 @@ from tunelab.warehouse.anchored_compare import anchored_cells
 from tunelab.warehouse.boot_rows import boot_rows
 from tunelab.warehouse.compare import metric_direction, selector_where
 
-__all__ = ["NO_ANCHOR", "comparison_anchor", "cross_sweep_compare", "plan_anchor", "recorded_anchor", "resolve_anchor", "sweep_anchors", "sweeps_of"]
+__all__ = ["NO_ANCHOR", "anchor_choices", "comparison_anchor", "cross_sweep_compare", "plan_anchor", "recorded_anchor", "resolve_anchor", "sweep_anchors", "sweeps_of"]
 
 Unit = tuple[str, str]
 
@@ -75,30 +75,84 @@ def sweeps_of(con: duckdb.DuckDBPyConnection, selector: dict) -> list[str]:
                                       "AND f.status = 'ok' ORDER BY 1", params).fetchall()]
 
 
-def resolve_anchor(con: duckdb.DuckDBPyConnection, text: str, sweep_ids: list[str]) -> Unit:
+def anchor_choices(con: duckdb.DuckDBPyConnection, sweep_ids: list[str],
+                   exclude: list[Unit] | tuple[Unit, ...] = ()) -> list[tuple[str, str, str]]:
+    """``(runtime, config_key, label)`` of the configs ``--anchor`` can name for a comparison over ``sweep_ids``:
+    ok trials in every one of those sweeps, a key on one runtime there (``--anchor KEY`` names it alone), not a
+    unit of ``exclude`` (the compared sides). Sorted by key."""
+    sweeps = sorted(set(sweep_ids))
+    rows = con.execute("SELECT runtime_name, config_key, min(config_label), count(DISTINCT sweep_id) FROM trials "
+                       "WHERE status = 'ok' AND sweep_id IN (SELECT unnest(?)) GROUP BY 1, 2 ORDER BY 2, 1",
+                       [sweeps]).fetchall()
+    runtimes_of: dict[str, int] = {}
+    for _, k, _, _ in rows:
+        runtimes_of[str(k)] = runtimes_of.get(str(k), 0) + 1
+    skip = {(str(r), str(k)) for r, k in exclude}
+    return [(str(r), str(k), str(lab)) for r, k, lab, n in rows
+            if n == len(sweeps) and runtimes_of[str(k)] == 1 and (str(r), str(k)) not in skip]
+
+
+def _choices_text(con: duckdb.DuckDBPyConnection, sweep_ids: list[str], exclude=()) -> str:
+    """The valid anchors and the flag to use, for an ``--anchor`` error."""
+    ok = anchor_choices(con, sweep_ids, exclude)
+    if not ok:
+        return (f"no other config was measured in every compared sweep ({', '.join(sorted(set(sweep_ids)))}), so "
+                f"none can serve as anchor: use --anchor {NO_ANCHOR} (the comparison unanchored, its interval widened)")
+    return (f"configs that can serve as anchor (measured in every compared sweep): "
+            + ", ".join(f"{k} ({lab!r} on {r})" for r, k, lab in ok)
+            + f"; use --anchor KEY (e.g. --anchor {ok[0][1]}), or --anchor {NO_ANCHOR} to compare without an anchor")
+
+
+def _label_of(con: duckdb.DuckDBPyConnection, unit: Unit) -> str:
+    row = con.execute("SELECT min(config_label) FROM trials WHERE runtime_name = ? AND config_key = ?",
+                      list(unit)).fetchone()
+    return str(row[0]) if row and row[0] is not None else ""
+
+
+def resolve_anchor(con: duckdb.DuckDBPyConnection, text: str, sweep_ids: list[str],
+                   sides: dict[str, list[Unit]] | None = None) -> Unit:
     """The unit ``--anchor CONFIG_KEY_OR_LABEL`` names: ok trials of that config key (or else label) in the sweeps.
 
+    A config key is matched case-insensitively (keys are lower-case hex; ``630C1D61A446`` works), a label exactly.
+    ``sides``: side ("baseline"/"candidate") -> the units ``(runtime, config_key)`` it compares; the anchor may
+    be none of them.
+
     Raises:
-        ValueError: no such trials, or the name fits configs on several runtimes or keys (names them).
+        ValueError: no such trials (names the value), the name fits configs on several runtimes or keys, or it
+            names a compared side (names the side); each message lists the configs that can serve as anchor
+            (:func:`anchor_choices`) and the flag to use.
     """
-    for col in ("config_key", "config_label"):
-        units = con.execute(f"SELECT DISTINCT runtime_name, config_key FROM trials WHERE {col} = ? AND status = 'ok' "
-                            "AND sweep_id IN (SELECT unnest(?)) ORDER BY 1, 2", [text, list(sweep_ids)]).fetchall()
+    name = text.strip()
+    side_units = [tuple(u) for us in (sides or {}).values() for u in us]
+    for col, value in (("lower(config_key)", name.lower()), ("config_label", name)):
+        units = [(str(r), str(k)) for r, k in con.execute(
+            f"SELECT DISTINCT runtime_name, config_key FROM trials WHERE {col} = ? AND status = 'ok' "
+            "AND sweep_id IN (SELECT unnest(?)) ORDER BY 1, 2", [value, list(sweep_ids)]).fetchall()]
+        if not units:
+            continue
+        hit = [(side, u) for side, us in (sides or {}).items() for u in us if tuple(u) in units]
+        if hit:
+            named = " and ".join(f"the {side} ({u[0]}/{u[1]} {_label_of(con, tuple(u))!r})" for side, u in hit)
+            raise ValueError(f"--anchor {text!r} names {named}: the anchor cannot be one of the compared sides "
+                             "(it is a third config, measured in every compared sweep, that links them); "
+                             + _choices_text(con, sweep_ids, side_units))
         if len(units) == 1:
-            return (str(units[0][0]), str(units[0][1]))
-        if len(units) > 1:
-            raise ValueError(f"--anchor {text!r}: names {len(units)} configs in sweeps {sweep_ids} "
-                             f"({', '.join(f'{r}/{k}' for r, k in units)}); give one config key")
-    raise ValueError(f"--anchor {text!r}: no ok trial of that config key or label in sweeps {sweep_ids}; the "
-                     "anchor must have boots in the compared sweeps")
+            return units[0]
+        raise ValueError(f"--anchor {text!r}: names {len(units)} configs in sweeps {sweep_ids} "
+                         f"({', '.join(f'{r}/{k}' for r, k in units)}), so it cannot pick one; "
+                         + _choices_text(con, sweep_ids, side_units))
+    raise ValueError(f"--anchor {text!r}: no ok trial has that config key or label in the compared sweeps "
+                     f"({', '.join(sweep_ids)}); " + _choices_text(con, sweep_ids, side_units))
 
 
 def comparison_anchor(con: duckdb.DuckDBPyConnection, sweep_ids: list[str],
-                      anchor: str | None = None) -> tuple[Unit | None, str]:
+                      anchor: str | None = None, sides: dict[str, list[Unit]] | None = None
+                      ) -> tuple[Unit | None, str]:
     """The anchor of a comparison over ``sweep_ids`` and where it came from: ``(unit, "--anchor")`` for a given
     config key or label (:func:`resolve_anchor`), ``(None, "--anchor none")`` for ``anchor="none"`` (the same
     comparison without the anchor, to see what it adds), else ``(unit, "plan")`` when every sweep's recorded plan
-    booted the same anchor, else ``(None, "none")``.
+    booted the same anchor, else ``(None, "none")``. ``sides``: the compared units per side, which ``anchor``
+    may not name (:func:`resolve_anchor`).
 
     Raises:
         ValueError: a bad ``anchor`` (:func:`resolve_anchor`).
@@ -106,7 +160,7 @@ def comparison_anchor(con: duckdb.DuckDBPyConnection, sweep_ids: list[str],
     if anchor is not None and anchor.strip().lower() == NO_ANCHOR:
         return None, f"--anchor {NO_ANCHOR}"
     if anchor is not None:
-        return resolve_anchor(con, anchor, sweep_ids), "--anchor"
+        return resolve_anchor(con, anchor, sweep_ids, sides), "--anchor"
     recorded = set(sweep_anchors(con, sweep_ids).values()) if sweep_ids else set()
     if len(recorded) == 1 and None not in recorded:
         return next(iter(recorded)), "plan"
@@ -193,14 +247,15 @@ def cross_sweep_compare(con: duckdb.DuckDBPyConnection, baseline: dict, candidat
         (``--anchor``, ``plan`` or ``none``), ``sweeps`` ({side: [ids]}).
 
     Raises:
-        ValueError: a bad ``--anchor`` (:func:`resolve_anchor`).
+        ValueError: a bad ``--anchor`` (:func:`resolve_anchor`: no such config, or one of the compared sides).
     """
     sb, sc = sweeps_of(con, baseline), sweeps_of(con, candidate)
     if not sb or not sc or set(sb) & set(sc):
         return None
     sweeps = sorted(set(sb) | set(sc))
-    unit, source = comparison_anchor(con, sweeps, anchor)
     ub, uc = _units(con, baseline), _units(con, candidate)
+    sides = {side: [(r, k) for k, rs in u.items() for r in rs] for side, u in (("baseline", ub), ("candidate", uc))}
+    unit, source = comparison_anchor(con, sweeps, anchor, sides)
     # A config is followed across sweeps by its key (independent of the runtime, so across vLLM releases).
     pairs = _runtime_pairs(ub, uc)
     if not pairs and len(ub) == 1 and len(uc) == 1:  # one config a side, two keys (a flag against another)
