@@ -193,6 +193,9 @@ def test_report_of_a_sweep_stopped_between_trials_says_incomplete(tmp_path):
     assert doc["status"] == "incomplete" and doc["trials"] == 1 and doc["planned_trials"] == 3, doc
     r = cli("report", "--db", str(db))
     assert "(incomplete: 1 of 3 planned trial(s) recorded" in r.output.replace("\n", " "), r.output
+    # said once: the status line and the table's title had both said it
+    assert r.exit_code == 0 and r.output.count("incomplete") == 1, r.output
+    assert "sweep 20260101T000000Z-stopped-0001" in r.output  # the table still names its sweep
 
 
 # -- 7: failure reasons --------------------------------------------------------------------------------------------
@@ -692,32 +695,6 @@ def test_left_out_trials_are_named_with_their_runtime_where_the_sweep_ran_on_two
                             "failed_checks": "x"}])[0].startswith("left out: twin r0 on rt-b (quality fail: x)")
     assert left_out_lines([{"config": "twin", "replicate": 0, "verdict": "fail",
                             "failed_checks": "x"}])[0].startswith("left out: twin r0 (quality fail: x)")
-
-
-def test_report_of_an_incomplete_sweep_says_so_once(tmp_path):
-    """The status line and the table's title both said "incomplete" (one command printed it twice)."""
-    import yaml
-
-    from tunelab.warehouse.loader import insert_trial_tables
-    from tunelab.warehouse.migrate import connect
-    from tunelab.warehouse.synthetic import synthetic_trial
-
-    db = tmp_path / "wh.duckdb"
-    plan = {"name": "stopped", "model": "m", "runtime": "cpu", "engine_args": {"max-num-seqs": [1, 2, 4]},
-            "workloads": [{"name": "chat", "prompt_tokens": 8, "output_tokens": 4, "num_requests": 4}]}
-    st = synthetic_trial(sweep_id="20260101T000000Z-stopped-0001", config_key="k1", boot_sd_rel=0.01,
-                         rng=np.random.default_rng(1))
-    st.sweep["plan_yaml"] = yaml.safe_dump(plan)
-    con = connect(db)
-    con.execute("BEGIN")
-    insert_trial_tables(con, st.trial["trial_id"], {"sweep": pd.DataFrame([st.sweep]),
-                                                    "trial": pd.DataFrame([st.trial]), **st.tables}, source="test")
-    con.execute("COMMIT")
-    con.close()
-    r = cli("report", "--db", str(db))
-    assert r.exit_code == 0, r.output
-    assert r.output.count("incomplete") == 1, r.output
-    assert "sweep 20260101T000000Z-stopped-0001" in r.output  # the table still names its sweep
 
 
 def test_a_note_heading_gives_the_range_of_its_numbers_not_n(two_runtimes):
