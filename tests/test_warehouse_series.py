@@ -173,11 +173,13 @@ def test_series_accepts_a_config_label_and_refuses_one_that_names_two_keys(tmp_p
     try:
         by_label, _, md = series_report(con, "output_tokens_per_s", config_key="pinned")
         by_key, _, _ = series_report(con, "output_tokens_per_s", config_key="k1")
+        # a key is matched ignoring case, as `compare --anchor` matches it (a key pasted in upper case)
+        by_upper, _, _ = series_report(con, "output_tokens_per_s", config_key="K1")
         with pytest.raises(ValueError, match="--anchor 'tonight': the label names 2 config keys \\(k2, k3\\)"):
             series_report(con, "output_tokens_per_s", anchor_key="tonight")
     finally:
         con.close()
-    assert len(by_label) == len(by_key) == 1 and set(by_label.config_key) == {"k1"}
+    assert len(by_label) == len(by_key) == len(by_upper) == 1 and set(by_label.config_key) == set(by_upper.config_key) == {"k1"}
     # the series is headed by the plan's label with its key (a fresh user saw keys only)
     assert "**pinned** (`k1`)" in md and list(by_label.config_label) == ["pinned"]
 

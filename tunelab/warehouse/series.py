@@ -80,7 +80,8 @@ def config_key_of(con: duckdb.DuckDBPyConnection, text: str, option: str) -> str
     """The config key that ``text`` names (a key, else a label) among the warehouse's ok trials.
 
     Args:
-        text: a config key (``44bbf9bf51da``) or label (``max-num-seqs=4``), as ``tunelab compare`` accepts them.
+        text: a config key (``44bbf9bf51da``; matched ignoring case, as ``tunelab compare`` matches anchor keys) or
+            label (``max-num-seqs=4``, matched exactly), as ``tunelab compare`` accepts them.
         option: the CLI option it came from (``--key``, ``--anchor``), named in the error.
 
     Raises:
@@ -88,8 +89,10 @@ def config_key_of(con: duckdb.DuckDBPyConnection, text: str, option: str) -> str
     """
     rows = con.execute("SELECT DISTINCT config_key, config_label FROM trials WHERE status = 'ok' "
                        "ORDER BY 1, 2").fetchall()
-    if any(k == text for k, _ in rows):
-        return text
+    # keys are hex digests: 630C1D61A446 pasted from a report heading names the same config as 630c1d61a446
+    for k, _ in rows:
+        if k.lower() == text.lower():
+            return k
     keys = sorted({k for k, label in rows if label == text})
     if len(keys) == 1:
         return keys[0]
