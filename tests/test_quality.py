@@ -81,6 +81,7 @@ def make_tables(repeats=3, n_req=12, concurrency=4, out_tokens=32, ttft=0.05, it
                      "ttft_mean_s": ttft, "ttft_p50_s": ttft * (1 + 0.02 * r),
                      "tpot_p50_s": itl * (1 + 0.01 * r), "itl_mean_s": itl,
                      "achieved_concurrency": concurrency * 0.97, "client_cpu_frac": 0.3,
+                     "host_other_cpu_frac": 0.01,
                      "client_bound": False, "compile_during_window": False,
                      "unique_prompts": True, "prefix_cache_reset": "ok", "overloaded": False})
         sm += [
@@ -256,6 +257,9 @@ CASES = {
                              {"achieved_concurrency": "fail"}),
     "client_cpu_frac": (_set("measurements", "client_cpu_frac", 0.85), {}, {},
                         {"client_cpu_frac": "warn"}),
+    # another program took 30 % of the host's CPU in one window (a test run beside a CPU sweep read 19-36 %)
+    "host_not_busy": (_set("measurements", "host_other_cpu_frac", 0.3, slice(1, 2)), {}, {},
+                      {"host_not_busy": "fail"}),
     "client_not_bound": (_set("measurements", "client_bound", True), {}, {},
                          {"client_not_bound": "fail"}),
     "no_compile_in_window": (_compiled_in_window, {}, {}, {"no_compile_in_window": "warn"}),
@@ -306,6 +310,19 @@ def test_every_check_has_a_bad_data_case():
         covered |= set(expected)
     covered.add("repeats_for_cv")  # test_single_repeat_cannot_assess_cv
     assert covered == set(CHECKS)
+
+
+def test_a_busy_host_fails_under_rule_version_6_and_passed_under_5():
+    """v6 added host_not_busy; v5's behaviour (``restores``: 1.0) passes the same boot, as `recheck` shows."""
+    from tunelab.core.quality_thresholds import RULE_VERSIONS
+
+    tables = make_tables()
+    _set("measurements", "host_other_cpu_frac", 0.3, slice(1, 2))(tables)
+    v6 = validate_trial(tables, make_trial(), QualityThresholds())
+    v5 = validate_trial(tables, make_trial(), QualityThresholds(**RULE_VERSIONS[-1].restores))
+    assert RULE_VERSIONS[-1].version == 6 and failed(v6) == {"host_not_busy": "fail"} and v6.verdict == "fail"
+    assert failed(v5) == {} and v5.verdict == "pass"
+    assert "0.3" in _row(v6, "host_not_busy")["observed"]
 
 
 def test_single_repeat_cannot_assess_cv():

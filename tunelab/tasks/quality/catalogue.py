@@ -122,6 +122,9 @@ CHECKS: dict[str, CheckInfo] = {
                                 "load_kind = 'concurrency'"),
     "client_cpu_frac": _ci("aggregates", "ExpectColumnValuesToBeBetween", "warn",
                            "measurements.client_cpu_frac <= max_client_cpu_frac"),
+    "host_not_busy": _ci("aggregates", "ExpectColumnValuesToBeBetween", "fail",
+                         "measurements.host_other_cpu_frac <= max_host_other_cpu_frac (other processes' share of "
+                         "the host's CPU during the window; rule version 6)"),
     "client_not_bound": _ci("aggregates", "ExpectColumnValuesToBeInSet", "fail",
                             "measurements.client_bound is false (set by tunelab/tasks/metrics.py from the "
                             "client's own evidence: its CPU >= 0.9, or fewer than 0.9 x target in "

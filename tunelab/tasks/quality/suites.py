@@ -273,7 +273,7 @@ def _suite_requests(gxe: Any, req: pd.DataFrame, trial: Mapping[str, Any],
 def _suite_aggregates(gxe: Any, meas: pd.DataFrame | None, th: QualityThresholds,
                       out: _Collector) -> None:
     names = ("repeats_for_cv", "cv_ttft_p50", "cv_tpot_p50", "achieved_concurrency",
-             "client_cpu_frac", "client_not_bound", "no_compile_in_window")
+             "client_cpu_frac", "host_not_busy", "client_not_bound", "no_compile_in_window")
     if meas is None:
         for name in names:
             out.skips.append(_Skip(name, "no measurements rows"))
@@ -282,6 +282,8 @@ def _suite_aggregates(gxe: Any, meas: pd.DataFrame | None, th: QualityThresholds
     for c in ("load_value", "ttft_p50_s", "tpot_p50_s", "achieved_concurrency",
               "client_cpu_frac"):
         m[c] = _num(m[c])
+    m["host_other_cpu_frac"] = (_num(m["host_other_cpu_frac"]) if "host_other_cpu_frac" in m.columns
+                                else pd.Series(np.nan, index=m.index))
     m["label"] = _label(m, _MEASUREMENT_KEY)
 
     # repeat-to-repeat CV per (workload, load_kind, load_value)
@@ -353,6 +355,17 @@ def _suite_aggregates(gxe: Any, meas: pd.DataFrame | None, th: QualityThresholds
     else:
         out.skips.append(_Skip("client_cpu_frac", "client_cpu_frac not recorded",
                                f"<= {th.max_client_cpu_frac}"))
+    # Why: a boot measured while another program shared the host (a test run beside a CPU sweep) read 3-4 times
+    # slower than its config's other boots and passed every other check (rule version 6).
+    if m["host_other_cpu_frac"].notna().any():
+        specs.append(_Spec("host_not_busy",
+                           gxe.ExpectColumnValuesToBeBetween(column="host_other_cpu_frac",
+                                                             max_value=th.max_host_other_cpu_frac),
+                           f"<= {th.max_host_other_cpu_frac} of the host's CPU",
+                           _worst(m, "host_other_cpu_frac")))
+    else:
+        out.skips.append(_Skip("host_not_busy", "host_other_cpu_frac not recorded",
+                               f"<= {th.max_host_other_cpu_frac} of the host's CPU"))
     bound = _bool_obj(m["client_bound"])
     if bound.notna().any():
         m["client_bound"] = bound
