@@ -2,7 +2,9 @@
 
 Evidence: for every committed evidence warehouse (``evidence/**/warehouse/*.parquet``) and every (runtime, config)
 with an even number >= 4 of ok boots, the boots are split in two halves and one half relabelled as a twin config:
-an A/A comparison (both sides are the same engine). Every balanced split is run (3 for 4 boots), each labelled:
+an A/A comparison (both sides are the same engine). Every balanced split is run (3 for 4 boots), each labelled
+(a config with an even count >= 4 of boots in each of several sweeps is split within each sweep, and once sweep
+against sweep):
 
 * ``sweep-vs-sweep``: each half is the boots of one sweep (the nightly use: a config against itself a sweep later);
 * ``early-vs-late``: the first half of the boots in start order against the second, within one sweep;
@@ -93,6 +95,26 @@ def splits_of(trials: pd.DataFrame) -> list[tuple[str, list[str]]]:
     return out
 
 
+def _units_and_splits(trials: pd.DataFrame, max_boots: int):
+    """(runtime, config) units of one folder with their splits: ``(label, (rt, key), boots, [(type, twin ids)])``.
+
+    A config measured with an even count >= 4 of boots in each of several sweeps is split within each sweep (every
+    balanced split: early-vs-late and interleaved, the anchor from that sweep) and once sweep against sweep; the
+    balanced splits that mix the sweeps are left out (35 for 4 + 4 boots, each an interleaved split across sweeps,
+    which the other units already cover). Otherwise the unit is all the config's boots, every balanced split."""
+    for (rt, key), g in trials.groupby(["runtime_name", "config_key"]):
+        per_sweep = g.groupby("sweep_id").size()
+        if len(per_sweep) > 1 and ((per_sweep >= 4) & (per_sweep % 2 == 0)).all():
+            for _, gs in g.groupby("sweep_id"):
+                yield f"{rt}/{key} in {gs.sweep_id.iloc[0]}", (rt, key), gs, splits_of(gs)
+            if len(per_sweep) == 2 and per_sweep.iloc[0] == per_sweep.iloc[1]:
+                yield f"{rt}/{key}", (rt, key), g, [(k, t) for k, t in splits_of(g) if k == "sweep-vs-sweep"]
+            continue
+        if len(g) < 4 or len(g) % 2 or len(g) > max_boots:
+            continue
+        yield f"{rt}/{key}", (rt, key), g, splits_of(g)
+
+
 def evidence_verdicts(folders: list[Path] | None = None, metrics: tuple[str, ...] = METRICS,
                       max_boots: int = 8) -> pd.DataFrame:
     """One row per (folder, unit, split, metric, cell, path): ``false_call`` (bool) and the interval."""
@@ -113,11 +135,9 @@ def _folder_verdicts(con, folder: Path, metrics, max_boots: int) -> list[dict]:
                             WHERE status = 'ok' AND quality_verdict IN ('pass', 'warn')""").fetchdf()
     values = {m: boot_rows(con, m) for m in metrics}
     out = []
-    for (rt, key), g in trials.groupby(["runtime_name", "config_key"]):
-        if len(g) < 4 or len(g) % 2 or len(g) > max_boots:
-            continue
+    for unit, (rt, key), g, splits in _units_and_splits(trials, max_boots):
         sweeps = set(g.sweep_id)
-        for s_i, (kind, twin) in enumerate(splits_of(g)):
+        for s_i, (kind, twin) in enumerate(splits):
             con.execute("UPDATE trials SET config_key = config_key || ? WHERE trial_id IN (SELECT unnest(?))",
                         [TWIN, twin])
             try:
@@ -126,7 +146,7 @@ def _folder_verdicts(con, folder: Path, metrics, max_boots: int) -> list[dict]:
                                   {"config_key": key + TWIN, "runtime_name": rt}, m)
                     for r in res.itertuples(index=False):
                         lo, hi = r.rel_ci_low, r.rel_ci_high
-                        out.append({"folder": folder.relative_to(ROOT).as_posix(), "unit": f"{rt}/{key}",
+                        out.append({"folder": folder.relative_to(ROOT).as_posix(), "unit": unit,
                                     "split": s_i, "split_type": kind, "metric": m,
                                     "cell": f"{r.workload} {r.load_kind}={r.load_value:g}", "path": "compare()",
                                     "rel_low": lo, "rel_high": hi, "p_value": r.p_value,
@@ -144,7 +164,7 @@ def _folder_verdicts(con, folder: Path, metrics, max_boots: int) -> list[dict]:
                 for cell, c in v.groupby(CELL):
                     r = anchored_difference(c[["config", "sweep", "order", "value"]], f"{rt}/{key}",
                                             f"{rt}/{key}{TWIN}", anchor)
-                    out.append({"folder": folder.relative_to(ROOT).as_posix(), "unit": f"{rt}/{key}", "split": s_i,
+                    out.append({"folder": folder.relative_to(ROOT).as_posix(), "unit": unit, "split": s_i,
                                 "split_type": kind, "metric": m, "cell": f"{cell[0]} {cell[1]}={cell[2]:g}",
                                 "path": "anchored", "rel_low": r.rel_low, "rel_high": r.rel_high,
                                 "p_value": r.p_value, "false_call": bool(np.isfinite(r.rel_low) and (r.rel_low > 0 or r.rel_high < 0))})

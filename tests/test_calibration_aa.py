@@ -3,9 +3,9 @@ simulations with drift and sweep shifts, the anchored path's per-cell false call
 naive path (no sweep, no order) is shown failing in simulation.
 
 Bounds: the upper end of the 95 % Clopper-Pearson interval of the per-cell false-call rate under 8 % where the
-sample can show it (all evidence splits together: 640 verdicts, the 32 across two runs included; both simulated split types together: 600
+sample can show it (all evidence splits together: 976 verdicts, the 32 across two runs included; both simulated split types together: 600
 comparisons); each simulated split type within simulation error of nominal (<= 5 % + 3 SE). A single evidence
-split type holds 32-480 verdicts (0 of 32 already has an upper end of 10.9 %), so there the
+split type holds 32-672 verdicts (0 of 32 already has an upper end of 10.9 %), so there the
 gate is that the rate is not above nominal beyond doubt: the interval's lower end under 5 %.
 """
 
@@ -40,8 +40,11 @@ def evidence(bench):
 def test_evidence_splits_are_the_committed_ones(bench, evidence):
     # 6 (runtime, config) units of 4 boots (3 balanced splits each) and 2 of 6 boots (10 each), 4 cells x 4 metrics
     # per split: 608 verdicts in 38 reports; across runs, the twin on vLLM 0.25.1 of 2026-12-03 (H200, two sweeps)
-    # against the twin of 2026-12-07 (H100) through the anchor both booted: 2 sweep pairs x 16 = 32 in 2 reports
-    assert evidence.loc[("anchored", "all"), "verdicts"] == 640 and evidence.loc[("anchored", "all"), "reports"] == 40
+    # against the twin of 2026-12-07 (H100) through the anchor both booted: 2 sweep pairs x 16 = 32 in 2 reports;
+    # the CPU A/A of 2026-12-07 (two sweeps, 4 boots a config in each): 3 configs x (2 sweeps x 3 splits + 1 sweep
+    # against sweep) = 21 reports, 336 verdicts (twin2 has 3 boots in one sweep after the gate: left out)
+    assert evidence.loc[("anchored", "all"), "verdicts"] == 976 and evidence.loc[("anchored", "all"), "reports"] == 61
+    assert evidence.loc[("anchored", "early-vs-late"), "verdicts"] == 32 + 96
     assert evidence.loc[("anchored", "run-vs-run (two evidence folders)"), "verdicts"] == 32
     assert {"early-vs-late", "interleaved", "sweep-vs-sweep"} <= {k for _, k in evidence.index}
 
@@ -79,3 +82,24 @@ def test_report_headline_is_holm_adjusted_per_report(bench, evidence):
     assert not bench._holm_false(g)
     g.loc[0, "p_value"] = 0.001
     assert bench._holm_false(g)
+
+
+def test_a_config_with_even_boots_in_each_sweep_is_split_within_each_sweep_and_once_across(bench):
+    """4 + 4 boots in two sweeps: each sweep's 3 balanced splits (one early-vs-late) and the one split sweep
+    against sweep, not the 35 splits of all 8 (none of which is early-vs-late within a sweep). 3 + 3 boots: the
+    10 balanced splits of all 6, as before."""
+    import pandas as pd
+
+    def trials(per_sweep):
+        rows = [{"trial_id": f"s{s}/r{i}", "sweep_id": f"s{s}", "runtime_name": "cpu", "config_key": "k",
+                 "started_at": pd.Timestamp("2026-12-07") + pd.Timedelta(minutes=10 * s + i)}
+                for s, n in enumerate(per_sweep) for i in range(n)]
+        return pd.DataFrame(rows)
+
+    units = list(bench._units_and_splits(trials([4, 4]), max_boots=8))
+    kinds = [[k for k, _ in splits] for *_, splits in units]
+    assert [u for u, *_ in units] == ["cpu/k in s0", "cpu/k in s1", "cpu/k"]
+    assert sorted(kinds[0]) == sorted(kinds[1]) == ["early-vs-late", "interleaved", "interleaved"]
+    assert kinds[2] == ["sweep-vs-sweep"] and set(units[2][3][0][1]) == {f"s1/r{i}" for i in range(4)}
+    units = list(bench._units_and_splits(trials([3, 3]), max_boots=8))
+    assert len(units) == 1 and len(units[0][3]) == 10 and units[0][0] == "cpu/k"
