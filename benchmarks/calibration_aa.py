@@ -99,8 +99,8 @@ def _units_and_splits(trials: pd.DataFrame, max_boots: int):
     """(runtime, config) units of one folder with their splits: ``(label, (rt, key), boots, [(type, twin ids)])``.
 
     A config measured with an even count >= 4 of boots in each of several sweeps is split within each sweep (every
-    balanced split: early-vs-late and interleaved, the anchor from that sweep) and once sweep against sweep; the
-    balanced splits that mix the sweeps are left out (35 for 4 + 4 boots, each an interleaved split across sweeps,
+    balanced split: early-vs-late and interleaved, the anchor from that sweep) and, where there are two sweeps of
+    equal count, once sweep against sweep; the balanced splits that mix the sweeps are left out (35 for 4 + 4 boots, each an interleaved split across sweeps,
     which the other units already cover). Otherwise the unit is all the config's boots, every balanced split."""
     for (rt, key), g in trials.groupby(["runtime_name", "config_key"]):
         per_sweep = g.groupby("sweep_id").size()
