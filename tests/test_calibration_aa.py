@@ -103,3 +103,15 @@ def test_a_config_with_even_boots_in_each_sweep_is_split_within_each_sweep_and_o
     assert kinds[2] == ["sweep-vs-sweep"] and set(units[2][3][0][1]) == {f"s1/r{i}" for i in range(4)}
     units = list(bench._units_and_splits(trials([3, 3]), max_boots=8))
     assert len(units) == 1 and len(units[0][3]) == 10 and units[0][0] == "cpu/k"
+
+
+def test_runtime_noise_simulation_in_the_cpu_plan_design_is_within_simulation_error(bench):
+    """Early-vs-late in the CPU calibration plan's design (anchor + 3 twins, 4 balanced rounds) under normal,
+    Student t (3 df), resampled CPU boot residuals and random-walk wander noise: each within 5 % + 3 SE of nominal
+    (600 verdicts a condition: 7.7 %). Fails if the anchored path's early-vs-late rate depends on the noise's shape
+    or on a wander that its linear drift term cannot remove."""
+    n = 200
+    sim = bench.simulate_runtime(n=n, seed=20261207)
+    assert len(sim) == len(bench.RUNTIME_NOISE) and (sim.verdicts == 3 * n).all()
+    for r in sim.itertuples(index=False):
+        assert r.rate <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / r.verdicts), r
