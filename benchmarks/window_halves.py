@@ -21,6 +21,11 @@ sweep (``2 n`` boots of the measured trial time, plus the longer windows of ever
 noise, the within-window part scales as ``1 / L`` (checked by the quarter / half ratio), the between-boot part does
 not depend on the window.
 
+Where boots have 2 or more windows a cell (``repeats:``), the window noise is also measured directly
+(:func:`direct_window_noise`: OLS of the log window values on boot and repeat, the repeat's seeded request mix being
+the same in every boot) and printed beside the slices' estimate, with the between-boot SD beyond it
+(``evidence/h100-2026-12-07-window-check``).
+
 Run: ``python benchmarks/window_halves.py [EVIDENCE_DIR ...]`` (default: the two 8B anchored runs).
 """
 
@@ -195,6 +200,23 @@ def report(folder: Path) -> str:
                      + " |")
     cost = [2 * n * (warm_min + cells * (L - 1) * window_min) for n, L in DESIGNS]
     lines.append("| GPU-minutes a sweep (warm trials) | | | | " + " | ".join(f"{c:.1f}" for c in cost) + " |")
+    direct = direct_window_noise(trials, meas)
+    if not direct.empty:
+        pooled_w = pooled.set_index(["workload", "load_value", "metric"])
+        lines += ["", "Measured directly (boots with >= 2 windows): OLS of the log window values on boot and repeat "
+                  "(the repeat's seeded request mix is the same in every boot), beside the slices' within SD above:", "",
+                  "| cell | metric | boots | windows | window SD ignoring the repeat | window SD | df | repeats' "
+                  "range | slices' within SD | SD of boot means | between-boot SD (boot means less window part) |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in direct.itertuples(index=False):
+            key = (r.workload, r.load_value, r.metric)
+            sl = math.sqrt(pooled_w.loc[key, "var_within"]) if key in pooled_w.index else math.nan
+            per_boot = r.windows / r.boots
+            between = math.sqrt(max(r.sd_boot_means**2 - r.sd_window**2 / per_boot, 0.0))
+            lines.append(f"| {r.workload} c={r.load_value:g} | {r.metric} | {r.boots} | {r.windows} | "
+                         f"{100 * r.sd_window_ignoring_repeat:.2f} % | {100 * r.sd_window:.2f} % | {r.df_window:g} | "
+                         f"{100 * r.repeat_range:.1f} % | {100 * sl:.2f} % | {100 * r.sd_boot_means:.2f} % | "
+                         f"{100 * between:.2f} % |")
     corr = engine_core_correlation(trials, meas)
     if not corr.empty:
         lines += ["", "Boots against the engine core's CPU: within each (sweep, runtime, config), the Pearson correlation "
@@ -233,6 +255,38 @@ def engine_core_correlation(trials: pd.DataFrame, meas: pd.DataFrame) -> pd.Data
             y = np.log(g[col]) - np.log(g[col]).groupby([g[k] for k in group]).transform("mean")
             out[f"corr_{col}"] = float(np.corrcoef(x, y)[0, 1]) if x.std() > 0 and y.std() > 0 else math.nan
         rows.append(out)
+    return pd.DataFrame(rows)
+
+
+def direct_window_noise(trials: pd.DataFrame, meas: pd.DataFrame) -> pd.DataFrame:
+    """Per cell and metric, the window-to-window noise measured directly, where boots have >= 2 windows (repeats).
+
+    statsmodels OLS on the log window values of one cell, pooled over sweeps and configs:
+    ``log y ~ C(trial_id) + C(repeat)``. The repeat is a fixed effect because its requests come from a seed of (plan
+    seed, workload, level, repeat) (``tasks.measure``): repeat r draws the same lengths in every boot, so windows
+    differ by their mix as well as by noise, and the mix cancels from every comparison. Returns ``workload,
+    load_value, metric, boots, windows``, ``sd_window_ignoring_repeat`` (residual SD of ``log y ~ C(trial_id)``),
+    ``sd_window`` (after the repeat too) with ``df_window``, ``repeat_range`` (max - min of the repeats' mean log
+    values) and ``sd_boot_means`` (SD of the boots' mean log values). Empty when no boot has 2 windows."""
+    import statsmodels.formula.api as smf
+
+    m = meas[meas.trial_id.isin(trials.trial_id)]
+    rows = []
+    for (w, lv), g in m.groupby(["workload", "load_value"]):
+        if g.groupby("trial_id").size().max() < 2 or g.trial_id.nunique() < 2:
+            continue
+        for col in METRICS:
+            d = g[np.isfinite(g[col]) & (g[col] > 0)].assign(y=lambda x: np.log(x[col]), rep=lambda x: x.repeat.astype(str))
+            f0 = smf.ols("y ~ C(trial_id)", d).fit()
+            f1 = smf.ols("y ~ C(trial_id) + C(rep)", d).fit()
+            if f1.df_resid < 1:
+                continue
+            reps = d.groupby("rep").y.mean()
+            rows.append({"workload": w, "load_value": lv, "metric": col, "boots": d.trial_id.nunique(),
+                         "windows": len(d), "sd_window_ignoring_repeat": math.sqrt(f0.scale),
+                         "sd_window": math.sqrt(f1.scale), "df_window": float(f1.df_resid),
+                         "repeat_range": float(reps.max() - reps.min()),
+                         "sd_boot_means": float(d.groupby("trial_id").y.mean().std(ddof=1))})
     return pd.DataFrame(rows)
 
 

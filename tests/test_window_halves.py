@@ -93,3 +93,29 @@ def test_the_report_prints_both_tables(wh):
     text = wh.report(EVIDENCE)
     assert "| short c=32 | output_tokens_per_s |" in text and "GPU-minutes a sweep" in text
     assert text.count("| 20261207T023752 |") == 24  # 3 (runtime, config) x 4 cells x 2 metrics
+
+
+def test_direct_window_noise_removes_the_repeats_mix_and_recovers_the_window_sd(wh):
+    """Synthetic windows: 12 boots x 3 repeats, repeat effects 0 / +4 % / +13 % (the seeded mix, the same in every
+    boot), window noise 1 %, boot SD 2 %. Ignoring the repeat reads the mix as noise (SD > 5 %); with it the window
+    SD comes back near 1 %, and the boot means' SD near sqrt(2^2 + 1^2 / 3) %."""
+    rng = np.random.default_rng(3)
+    rep_effect = np.log([1.0, 1.04, 1.13])
+    rows, trials = [], []
+    for b in range(12):
+        u = rng.normal(0, 0.02)
+        trials.append({"trial_id": f"t{b}"})
+        for r in range(3):
+            y = math.log(1400) + rep_effect[r] + u + rng.normal(0, 0.01)
+            rows.append({"trial_id": f"t{b}", "workload": "long", "load_value": 32.0, "repeat": r,
+                         "output_tokens_per_s": math.exp(y), "tpot_p50_s": math.exp(-y) * 20})
+    d = wh.direct_window_noise(pd.DataFrame(trials), pd.DataFrame(rows))
+    r = d.set_index("metric").loc["output_tokens_per_s"]
+    assert r.df_window == 36 - 12 - 2 and r.boots == 12
+    assert r.sd_window_ignoring_repeat > 0.05
+    assert 0.007 < r.sd_window < 0.014, r.sd_window
+    assert 0.10 < r.repeat_range < 0.13
+    assert 0.012 < r.sd_boot_means < 0.035
+    # one window a boot: nothing to measure directly
+    one = pd.DataFrame(rows)
+    assert wh.direct_window_noise(pd.DataFrame(trials), one[one.repeat == 0]).empty
