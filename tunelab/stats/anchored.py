@@ -51,7 +51,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-__all__ = ["MIN_DRIFT_DF", "MIN_SWEEPS_MIXED", "AnchoredDifference", "anchored_difference", "sweep_variance"]
+__all__ = ["MIN_DRIFT_DF", "MIN_SWEEPS_MIXED", "AnchoredDifference", "anchored_difference", "interaction_variance",
+           "sweep_variance"]
 
 #: Fewest sweeps for the random-effects (MixedLM) fit; fewer use fixed sweep effects (see the module doc).
 MIN_SWEEPS_MIXED = 5
@@ -244,7 +245,8 @@ def _mixed(df: pd.DataFrame, configs: list[str], drift: bool) -> tuple[np.ndarra
 
 def anchored_difference(rows: pd.DataFrame, a: str, b: str, anchor: str | None = None, *,
                         confidence: float = 0.95, drift: bool | str = "auto",
-                        sweep_var: tuple[float, float] | None = None) -> AnchoredDifference:
+                        sweep_var: tuple[float, float] | None = None,
+                        interaction_var: tuple[float, float] | None = None) -> AnchoredDifference:
     """The difference of config ``b`` against ``a`` in one cell, through the anchor where they ran apart.
 
     Args:
@@ -261,6 +263,9 @@ def anchored_difference(rows: pd.DataFrame, a: str, b: str, anchor: str | None =
         drift: ``"auto"`` (fit the order term when an order is given and >= MIN_DRIFT_DF df remain), True, False.
         sweep_var: ``(var_sweep, df)`` from a longer history (e.g. the warehouse's anchor series), used for an
             unanchored comparison instead of the rows' own estimate.
+        interaction_var: ``(var_int, df)`` of the config x sweep interaction (:func:`interaction_variance`) from
+            configs other than a and b measured in the same sweeps, used for a cross-sweep comparison instead of
+            the rows' own estimate (which, with only the anchor in both sweeps, does not exist).
 
     Returns:
         :class:`AnchoredDifference`.
@@ -335,7 +340,7 @@ def anchored_difference(rows: pd.DataFrame, a: str, b: str, anchor: str | None =
         # The anchor removes the sweep shift all configs share, not a config's own wobble from sweep to sweep
         # (config x sweep interaction): its variance, from the configs seen in >= 2 sweeps, enters a
         # cross-sweep contrast for a's and b's cells and, averaged, for the linking configs' cells.
-        var_int, df_int = _interaction_var(df)
+        var_int, df_int = interaction_var if interaction_var is not None else _interaction_var(df)
         links = len((set(df.config[df.sweep.isin(sa)]) & set(df.config[df.sweep.isin(sb)])) - {a, b}) or 1
         if math.isfinite(var_int) and df_int > 0:
             extra = var_int * 2 * (1 + 1 / links)
@@ -343,7 +348,8 @@ def anchored_difference(rows: pd.DataFrame, a: str, b: str, anchor: str | None =
             se = math.sqrt(within + extra)
             if extra > 0:  # Satterthwaite's df of the sum of the two variance parts
                 dfr = (within + extra) ** 2 / (within**2 / dfr + extra**2 / df_int)
-            note += f"config x sweep interaction SD {math.sqrt(var_int):.1%} ({df_int:g} df) added; "
+            src = "from the other configs of these sweeps" if interaction_var is not None else "from these rows"
+            note += f"config x sweep interaction SD {math.sqrt(var_int):.1%} ({df_int:g} df, {src}) added; "
         else:
             note += "config x sweep interaction not estimable (no config besides the anchor in 2 sweeps); "
     how = {"mixedlm": f"MixedLM (REML), sweep as the group, {n_sweeps} sweeps",
@@ -354,6 +360,19 @@ def anchored_difference(rows: pd.DataFrame, a: str, b: str, anchor: str | None =
     note = (f"{note}{how}; {linked}; {dfr:.3g} df" + ("; drift term in boot order fitted" if use_drift else ""))
     return _result(common, diff, se, dfr, alpha, method=method, anchored=True, var_boot=var_boot,
                    var_sweep=var_sw, drift=use_drift, drift_log=float(fe[-1]) if use_drift else math.nan, note=note)
+
+
+def interaction_variance(rows: pd.DataFrame) -> tuple[float, float]:
+    """Config x sweep interaction variance of log values and its df from boot rows: ``(var_int, df)``.
+
+    Two-way ANOVA with interaction over the configs measured in >= 2 sweeps: ``(MS_int - MS_within) / n_h`` (``n_h``
+    the harmonic mean boots per (config, sweep) cell), truncated at 0; ``(nan, 0)`` when no interaction df exist
+    (fewer than 2 such configs, or one boot a cell). The part of a config's difference to the anchor that moves from
+    sweep to sweep (on another machine, say) and does not cancel through the anchor. ``rows`` as in
+    :func:`anchored_difference`; pass the configs other than the two compared (``anchored_cells`` does), so that a
+    real change of one of them is not read as wobble.
+    """
+    return _interaction_var(_prepare(rows))
 
 
 def _interaction_var(df: pd.DataFrame) -> tuple[float, float]:

@@ -6,13 +6,14 @@ two (runtime, config) units and the plan's anchor, every boot of them in the cho
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 
 import duckdb
 import pandas as pd
 
-from tunelab.stats.anchored import anchored_difference
+from tunelab.stats.anchored import anchored_difference, interaction_variance
 from tunelab.warehouse.boot_rows import boot_rows
 
 __all__ = ["anchored_cells"]
@@ -63,6 +64,11 @@ def anchored_cells(con: duckdb.DuckDBPyConnection, metric: str, baseline: Unit, 
                          "only across sweeps; give each side its own sweeps (sweep_id=... in each selector)")
     v = boot_rows(con, metric, sweep_ids=sweep_ids)
     v = v.assign(config=v.runtime_name + "/" + v.config_key)
+    # The config x sweep interaction (how far a config's gap to the anchor moves from sweep to sweep, which the
+    # anchor does not cancel) from every other config of these sweeps: with only the three units, the anchor alone
+    # spans the sweeps and it cannot be estimated (the CPU A/A across two sessions made 11.6 % false calls so).
+    others = v[~v.config.isin([_name(baseline), _name(candidate)])].rename(
+        columns={"sweep_id": "sweep", "boot_order": "order"})
     v = v[v.config.isin([_name(u) for u in units])].copy()
     names = {"baseline": _name(baseline), "candidate": _name(candidate)}
     if side_sweeps is not None:
@@ -85,8 +91,11 @@ def anchored_cells(con: duckdb.DuckDBPyConnection, metric: str, baseline: Unit, 
     for (w, lk, lv), c in v.groupby(["workload", "load_kind", "load_value"], sort=True):
         if not ((c.config == names["baseline"]).any() and (c.config == names["candidate"]).any()):
             continue
+        o = others[(others.workload == w) & (others.load_kind == lk) & (others.load_value == lv)]
+        inter = interaction_variance(o[["config", "sweep", "order", "value"]]) if len(o) else (math.nan, 0.0)
         r = anchored_difference(c[["config", "sweep", "order", "value"]], names["baseline"], names["candidate"],
                                 _name(anchor) if anchor is not None else None, confidence=confidence, drift=drift,
-                                sweep_var=(sweep_var or {}).get((w, lk, float(lv))))
+                                sweep_var=(sweep_var or {}).get((w, lk, float(lv))),
+                                interaction_var=inter if inter[1] > 0 else None)
         rows.append({"workload": w, "load_kind": lk, "load_value": float(lv), "metric": metric, **asdict(r)})
     return pd.DataFrame(rows)
