@@ -55,7 +55,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tunelab.reports.evidence import warehouse_from_parquet  # noqa: E402
-from tunelab.stats.anchored import anchored_difference  # noqa: E402
+from tunelab.stats.anchored import anchored_difference, interaction_variance  # noqa: E402
 from tunelab.stats.simulate_sweeps import simulate_sweeps  # noqa: E402
 from tunelab.warehouse.boot_rows import boot_rows  # noqa: E402
 from tunelab.warehouse.compare import compare  # noqa: E402
@@ -161,10 +161,15 @@ def _folder_verdicts(con, folder: Path, metrics, max_boots: int) -> list[dict]:
                 v.loc[v.trial_id.isin(twin), "config"] = f"{rt}/{key}{TWIN}"
                 v = v.rename(columns={"sweep_id": "sweep", "boot_order": "order"})
                 anchor = _anchor_for(v, rt, key, sweeps)
+                # as ``warehouse.anchored_compare.anchored_cells`` gives it: the config x sweep interaction from
+                # every config of these sweeps but the two compared (only a cross-sweep split uses it)
+                others = v[~v.config.isin([f"{rt}/{key}", f"{rt}/{key}{TWIN}"])]
                 v = v[v.config.isin([f"{rt}/{key}", f"{rt}/{key}{TWIN}", anchor])]
                 for cell, c in v.groupby(CELL):
+                    o = others[(others[CELL] == pd.Series(cell, index=CELL)).all(axis=1)]
+                    inter = interaction_variance(o[["config", "sweep", "order", "value"]]) if len(o) else (np.nan, 0.0)
                     r = anchored_difference(c[["config", "sweep", "order", "value"]], f"{rt}/{key}",
-                                            f"{rt}/{key}{TWIN}", anchor)
+                                            f"{rt}/{key}{TWIN}", anchor, interaction_var=inter if inter[1] > 0 else None)
                     out.append({"folder": folder.relative_to(ROOT).as_posix(), "unit": unit, "split": s_i,
                                 "split_type": kind, "metric": m, "cell": f"{cell[0]} {cell[1]}={cell[2]:g}",
                                 "path": "anchored", "rel_low": r.rel_low, "rel_high": r.rel_high,
@@ -314,7 +319,6 @@ def simulate(n: int = 400, seed: int = 20261203, sd_boot: float = 0.02, sd_sweep
     return pd.DataFrame(rows)
 
 
-CPU_AA_FOLDER = ROOT / "evidence" / "cpu-aa-calibration-2026-12-07" / "warehouse"
 #: the noise conditions of :func:`simulate_runtime`: (label, simulate_sweeps keyword arguments)
 RUNTIME_NOISE = (
     ("normal", {}),
@@ -324,32 +328,44 @@ RUNTIME_NOISE = (
 )
 
 
-def runtime_residuals(folder: Path = CPU_AA_FOLDER, metrics: tuple[str, ...] = METRICS) -> np.ndarray:
-    """Standardised boot residuals of one evidence folder (shape ``(n,)``, unitless): per (sweep, cell, metric), each
-    ok boot's log value less its config's mean in that sweep, times ``sqrt(n_c / (n_c - 1))`` (``n_c`` the config's
-    boots there, so that a residual has the boot noise's variance), divided by the pooled SD of that (sweep, cell,
-    metric). Configs with one boot there are left out. The CPU runtime's boots, heavy tails and all, as a noise
-    distribution for :func:`simulate_runtime`."""
-    with tempfile.TemporaryDirectory() as tmp:
-        db = warehouse_from_parquet(folder, Path(tmp) / "w.duckdb")
-        con = duckdb.connect(str(db))
-        try:
-            ok = set(con.execute("SELECT trial_id FROM trials WHERE status = 'ok' AND quality_verdict IN "
-                                 "('pass', 'warn')").fetchdf().trial_id)
-            out = []
-            for m in metrics:
-                v = boot_rows(con, m)
-                v = v[v.trial_id.isin(ok)].assign(y=lambda d: np.log(d.value))
-                for _, g in v.groupby(["sweep_id", *CELL]):
-                    by = g.groupby("config_key").y
-                    n_c = by.transform("size").to_numpy(float)
-                    keep = n_c >= 2
-                    r = ((g.y - by.transform("mean")).to_numpy(float) * np.sqrt(n_c / np.maximum(n_c - 1, 1)))[keep]
-                    if r.size >= 4 and r.std() > 0:
-                        out.append(r / r.std())
-        finally:
-            con.close()
-    return np.concatenate(out)
+def runtime_residual_vectors(folders: list[Path] | None = None, metrics: tuple[str, ...] = METRICS) -> np.ndarray:
+    """Standardised boot residuals of the CPU A/A evidence, one row per boot: shape ``(boots, cells x metrics)``,
+    unitless. Per (sweep, cell, metric), each ok boot's log value less its config's mean in that sweep, times
+    ``sqrt(n_c / (n_c - 1))`` (``n_c`` the config's boots there, so that a residual has the boot noise's variance),
+    divided by the SD of those residuals. Configs with one boot in a sweep and boots without every (cell, metric) are
+    left out. A row keeps one boot's residuals together, so resampling rows keeps how cells and metrics of a boot
+    move together (their correlation) as well as the runtime's tails. ``folders``: warehouse folders (default: every
+    ``evidence/cpu-aa-calibration-*/warehouse``)."""
+    folders = folders if folders is not None else sorted((ROOT / "evidence").glob("cpu-aa-calibration-*/warehouse"))
+    cols = []
+    for folder in folders:
+        with tempfile.TemporaryDirectory() as tmp:
+            db = warehouse_from_parquet(folder, Path(tmp) / "w.duckdb")
+            con = duckdb.connect(str(db))
+            try:
+                for m in metrics:
+                    v = boot_rows(con, m).assign(y=lambda d: np.log(d.value))
+                    for cell, g in v.groupby(["sweep_id", *CELL]):
+                        by = g.groupby("config_key").y
+                        n_c = by.transform("size").to_numpy(float)
+                        r = (g.y - by.transform("mean")).to_numpy(float) * np.sqrt(n_c / np.maximum(n_c - 1, 1))
+                        keep = n_c >= 2
+                        if keep.sum() >= 4 and r[keep].std() > 0:
+                            cols.append(pd.Series(r[keep] / r[keep].std(), index=g.trial_id.to_numpy()[keep],
+                                                  name=(folder.parent.name, m, *cell[1:])))
+            finally:
+                con.close()
+    by_folder: dict[str, list[pd.Series]] = {}
+    for c in cols:
+        by_folder.setdefault(c.name[0], []).append(c.rename(c.name[1:]))
+    # one frame per folder (its boots x its cells and metrics, a sweep's column filled by that sweep's boots)
+    frames = [pd.concat(v, axis=1).T.groupby(level=list(range(len(v[0].name)))).first().T for v in by_folder.values()]
+    return np.vstack([f.dropna().to_numpy(float) for f in frames])
+
+
+def runtime_residuals(folders: list[Path] | None = None) -> np.ndarray:
+    """:func:`runtime_residual_vectors` flattened: shape ``(boots x cells x metrics,)``, the pool of boot noise."""
+    return runtime_residual_vectors(folders).ravel()
 
 
 def simulate_runtime(n: int = 300, seed: int = 20261207, sd_boot: float = 0.1) -> pd.DataFrame:
@@ -387,6 +403,48 @@ def simulate_runtime(n: int = 300, seed: int = 20261207, sd_boot: float = 0.1) -
     return pd.DataFrame(rows)
 
 
+def simulate_reports(n: int = 100, seed: int = 20261207, sd_boot: float = 0.1) -> pd.DataFrame:
+    """A/A reports in the CPU calibration plan's design with the runtime's own boots: each simulated sweep (16 boots
+    in the plan's balanced order, :func:`simulate_runtime`) draws whole boot residual vectors
+    (:func:`runtime_residual_vectors`, 4 cells x 4 metrics) with replacement, so the 16 verdicts of a report are as
+    dependent as real ones. Per twin, first 2 boots against last 2 with the anchor's 4: 16 anchored verdicts, one
+    report, Holm-adjusted as ``tunelab compare`` adjusts a report (:func:`_holm_false`). One row: per-cell false
+    calls and reports with a false headline, with their 95 % Clopper-Pearson intervals (``n`` sweeps, 3 reports
+    each)."""
+    from tunelab.core.trial_order import boot_order
+
+    order = boot_order([["twin1", "anchor", "twin2", "twin3"]] * 4, "balanced", anchor="anchor")
+    vecs = runtime_residual_vectors()
+    rng = np.random.default_rng(seed)
+    k_cell = n_cell = k_rep = 0
+    for _ in range(n):
+        # without replacement: two boots of one side drawn as the same boot would have no spread, which no real
+        # pair has (with replacement the ties alone took the per-cell rate from 5.0 % to 6.0 %)
+        draw = vecs[rng.choice(len(vecs), size=len(order), replace=False)]
+        for twin in ("twin1", "twin2", "twin3"):
+            rows = [k for k, c in enumerate(order) if c in (twin, "anchor")]
+            late = [k for k, c in enumerate(order) if c == twin][2:]
+            cfg = [twin + TWIN if k in late else order[k] for k in rows]
+            ps, falses = [], []
+            for j in range(vecs.shape[1]):
+                d = pd.DataFrame({"config": cfg, "sweep": "s0", "order": rows,
+                                  "value": np.exp(5.0 + sd_boot * draw[rows, j])})
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)  # Welch beside the verdict on equal draws
+                    r = anchored_difference(d, twin, twin + TWIN, "anchor")
+                ps.append(r.p_value)
+                falses.append(bool(r.rel_low > 0 or r.rel_high < 0))
+            k_cell += sum(falses)
+            n_cell += len(falses)
+            k_rep += _holm_false(pd.DataFrame({"p_value": ps, "false_call": falses}))
+    lo, hi = proportion_confint(k_cell, n_cell, alpha=0.05, method="beta")
+    rlo, rhi = proportion_confint(k_rep, 3 * n, alpha=0.05, method="beta")
+    return pd.DataFrame([{"path": "anchored", "split_type": "simulated early-vs-late reports, CPU plan order, resampled "
+                          "CPU boots (whole vectors)", "verdicts": n_cell, "false_calls": k_cell, "rate": k_cell / n_cell,
+                          "rate_low": lo, "rate_high": hi, "reports": 3 * n, "reports_with_false_holm": k_rep,
+                          "holm_rate": k_rep / (3 * n), "holm_low": rlo, "holm_high": rhi}])
+
+
 def _table(df: pd.DataFrame, report: bool) -> str:
     head = "| path | split | verdicts | false calls | per-cell rate [95 % CI] |"
     sep = "|---|---|---|---|---|"
@@ -410,6 +468,7 @@ def main() -> None:
     ap.add_argument("--sims", type=int, default=400, help="simulated A/A comparisons per layout")
     ap.add_argument("--seed", type=int, default=20261203)
     ap.add_argument("--runtime-sims", type=int, default=400, help="simulated sweeps per noise condition")
+    ap.add_argument("--report-sims", type=int, default=200, help="simulated sweeps of whole resampled boots")
     a = ap.parse_args()
     t0 = time.perf_counter()
     ev = evidence_verdicts()
@@ -430,6 +489,11 @@ def main() -> None:
     print(f"the CPU calibration plan's design (anchor + 3 twins, 4 balanced rounds), early-vs-late, {a.runtime_sims} "
           "sweeps per row (3 verdicts each), boot SD 10 %, no drift")
     print(_table(simulate_runtime(a.runtime_sims), report=False))
+    rep = simulate_reports(a.report_sims).iloc[0]
+    print(f"\nreports, the same design with whole resampled boots, {a.report_sims} sweeps: per cell "
+          f"{rep.false_calls} of {rep.verdicts} = {rep.rate:.1%} [{rep.rate_low:.1%}, {rep.rate_high:.1%}]; reports "
+          f"with a false headline (Holm over 16) {rep.reports_with_false_holm} of {rep.reports} = {rep.holm_rate:.1%} "
+          f"[{rep.holm_low:.1%}, {rep.holm_high:.1%}]")
     print(f"\n({time.perf_counter() - t0:.0f} s)")
 
 
