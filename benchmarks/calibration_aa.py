@@ -31,7 +31,13 @@ Simulations (``tunelab.stats.simulate_sweeps``; boot SD 2 %, sweep SD 5 %, drift
 anchored comparison against the naive Welch on boot values that ignores sweeps and order, for a config
 against itself in two sweeps with the anchor interleaved (sweep-vs-sweep) and early-vs-late within one sweep.
 
-Run: ``python benchmarks/calibration_aa.py [--sims 400] [--seed 20261203]``.
+The CPU calibration plan's own design (``experiments/cpu_aa_calibration.yaml``: the anchor and three twins, 4
+balanced rounds): :func:`simulate_runtime` runs its early-vs-late split under normal, Student t (3 df), resampled
+CPU boot residuals and random-walk wander noise; :func:`simulate_reports` draws whole CPU boots (16 cell-metric
+residuals each, without replacement) so that a report's 16 verdicts are as dependent as real ones, and counts the
+reports whose Holm-adjusted headline holds a false call.
+
+Run: ``python benchmarks/calibration_aa.py [--sims 400] [--seed 20261203] [--runtime-sims 400] [--report-sims 200]``.
 """
 
 from __future__ import annotations
