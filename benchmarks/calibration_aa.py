@@ -374,6 +374,14 @@ def runtime_residuals(folders: list[Path] | None = None) -> np.ndarray:
     return runtime_residual_vectors(folders).ravel()
 
 
+def _cpu_plan_order() -> list[str]:
+    """The boot order of one sweep of ``experiments/cpu_aa_calibration.yaml``: 4 balanced rounds of the anchor and
+    three twins, the anchor in the middle of each round (``core.trial_order``)."""
+    from tunelab.core.trial_order import boot_order
+
+    return boot_order([["twin1", "anchor", "twin2", "twin3"]] * 4, "balanced", anchor="anchor")
+
+
 def simulate_runtime(n: int = 300, seed: int = 20261207, sd_boot: float = 0.1) -> pd.DataFrame:
     """Early-vs-late A/A in the CPU calibration plan's own design, under four boot-noise conditions (
     :data:`RUNTIME_NOISE`): the anchor and three twins, 4 balanced rounds (``core.trial_order``, the anchor in the
@@ -381,9 +389,7 @@ def simulate_runtime(n: int = 300, seed: int = 20261207, sd_boot: float = 0.1) -
     :func:`evidence_verdicts` splits ``experiments/cpu_aa_calibration.yaml``'s sweeps. ``n`` sweeps per condition, 3
     verdicts each. Answers whether the anchored path's early-vs-late rate on real CPU sweeps above nominal comes
     from the heavy tails or from a wander that a linear drift term cannot remove, or is chance."""
-    from tunelab.core.trial_order import boot_order
-
-    order = boot_order([["twin1", "anchor", "twin2", "twin3"]] * 4, "balanced", anchor="anchor")
+    order = _cpu_plan_order()
     pool = runtime_residuals()
     rng = np.random.default_rng(seed)
     rows = []
@@ -412,14 +418,12 @@ def simulate_runtime(n: int = 300, seed: int = 20261207, sd_boot: float = 0.1) -
 def simulate_reports(n: int = 100, seed: int = 20261207, sd_boot: float = 0.1) -> pd.DataFrame:
     """A/A reports in the CPU calibration plan's design with the runtime's own boots: each simulated sweep (16 boots
     in the plan's balanced order, :func:`simulate_runtime`) draws whole boot residual vectors
-    (:func:`runtime_residual_vectors`, 4 cells x 4 metrics) with replacement, so the 16 verdicts of a report are as
-    dependent as real ones. Per twin, first 2 boots against last 2 with the anchor's 4: 16 anchored verdicts, one
+    (:func:`runtime_residual_vectors`, 4 cells x 4 metrics) without replacement, so the 16 verdicts of a report are
+    as dependent as real ones and no side holds the same boot twice. Per twin, first 2 boots against last 2 with the anchor's 4: 16 anchored verdicts, one
     report, Holm-adjusted as ``tunelab compare`` adjusts a report (:func:`_holm_false`). One row: per-cell false
     calls and reports with a false headline, with their 95 % Clopper-Pearson intervals (``n`` sweeps, 3 reports
     each)."""
-    from tunelab.core.trial_order import boot_order
-
-    order = boot_order([["twin1", "anchor", "twin2", "twin3"]] * 4, "balanced", anchor="anchor")
+    order = _cpu_plan_order()
     vecs = runtime_residual_vectors()
     rng = np.random.default_rng(seed)
     k_cell = n_cell = k_rep = 0
