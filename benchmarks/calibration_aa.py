@@ -419,10 +419,10 @@ def simulate_reports(n: int = 100, seed: int = 20261207, sd_boot: float = 0.1) -
     """A/A reports in the CPU calibration plan's design with the runtime's own boots: each simulated sweep (16 boots
     in the plan's balanced order, :func:`simulate_runtime`) draws whole boot residual vectors
     (:func:`runtime_residual_vectors`, 4 cells x 4 metrics) without replacement, so the 16 verdicts of a report are
-    as dependent as real ones and no side holds the same boot twice. Per twin, first 2 boots against last 2 with the anchor's 4: 16 anchored verdicts, one
-    report, Holm-adjusted as ``tunelab compare`` adjusts a report (:func:`_holm_false`). One row: per-cell false
-    calls and reports with a false headline, with their 95 % Clopper-Pearson intervals (``n`` sweeps, 3 reports
-    each)."""
+    as dependent as real ones and no side holds the same boot twice. Per twin, first 2 boots against last 2 with
+    the anchor's 4: 16 anchored verdicts, one report, Holm-adjusted as ``tunelab compare`` adjusts a report
+    (:func:`_holm_false`). One row: per-cell false calls and reports with a false headline, with their 95 %
+    Clopper-Pearson intervals (``n`` sweeps, 3 reports each)."""
     order = _cpu_plan_order()
     vecs = runtime_residual_vectors()
     rng = np.random.default_rng(seed)
