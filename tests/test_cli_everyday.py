@@ -100,6 +100,28 @@ def test_export_refuses_an_unknown_format(warehouse, tmp_path):
     assert r.exit_code == 2 and "xlsx" in r.output
 
 
+def test_export_parquet_compression_is_the_codec_asked_for_and_loses_nothing(warehouse, tmp_path):
+    import pyarrow.parquet as pq
+
+    db, _ = warehouse
+    tables = {}
+    for codec in ("zstd", "brotli", "snappy"):
+        args = ("--compression", codec) if codec != "zstd" else ()  # zstd is the default
+        r = cli("export", "--out", str(tmp_path / codec), "--db", str(db), *args)
+        assert r.exit_code == 0, r.output
+        f = pq.ParquetFile(tmp_path / codec / "measurements.parquet")
+        assert f.metadata.row_group(0).column(0).compression == codec.upper()
+        tables[codec] = f.read()
+    assert tables["zstd"].equals(tables["brotli"]) and tables["zstd"].equals(tables["snappy"])
+    assert tables["zstd"].num_rows > 0
+
+
+def test_export_refuses_an_unknown_compression_by_name(warehouse, tmp_path):
+    r = cli("export", "--out", str(tmp_path / "x"), "--db", str(warehouse[0]), "--compression", "lzma")
+    assert r.exit_code != 0 and "--compression 'lzma'" in r.output and "brotli" in r.output
+    assert not (tmp_path / "x").exists()  # refused before anything was written
+
+
 def test_load_from_a_missing_results_folder_is_bad_input(tmp_path):
     missing = tmp_path / "no-such-results"
     r = cli("load", "--db", str(tmp_path / "wh.duckdb"), "--results", str(missing))
