@@ -1295,7 +1295,7 @@ def serve_cmd(
 
 
 #: ``tunelab export --format``: file suffix -> DuckDB COPY options.
-EXPORT_FORMATS = {"parquet": "(FORMAT parquet)", "csv": "(FORMAT csv, HEADER true)", "json": "(FORMAT json, ARRAY true)"}
+EXPORT_FORMATS = {"parquet": "(FORMAT parquet, COMPRESSION {compression}, PARQUET_VERSION V2)", "csv": "(FORMAT csv, HEADER true)", "json": "(FORMAT json, ARRAY true)"}
 # Parquet codecs of DuckDB's COPY that `export --compression` offers. Written with Parquet's version-2 encodings
 # (byte-stream-split floats, delta-coded integers): a CPU A/A folder's requests table was 304 kB as DuckDB's
 # default (snappy, v1), 156 kB as zstd v2 and 145 kB as brotli v2, read back equal by pyarrow and DuckDB.
@@ -1325,9 +1325,7 @@ def export(
         _fail(f"--format {fmt!r}: use one of {', '.join(EXPORT_FORMATS)}")
     if compression not in PARQUET_COMPRESSIONS:
         _fail(f"--compression {compression!r}: use one of {', '.join(PARQUET_COMPRESSIONS)}")
-    copy_options = EXPORT_FORMATS[fmt]
-    if fmt == "parquet":
-        copy_options = f"(FORMAT parquet, COMPRESSION {compression}, PARQUET_VERSION V2)"
+    copy_options = EXPORT_FORMATS[fmt].format(compression=compression)  # csv/json have no placeholder
     dbp = db or paths.db_path()
     if not Path(dbp).exists():
         _fail(f"no warehouse at {dbp}")
