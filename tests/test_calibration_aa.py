@@ -44,8 +44,8 @@ def test_evidence_splits_are_the_committed_ones(bench, evidence):
     # 3 configs x (2 sweeps x 3 splits + 1 sweep against sweep) = 21 reports, 336 verdicts (twin2 has 3 boots in
     # one sweep after the gate, in both folders: left out). Across runs: the twin on vLLM 0.25.1 of 2026-12-03 (H200)
     # against the twin of 2026-12-07 (H100), 2 sweep pairs x 16 = 32; the two CPU folders, 3 twins x 4 sweep pairs x
-    # 16 = 192 (the anchor against itself is left out). Two more CPU folders of 2026-12-07/08 (every config
-    # kept) add 224 early-vs-late verdicts (456 in all) and bring run-vs-run to 1,184 (7 folder pairs)
+    # 16 = 192 (the anchor against itself is left out). Two more CPU folders of 2026-12-07/08
+    # add 224 early-vs-late verdicts (456 in all) and bring run-vs-run to 1,184 (7 folder pairs)
     assert evidence.loc[("anchored", "all"), "verdicts"] == 3328 and evidence.loc[("anchored", "all"), "reports"] == 213
     assert evidence.loc[("anchored", "early-vs-late"), "verdicts"] == 32 + 8 + 96 + 96 + 224
     assert evidence.loc[("anchored", "run-vs-run (two evidence folders)"), "verdicts"] == 1184
